@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what kvact needs to build and test, on Debian 12, as root.
+# Idempotent: installs only the packages that are missing, says which, and
+# does nothing (but say so) the second time.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap   # the build (offline, see WORKSPACE)
+  build-essential
+  libck-dev         # concurrencykit 0.7.1: ck_ring mailboxes
+  liburing-dev      # disk tier
+  libhiredis-dev    # redis tier
+  libmsgpack-dev    # config files
+  check libsubunit-dev  # unit tests
+  libnuma-dev       # L1 pool placement
+  libjansson-dev    # kvconf JSON <-> msgpack
+  libxxhash-dev     # checksums
+  redis-server      # redis tier tests (started by the tests themselves)
+  libcaf-dev        # C++ Actor Framework: anchor benchmark
+  fio               # disk anchor benchmark
+  clang             # libFuzzer target
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "bootstrap: all ${#packages[@]} packages present, nothing to do"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bootstrap: missing ${missing[*]}; run as root to install them" >&2
+  exit 1
+fi
+
+echo "bootstrap: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# redis-server's package starts a system instance on 6379; the tests start
+# their own servers on free ports, so the system one is left as it is.
+echo "bootstrap: installed ${#missing[@]} package(s)"
