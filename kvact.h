@@ -94,6 +94,9 @@ typedef struct kva_msg {
 #define KVA_MSG_USER 1024u
 #define KVA_MSG_INLINE_MAX 240u /* payloads up to this size never touch malloc */
 #define KVA_MSG_MAX (64u << 20) /* largest payload kva_send accepts */
+/* Runtime message types (< 16, refused from kva_send). KVA_MSG_STOP is the
+ * request queued by kva_actor_stop: receive never sees it; on_stop runs once
+ * the messages queued before it have been delivered. */
 enum { KVA_MSG_FD_READY = 1, KVA_MSG_TIMER = 2, KVA_MSG_STOP = 3 };
 
 /* Payload of KVA_MSG_FD_READY (tag = the watch's tag). Watches are
@@ -119,8 +122,7 @@ typedef struct kva_spawn_opts {
 } kva_spawn_opts;
 
 /* NULL on bad arguments, after shutdown began, or when out of memory. */
-kva_actor *kva_spawn(kva_runtime *rt, const kva_behavior *b, void *state,
-                     const kva_spawn_opts *o);
+kva_actor *kva_spawn(kva_runtime *rt, const kva_behavior *b, void *state, const kva_spawn_opts *o);
 /* Never fails for a full mailbox and never drops: a thread that is not an
  * actor waits for room (back-pressure); an actor's message goes to the
  * receiver's overflow queue and the sender is muted after its current
@@ -154,13 +156,13 @@ uint64_t kva_runtime_now_ns(const kva_runtime *rt); /* virtual time in determini
 
 /* Counters of the whole runtime, for benchmarks and kvinspect. */
 typedef struct kva_runtime_counters {
-  uint64_t delivered;        /* messages handed to receive */
-  uint64_t overflowed;       /* messages that went to an overflow queue */
-  uint64_t blocked_sends;    /* sends from non-actor threads that waited for room */
-  uint64_t mutes;            /* actor turns that ended muted */
-  uint64_t eventfd_writes;   /* doorbells rung (pinned actors, ports) */
-  uint64_t worker_wakes;     /* sleeping workers woken (futex) */
-  uint64_t worker_sleeps;    /* times a worker went to sleep */
+  uint64_t delivered;      /* messages handed to receive */
+  uint64_t overflowed;     /* messages that went to an overflow queue */
+  uint64_t blocked_sends;  /* sends from non-actor threads that waited for room */
+  uint64_t mutes;          /* actor turns that ended muted */
+  uint64_t eventfd_writes; /* doorbells rung (pinned actors, ports) */
+  uint64_t worker_wakes;   /* sleeping workers woken (futex) */
+  uint64_t worker_sleeps;  /* times a worker went to sleep */
 } kva_runtime_counters;
 void kva_runtime_get_counters(kva_runtime *rt, kva_runtime_counters *out);
 /* Name of the shared-memory stats segment ("/kvact.<pid>.<n>"), or NULL. */

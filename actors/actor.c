@@ -1,0 +1,228 @@
+/*
+ * actor.c — spawning, sending, delivering and stopping actors.
+ *
+ * Message types below 16 belong to the runtime (KVA_MSG_FD_READY, _TIMER,
+ * _STOP) and are refused from users; 16..1023 are kvact's own protocols
+ * (L2 adapters, storage), 1024 and up are the user's.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ck_pr.h>
+
+#include "actors/clock.h"
+#include "actors/log.h"
+#include "actors/runtime_internal.h"
+#include "mailbox/tsan.h"
+
+#define MSG_RUNTIME_MAX 16u
+
+__thread kva_actor *rt_current;
+__thread int rt_internal_thread;
+
+kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
+                        const kva_spawn_opts *o, uint32_t kind) {
+  kva_actor *a = aligned_alloc(64, (sizeof(*a) + 63) & ~(size_t)63);
+  if (!a) return NULL;
+  memset(a, 0, sizeof(*a));
+  a->rt = rt;
+  a->beh = *b;
+  a->state = state;
+  a->kind = kind;
+  uint32_t stats_kind = kind == ACTOR_PORT     ? STATS_KIND_PORT
+                        : kind == ACTOR_PINNED ? STATS_KIND_PINNED
+                                               : STATS_KIND_ACTOR;
+  a->stats = stats_claim(rt->stats, b->name, stats_kind);
+  uint32_t cap = o && o->mailbox_capacity ? o->mailbox_capacity : rt->mailbox_capacity;
+  a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (!a->stats || a->efd < 0 || mailbox_init(&a->mb, &a->stats->ring, cap) != 0) {
+    if (a->efd >= 0) close(a->efd);
+    free(a);
+    return NULL;
+  }
+  pthread_mutex_lock(&rt->reg_lock);
+  a->id = rt->nactors++;
+  a->next_all = rt->actors;
+  rt->actors = a;
+  pthread_mutex_unlock(&rt->reg_lock);
+  return a;
+}
+
+kva_actor *kva_spawn(kva_runtime *rt, const kva_behavior *b, void *state, const kva_spawn_opts *o) {
+  if (!rt || !b || !b->receive) return NULL;
+  if (ck_pr_load_32(&rt->spawning_closed)) return NULL;
+  if (ck_pr_load_32(&rt->nactors) + 1 >= rt->runq_cap) {
+    LOG_ERROR("spawn %s: at most %u actors per runtime", b->name ? b->name : "?", rt->runq_cap - 1);
+    return NULL;
+  }
+  uint32_t kind = o && o->pinned ? ACTOR_PINNED : ACTOR_POOLED;
+  kva_actor *a = actor_create(rt, b, state, o, kind);
+  if (a && kind == ACTOR_PINNED && !rt->det && pinned_start(a) != 0) {
+    /* the actor stays registered (freed at shutdown) but can never run */
+    ck_pr_store_32(&a->life, LIFE_DEAD);
+    return NULL;
+  }
+  return a;
+}
+
+void actor_free(kva_actor *a) {
+  mailbox_destroy(&a->mb, a->rt->pool);
+  close(a->efd);
+  free(a);
+}
+
+static void backoff(unsigned i) {
+  if (i < 64) {
+    ck_pr_stall();
+  } else if (i < 256) {
+    sched_yield();
+  } else {
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Ring full (or overflow queue in use). Actors and the runtime's own
+ * threads must never wait here — two actors filling each other's mailboxes
+ * would deadlock their workers — so their message goes to the overflow
+ * queue and the sending actor is muted after its receive. Other threads
+ * (the engine's, ports) wait for room: that is the back-pressure. */
+static int push_slow(kva_actor *to, const mailbox_env *e) {
+  kva_runtime *rt = to->rt;
+  kva_actor *cur = rt_current;
+  ck_pr_inc_64(&to->stats->backpressure);
+  if (cur || rt_internal_thread || rt->det) {
+    if (mailbox_push_overflow(&to->mb, e) != 0) return KVA_ENOMEM;
+    ck_pr_inc_64(&to->stats->overflowed);
+    ck_pr_inc_64(&rt->n_overflowed);
+    if (cur && cur != to && cur->kind == ACTOR_POOLED && to->kind != ACTOR_PORT && !rt->det)
+      cur->mute_target = to;
+    sched_wake_parked_self(to);
+    return KVA_OK;
+  }
+  ck_pr_inc_64(&rt->n_blocked);
+  for (unsigned i = 0;; i++) {
+    if (mailbox_try_push(&to->mb, e)) return KVA_OK;
+    if (ck_pr_load_32(&to->life) == LIFE_DEAD) return KVA_ESHUTDOWN;
+    backoff(i);
+  }
+}
+
+static int actor_push(kva_actor *to, uint32_t type, const void *data, uint32_t len, kva_actor *from,
+                      uint64_t tag) {
+  mailbox_env e;
+  e.type = type;
+  e.len = len;
+  e.from = from;
+  e.tag = tag;
+  if (len <= MAILBOX_INLINE_BYTES) {
+    if (len) memcpy(e.u.inl, data, len);
+  } else {
+    e.u.heap = payload_pool_get(to->rt->pool, len);
+    if (!e.u.heap) return KVA_ENOMEM;
+    memcpy(e.u.heap, data, len);
+  }
+  if (!mailbox_try_push(&to->mb, &e)) {
+    int rc = push_slow(to, &e);
+    if (rc != KVA_OK) {
+      if (len > MAILBOX_INLINE_BYTES) payload_pool_put(to->rt->pool, e.u.heap);
+      return rc;
+    }
+  }
+  sched_notify(to);
+  return KVA_OK;
+}
+
+int kva_send(kva_actor *to, uint32_t type, const void *data, uint32_t len, kva_actor *from,
+             uint64_t tag) {
+  if (!to || (len && !data) || len > KVA_MSG_MAX || type < MSG_RUNTIME_MAX) return KVA_EINVAL;
+  /* acquire-free load: a send racing with stop may still get in, and is
+   * then delivered before on_stop (see actor_run_batch) */
+  if (ck_pr_load_32(&to->life) != LIFE_OPEN) return KVA_ESHUTDOWN;
+  return actor_push(to, type, data, len, from, tag);
+}
+
+int actor_send_internal(kva_actor *to, uint32_t type, const void *data, uint32_t len,
+                        uint64_t tag) {
+  if (ck_pr_load_32(&to->life) == LIFE_DEAD) return KVA_ESHUTDOWN;
+  return actor_push(to, type, data, len, NULL, tag);
+}
+
+void kva_actor_stop(kva_actor *a) {
+  if (!a || a->kind == ACTOR_PORT) return;
+  if (!ck_pr_cas_32(&a->stop_sent, 0, 1)) return;
+  actor_send_internal(a, KVA_MSG_STOP, NULL, 0, 0);
+}
+
+int kva_actor_eventfd(const kva_actor *a) {
+  return a ? a->efd : KVA_EINVAL;
+}
+const char *kva_actor_name(const kva_actor *a) {
+  return a ? a->stats->name : NULL;
+}
+kva_runtime *kva_actor_runtime(const kva_actor *a) {
+  return a ? a->rt : NULL;
+}
+
+void actor_deliver(kva_actor *a, const mailbox_env *e) {
+  kva_msg m;
+  m.type = e->type;
+  m.len = e->len;
+  m.from = e->from;
+  m.tag = e->tag;
+  m.data = e->len <= MAILBOX_INLINE_BYTES ? (const void *)e->u.inl : e->u.heap;
+  if (e->type == KVA_MSG_STOP) {
+    /* the runtime's own request (users cannot send type < 16): from now on
+     * sends are refused, what is queued still arrives, then on_stop */
+    ck_pr_store_32(&a->life, LIFE_CLOSED);
+    return;
+  }
+  uint64_t t0 = clock_ticks();
+  a->beh.receive(a, a->state, &m);
+  stats_record_recv(a->stats, clock_ticks_to_ns(clock_ticks() - t0));
+}
+
+static void actor_finish(kva_actor *a) {
+  poller_forget_actor(a->rt, a);
+  if (a->beh.on_stop) a->beh.on_stop(a, a->state);
+  ck_pr_store_32(&a->stats->state, STATS_SLOT_STOPPED);
+  ck_pr_fence_store(); /* everything on_stop did before DEAD is seen */
+  ck_pr_store_32(&a->life, LIFE_DEAD);
+}
+
+static void release_payload(kva_actor *a, const mailbox_env *e) {
+  if (e->len > MAILBOX_INLINE_BYTES) payload_pool_put(a->rt->pool, e->u.heap);
+}
+
+bool actor_run_batch(kva_actor *a, uint32_t max) {
+  stats_slot *st = a->stats;
+  /* TSan cannot see the hand-off through the scheduled flag and the run
+   * queue (ck atomics): announce that this turn follows the previous one */
+  TSAN_ACQUIRE(a);
+  uint64_t depth = mailbox_depth(&a->mb);
+  if (depth > st->peak_depth) ck_pr_store_64(&st->peak_depth, depth);
+  ck_pr_store_64(&st->turns, st->turns + 1);
+  bool dead = ck_pr_load_32(&a->life) == LIFE_DEAD;
+  kva_actor *outer = rt_current; /* det mode may nest (port_recv in receive) */
+  rt_current = a;
+  uint32_t n = 0;
+  mailbox_env e;
+  bool drained;
+  while (n < max && mailbox_pop(&a->mb, &e, &drained)) {
+    /* a send that raced with the end of the actor: nobody can receive it */
+    if (!dead) actor_deliver(a, &e);
+    release_payload(a, &e);
+    n++;
+    if (drained) sched_mute_release(a);
+  }
+  ck_pr_store_64(&st->dequeued, st->dequeued + n);
+  if (!dead && ck_pr_load_32(&a->life) == LIFE_CLOSED && mailbox_empty(&a->mb)) actor_finish(a);
+  rt_current = outer;
+  TSAN_RELEASE(a);
+  return !mailbox_empty(&a->mb);
+}

@@ -1,0 +1,39 @@
+/*
+ * log.c — logger: warnings and errors to stderr unless the user installs a
+ * function with kva_log_set.
+ */
+#include "actors/log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static kva_log_fn log_fn;
+static void *log_arg;
+static int log_max = KVA_LOG_WARN;
+
+void kva_log_set(kva_log_fn fn, void *arg, int max_level) {
+  pthread_mutex_lock(&log_lock);
+  log_fn = fn;
+  log_arg = arg;
+  log_max = max_level;
+  pthread_mutex_unlock(&log_lock);
+}
+
+void kva_logf(int level, const char *fmt, ...) {
+  static const char *names[] = {"error", "warn", "info", "debug"};
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&log_lock);
+  if (level <= log_max) {
+    if (log_fn)
+      log_fn(level, buf, log_arg);
+    else
+      fprintf(stderr, "kvact %s: %s\n", names[level & 3], buf);
+  }
+  pthread_mutex_unlock(&log_lock);
+}

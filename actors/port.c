@@ -1,0 +1,132 @@
+/*
+ * port.c — mailboxes for threads that are not actors (the serving engine's).
+ *
+ * A port is an actor without a receive: its mailbox is drained by the
+ * owning thread in kva_port_recv. Its eventfd is readable while messages
+ * wait, so it can sit in the engine's own epoll loop: a sender that wins
+ * the scheduled flag rings it (sched.c); the owner clears it and releases
+ * the flag once it has seen the mailbox empty, re-ringing if a message
+ * slipped in meanwhile.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ck_pr.h>
+
+#include "actors/clock.h"
+#include "actors/runtime_internal.h"
+
+struct kva_port {
+  kva_actor *a;
+};
+
+static void port_no_receive(kva_actor *self, void *state, const kva_msg *m) {
+  (void)self, (void)state, (void)m;
+}
+
+kva_port *kva_port_open(kva_runtime *rt, const char *name) {
+  if (!rt || ck_pr_load_32(&rt->spawning_closed)) return NULL;
+  kva_port *p = calloc(1, sizeof(*p));
+  if (!p) return NULL;
+  kva_behavior b = {.name = name ? name : "port", .receive = port_no_receive};
+  p->a = actor_create(rt, &b, p, NULL, ACTOR_PORT);
+  if (!p->a) {
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+kva_actor *kva_port_actor(kva_port *p) {
+  return p ? p->a : NULL;
+}
+int kva_port_fd(const kva_port *p) {
+  return p ? p->a->efd : KVA_EINVAL;
+}
+
+/* Nothing to read (or the last message was taken): make the doorbell
+ * readable exactly while messages wait. */
+static void port_settle(kva_actor *a) {
+  doorbell_clear(a);
+  if (sched_release(a)) doorbell_ring(a);
+}
+
+static void copy_out(kva_actor *a, const mailbox_env *e, kva_msg *out, void *buf, uint32_t buflen) {
+  const void *src = e->len <= MAILBOX_INLINE_BYTES ? (const void *)e->u.inl : e->u.heap;
+  uint32_t n = e->len < buflen ? e->len : buflen;
+  if (n) memcpy(buf, src, n);
+  out->type = e->type;
+  out->len = e->len;
+  out->from = e->from;
+  out->tag = e->tag;
+  out->data = buf;
+  if (e->len > MAILBOX_INLINE_BYTES) payload_pool_put(a->rt->pool, e->u.heap);
+  stats_slot *st = a->stats;
+  ck_pr_store_64(&st->dequeued, st->dequeued + 1);
+}
+
+static bool port_take(kva_actor *a, kva_msg *out, void *buf, uint32_t buflen) {
+  mailbox_env e;
+  bool drained;
+  uint64_t depth = mailbox_depth(&a->mb);
+  if (depth > a->stats->peak_depth) ck_pr_store_64(&a->stats->peak_depth, depth);
+  if (!mailbox_pop(&a->mb, &e, &drained)) return false;
+  copy_out(a, &e, out, buf, buflen);
+  if (drained) sched_mute_release(a);
+  if (mailbox_empty(&a->mb)) port_settle(a);
+  return true;
+}
+
+static int det_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int timeout_ms) {
+  kva_runtime *rt = p->a->rt;
+  uint64_t limit =
+      timeout_ms < 0 ? UINT64_MAX : kva_runtime_now_ns(rt) + (uint64_t)timeout_ms * 1000000ull;
+  for (;;) {
+    if (port_take(p->a, out, buf, buflen)) return KVA_OK;
+    if (det_step(rt)) continue;
+    if (kva_runtime_run_until_idle(rt) > 0) continue;
+    uint64_t deadline;
+    if (!poller_det_next_timer(rt, &deadline) || deadline > limit) break;
+    kva_runtime_advance(rt, deadline - kva_runtime_now_ns(rt));
+  }
+  return port_take(p->a, out, buf, buflen) ? KVA_OK : KVA_ETIMEDOUT;
+}
+
+static int wait_readable(int fd, uint64_t deadline_ns) {
+  for (;;) {
+    int ms = -1;
+    if (deadline_ns != UINT64_MAX) {
+      uint64_t now = clock_mono_ns();
+      if (now >= deadline_ns) return 0;
+      ms = (int)((deadline_ns - now + 999999) / 1000000);
+    }
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int r = poll(&pf, 1, ms);
+    if (r > 0) return 1;
+    if (r < 0 && errno != EINTR) return 0;
+  }
+}
+
+int kva_port_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int timeout_ms) {
+  if (!p || !out || (buflen && !buf)) return KVA_EINVAL;
+  if (p->a->rt->det) return det_recv(p, out, buf, buflen, timeout_ms);
+  uint64_t deadline =
+      timeout_ms < 0 ? UINT64_MAX : clock_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
+  for (;;) {
+    if (port_take(p->a, out, buf, buflen)) return KVA_OK;
+    port_settle(p->a);
+    if (port_take(p->a, out, buf, buflen)) return KVA_OK;
+    if (!wait_readable(p->a->efd, deadline)) return KVA_ETIMEDOUT;
+  }
+}
+
+void kva_port_close(kva_port *p) {
+  if (!p) return;
+  /* the actor record stays until runtime shutdown: other actors may still
+   * hold it as a reply-to address; their sends now fail */
+  ck_pr_store_32(&p->a->life, LIFE_DEAD);
+  ck_pr_store_32(&p->a->stats->state, STATS_SLOT_STOPPED);
+  free(p);
+}

@@ -1,0 +1,172 @@
+/*
+ * runtime.c — starting and shutting down a runtime.
+ *
+ * Shutdown order, and why:
+ *  1. refuse new spawns and ports;
+ *  2. stop the poller: no new timer or fd messages;
+ *  3. wait until quiescent (no message queued, no actor running);
+ *  4. stop actors newest first, one at a time, each fully (queued messages,
+ *     then on_stop) and the system quiescent again before the next: storage
+ *     controllers are spawned after the L1 manager, so they stop first and
+ *     their on_stop can still release locks held in older actors;
+ *  5. join the workers and pinned threads, free everything.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ck_pr.h>
+
+#include "actors/clock.h"
+#include "actors/log.h"
+#include "actors/runtime_internal.h"
+#include "config/config_internal.h"
+
+#define RUNQ_CAP (1u << 16) /* also the actor limit of one runtime */
+#define STATS_SLOTS 4096u
+#define SPIN_ITERS 2000u
+
+static int64_t cfg_i64(const kva_config *c, const char *path, int64_t dflt) {
+  int64_t v;
+  return kva_config_get_i64(c, path, &v) == KVA_OK ? v : dflt;
+}
+
+static int runtime_init(kva_runtime *rt) {
+  int stats_on = 1;
+  if (kva_config_get_bool(rt->cfg, "runtime.stats", &stats_on) != KVA_OK) stats_on = 1;
+  rt->workers = (uint32_t)cfg_i64(rt->cfg, "runtime.workers", sysconf(_SC_NPROCESSORS_ONLN));
+  rt->batch = (uint32_t)cfg_i64(rt->cfg, "runtime.batch", 64);
+  rt->mailbox_capacity = (uint32_t)cfg_i64(rt->cfg, "runtime.mailbox_capacity", 1024);
+  rt->runq_cap = RUNQ_CAP;
+  rt->spin_iters = SPIN_ITERS;
+  pthread_mutex_init(&rt->reg_lock, NULL);
+  pthread_mutex_init(&rt->mute_lock, NULL);
+  clock_calibrate();
+  rt->stats = stats_open(stats_on, STATS_SLOTS);
+  rt->pool = payload_pool_create();
+  if (!rt->stats || !rt->pool) return KVA_ENOMEM;
+  if (rt->workers == 0) {
+    int rc = det_create(rt, (uint64_t)cfg_i64(rt->cfg, "runtime.seed", 0));
+    if (rc != KVA_OK) return rc;
+  }
+  int rc = poller_create(rt);
+  if (rc != KVA_OK) return rc;
+  return rt->det ? KVA_OK : sched_start(rt);
+}
+
+static void runtime_free(kva_runtime *rt) {
+  poller_destroy(rt);
+  if (rt->threads) sched_stop(rt);
+  for (kva_actor *a = rt->actors; a; a = a->next_all) pinned_join(a);
+  for (kva_actor *a = rt->actors, *next; a; a = next) {
+    next = a->next_all;
+    actor_free(a);
+  }
+  det_destroy(rt);
+  payload_pool_destroy(rt->pool);
+  stats_close(rt->stats);
+  pthread_mutex_destroy(&rt->reg_lock);
+  pthread_mutex_destroy(&rt->mute_lock);
+  kva_config_free(rt->cfg);
+  free(rt);
+}
+
+int kva_runtime_start(const kva_config *cfg, kva_runtime **out) {
+  if (!out) return KVA_EINVAL;
+  *out = NULL;
+  kva_runtime *rt = calloc(1, sizeof(*rt));
+  if (!rt) return KVA_ENOMEM;
+  rt->cfg = cfg ? config_copy(cfg) : kva_config_default();
+  if (!rt->cfg) {
+    free(rt);
+    return KVA_ENOMEM;
+  }
+  int rc = runtime_init(rt);
+  if (rc != KVA_OK) {
+    runtime_free(rt);
+    return rc;
+  }
+  *out = rt;
+  return KVA_OK;
+}
+
+static void pause_briefly(void) {
+  struct timespec ts = {0, 20000};
+  nanosleep(&ts, NULL);
+}
+
+/* One pass over all actors: are they idle, and how many messages have
+ * they received in total? */
+static bool scan_idle(kva_runtime *rt, uint64_t *delivered) {
+  bool idle = true;
+  *delivered = 0;
+  pthread_mutex_lock(&rt->reg_lock);
+  for (kva_actor *a = rt->actors; a; a = a->next_all) {
+    if (a->kind == ACTOR_PORT) continue;
+    *delivered += ck_pr_load_64(&a->stats->dequeued);
+    if (ck_pr_load_32(&a->life) == LIFE_DEAD) continue;
+    if (ck_pr_load_32(&a->scheduled) || !mailbox_empty(&a->mb)) idle = false;
+  }
+  pthread_mutex_unlock(&rt->reg_lock);
+  return idle;
+}
+
+/* Two idle scans with no message delivered in between: nothing was in
+ * flight at the first scan that could wake an actor behind our back
+ * (an enqueue makes its target non-idle until it is delivered). */
+void runtime_wait_quiescent(kva_runtime *rt) {
+  if (rt->det) {
+    kva_runtime_run_until_idle(rt);
+    return;
+  }
+  uint64_t d1, d2;
+  for (;;) {
+    if (scan_idle(rt, &d1) && scan_idle(rt, &d2) && d1 == d2) return;
+    pause_briefly();
+  }
+}
+
+static void stop_one(kva_runtime *rt, kva_actor *a) {
+  kva_actor_stop(a);
+  while (ck_pr_load_32(&a->life) != LIFE_DEAD) {
+    if (rt->det)
+      kva_runtime_run_until_idle(rt);
+    else
+      pause_briefly();
+  }
+  runtime_wait_quiescent(rt);
+}
+
+void kva_runtime_shutdown(kva_runtime *rt) {
+  if (!rt) return;
+  ck_pr_store_32(&rt->spawning_closed, 1);
+  poller_stop(rt);
+  runtime_wait_quiescent(rt);
+  /* no spawns any more: the list can be walked without the lock */
+  for (kva_actor *a = rt->actors; a; a = a->next_all) {
+    if (a->kind == ACTOR_PORT || ck_pr_load_32(&a->life) == LIFE_DEAD) continue;
+    stop_one(rt, a);
+  }
+  for (kva_actor *a = rt->actors; a; a = a->next_all) ck_pr_store_32(&a->life, LIFE_DEAD);
+  runtime_free(rt);
+}
+
+void kva_runtime_get_counters(kva_runtime *rt, kva_runtime_counters *out) {
+  memset(out, 0, sizeof(*out));
+  if (!rt) return;
+  pthread_mutex_lock(&rt->reg_lock);
+  for (kva_actor *a = rt->actors; a; a = a->next_all)
+    out->delivered += ck_pr_load_64(&a->stats->dequeued);
+  pthread_mutex_unlock(&rt->reg_lock);
+  out->overflowed = ck_pr_load_64(&rt->n_overflowed);
+  out->blocked_sends = ck_pr_load_64(&rt->n_blocked);
+  out->mutes = ck_pr_load_64(&rt->n_mutes);
+  out->eventfd_writes = ck_pr_load_64(&rt->n_eventfd_writes);
+  out->worker_wakes = ck_pr_load_64(&rt->n_wakes);
+  out->worker_sleeps = ck_pr_load_64(&rt->n_sleeps);
+}
+
+const char *kva_runtime_stats_name(const kva_runtime *rt) {
+  return rt && rt->stats ? stats_name(rt->stats) : NULL;
+}

@@ -1,0 +1,136 @@
+/*
+ * runtime_internal.h — the structures shared by the files of actors/.
+ *
+ * Who owns what:
+ *  - an actor's behaviour state and its consumer side of the mailbox belong
+ *    to whichever thread holds the actor's `scheduled` flag and runs it;
+ *  - `scheduled` (0/1) is the one bit that decides who dispatches an actor:
+ *    a sender that flips it 0 -> 1 must dispatch (run queue push, doorbell
+ *    or ready list); the runner clears it only when it has seen the mailbox
+ *    empty, and re-checks after clearing (the wake-up protocol, sched.c);
+ *  - everything else in the runtime is guarded by the lock named next to it.
+ */
+#ifndef KVA_ACTORS_RUNTIME_INTERNAL_H
+#define KVA_ACTORS_RUNTIME_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "actors/stats.h"
+#include "kvact.h"
+#include "mailbox/mailbox.h"
+#include "mailbox/payload_pool.h"
+
+enum { ACTOR_POOLED = 0, ACTOR_PINNED = 1, ACTOR_PORT = 2 };
+/* Life of an actor: OPEN accepts sends; CLOSED (after its STOP message was
+ * received) refuses them while the queue drains; DEAD after on_stop. */
+enum { LIFE_OPEN = 0, LIFE_CLOSED = 1, LIFE_DEAD = 2 };
+
+struct kva_actor {
+  mailbox mb;
+  uint32_t scheduled; /* atomic; see the top of this file */
+  uint32_t life;      /* atomic LIFE_* */
+  uint32_t kind;      /* ACTOR_*, fixed at spawn */
+  uint32_t stop_sent; /* atomic: kva_actor_stop already queued STOP */
+  kva_runtime *rt;
+  kva_behavior beh; /* copied at spawn */
+  void *state;
+  int efd;           /* eventfd doorbell */
+  stats_slot *stats; /* counters, in the shared segment when it has room */
+  /* Muting (Pony's rule). mute_target is written by this actor's own
+   * receive when a send overflowed; parked_on/park_next under rt->mute_lock. */
+  kva_actor *mute_target;
+  kva_actor *parked_on;
+  kva_actor *park_next;
+  pthread_t thread; /* pinned actors */
+  int has_thread;
+  kva_actor *next_all; /* rt->actors list, newest first (under rt->reg_lock) */
+  uint32_t id;
+};
+
+typedef struct poller poller;
+typedef struct det_state det_state;
+
+struct kva_runtime {
+  kva_config *cfg;
+  uint32_t workers; /* 0 = deterministic mode */
+  uint32_t batch;
+  uint32_t mailbox_capacity;
+  stats_segment *stats;
+  payload_pool *pool;
+
+  pthread_mutex_t reg_lock; /* actors list and nactors */
+  kva_actor *actors;
+  uint32_t nactors;
+  uint32_t spawning_closed; /* atomic: shutdown began, kva_spawn refuses */
+
+  /* threaded scheduler (sched.c) */
+  ck_ring_t runq;
+  ck_ring_buffer_t *runq_buf;
+  uint32_t runq_cap;
+  pthread_t *threads;
+  uint32_t nthreads;
+  uint32_t sleepers; /* atomic: workers asleep or about to sleep */
+  uint32_t spinning; /* atomic: workers polling the run queue */
+  uint32_t wake_seq; /* atomic futex word */
+  uint32_t stop_workers;
+  uint32_t spin_iters;
+
+  det_state *det; /* deterministic mode (det.c), NULL otherwise */
+  poller *poll;   /* epoll thread, fd watches, timers (poller.c) */
+
+  pthread_mutex_t mute_lock; /* parked list and every actor's parked_on */
+  kva_actor *parked;
+
+  /* counters (atomic, relaxed) */
+  uint64_t n_overflowed, n_blocked, n_mutes, n_eventfd_writes, n_wakes, n_sleeps;
+};
+
+/* The actor whose receive runs on this thread, or NULL. */
+extern __thread kva_actor *rt_current;
+/* Set on the runtime's own non-actor threads (poller): never block a send. */
+extern __thread int rt_internal_thread;
+
+/* actor.c */
+void actor_deliver(kva_actor *a, const mailbox_env *e);
+bool actor_run_batch(kva_actor *a, uint32_t max); /* true if more may wait */
+void actor_free(kva_actor *a);
+int actor_send_internal(kva_actor *to, uint32_t type, const void *data, uint32_t len, uint64_t tag);
+kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
+                        const kva_spawn_opts *o, uint32_t kind);
+
+/* sched.c */
+void sched_notify(kva_actor *a);  /* after a push: dispatch if idle */
+bool sched_release(kva_actor *a); /* runner: clear scheduled; true if it must go on */
+void sched_after_turn(kva_actor *a, bool more);
+void sched_mute_release(kva_actor *target);
+void sched_wake_parked_self(kva_actor *a);
+int sched_start(kva_runtime *rt);
+void sched_stop(kva_runtime *rt);
+void doorbell_ring(kva_actor *a);
+void doorbell_clear(kva_actor *a);
+
+/* pinned.c */
+int pinned_start(kva_actor *a);
+void pinned_join(kva_actor *a);
+
+/* det.c */
+int det_create(kva_runtime *rt, uint64_t seed);
+void det_destroy(kva_runtime *rt);
+void det_ready(kva_runtime *rt, kva_actor *a);
+bool det_step(kva_runtime *rt); /* deliver one message; false when idle */
+
+/* poller.c */
+int poller_create(kva_runtime *rt);
+void poller_stop(kva_runtime *rt); /* cancels every watch and timer, joins */
+void poller_destroy(kva_runtime *rt);
+void poller_forget_actor(kva_runtime *rt, kva_actor *a);
+bool poller_det_poll(kva_runtime *rt); /* det mode: fds ready now */
+bool poller_det_next_timer(kva_runtime *rt, uint64_t *deadline);
+bool poller_det_fire_due(kva_runtime *rt, uint64_t now); /* fires the earliest due */
+
+/* runtime.c */
+void runtime_wait_quiescent(kva_runtime *rt);
+
+#endif

@@ -1,0 +1,247 @@
+/*
+ * sched.c — the scheduler: who runs a ready actor, and how sleeping
+ * threads are woken without losing a wake-up.
+ *
+ * The wake-up protocol, step by step (a Dekker pair on two locations):
+ *
+ *   sender (sched_notify)                 runner (sched_release)
+ *   S1 push the message (ring commit      R1 store scheduled = 0
+ *      or overflow append)                R2 full fence
+ *   S2 full fence                         R3 read the mailbox: empty?
+ *   S3 read scheduled; if 0, CAS 0 -> 1      if not, CAS 0 -> 1 and go on
+ *      and, if the CAS won, dispatch
+ *
+ * Each side writes its location before reading the other's, with a full
+ * fence between, so at least one side sees the other's write: either the
+ * sender sees scheduled == 0 and dispatches, or the runner sees the message
+ * and keeps running. The CAS makes sure exactly one of them takes the
+ * actor. "Dispatch" depends on where the actor lives:
+ *   pooled  — push onto the run queue (lock-free ck_ring MPMC) and wake a
+ *             sleeping worker only if none is spinning: no syscall per
+ *             message while the system is busy;
+ *   pinned, port — ring the actor's eventfd (its thread sleeps on it);
+ *   deterministic mode — append to the ready list.
+ *
+ * Worker sleep uses the same pattern on (run queue, sleepers): a worker
+ * announces itself in `sleepers`, fences, re-checks the queue, and only
+ * then waits on the futex word `wake_seq`, whose value it read before
+ * announcing; a waker bumps `wake_seq` before FUTEX_WAKE, so a wake that
+ * lands between the re-check and the wait makes the wait return at once.
+ *
+ * Muting (Pony's rule): a pooled actor whose send went to a receiver's
+ * overflow queue is parked after its receive returns, until that receiver
+ * has drained its overflow. It is not parked if its own overflow queue is
+ * non-empty, and it is unparked as soon as someone overflows into it: a
+ * parked actor's receiver therefore always has work it can do, so parking
+ * never forms a cycle.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ck_pr.h>
+#include <ck_ring.h>
+
+#include "actors/log.h"
+#include "actors/runtime_internal.h"
+#include "mailbox/ring_commit.h"
+
+static void futex_wait(uint32_t *addr, uint32_t val) {
+  syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(uint32_t *addr, int n) {
+  syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+static void wake_worker(kva_runtime *rt) {
+  /* full fence: the run-queue push (or, for a spinner that found work, the
+   * spinning decrement) must be visible before we read the counters; pairs
+   * with the fence in worker_sleep */
+  ck_pr_fence_memory();
+  if (ck_pr_load_32(&rt->spinning) > 0 || ck_pr_load_32(&rt->sleepers) == 0) return;
+  ck_pr_inc_32(&rt->wake_seq); /* makes a racing FUTEX_WAIT return */
+  futex_wake(&rt->wake_seq, 1);
+  ck_pr_inc_64(&rt->n_wakes);
+}
+
+void doorbell_ring(kva_actor *a) {
+  uint64_t one = 1;
+  ssize_t r = write(a->efd, &one, sizeof(one));
+  (void)r; /* EAGAIN only at a counter of 2^64-2: already readable */
+  ck_pr_inc_64(&a->rt->n_eventfd_writes);
+}
+
+void doorbell_clear(kva_actor *a) {
+  uint64_t v;
+  ssize_t r = read(a->efd, &v, sizeof(v));
+  (void)r; /* EAGAIN: was not rung */
+}
+
+static void dispatch(kva_actor *a) {
+  kva_runtime *rt = a->rt;
+  if (a->kind == ACTOR_PORT || (a->kind == ACTOR_PINNED && !rt->det)) {
+    doorbell_ring(a);
+  } else if (rt->det) {
+    det_ready(rt, a);
+  } else {
+    /* cannot fail: an actor is in the queue at most once and the queue
+     * holds every actor (spawn enforces it) */
+    unsigned int ticket;
+    void **slot;
+    while (!(slot = ck_ring_enqueue_reserve_mpmc(&rt->runq, rt->runq_buf, &ticket))) ck_pr_stall();
+    *slot = a;
+    ring_commit(&rt->runq, ticket);
+    wake_worker(rt);
+  }
+}
+
+void sched_notify(kva_actor *a) {
+  ck_pr_fence_memory(); /* S2: the push before the read of scheduled */
+  if (ck_pr_load_32(&a->scheduled)) return;
+  if (ck_pr_cas_32(&a->scheduled, 0, 1)) dispatch(a); /* S3 */
+}
+
+bool sched_release(kva_actor *a) {
+  ck_pr_store_32(&a->scheduled, 0); /* R1 */
+  ck_pr_fence_memory();             /* R2 */
+  if (mailbox_empty(&a->mb)) return false;
+  return ck_pr_cas_32(&a->scheduled, 0, 1); /* R3: lost = a sender dispatched */
+}
+
+static bool try_park(kva_actor *a, kva_actor *target) {
+  kva_runtime *rt = a->rt;
+  bool parked = false;
+  pthread_mutex_lock(&rt->mute_lock);
+  if (mailbox_overflow_depth(&target->mb) > 0 && mailbox_overflow_depth(&a->mb) == 0 &&
+      ck_pr_load_32(&target->life) != LIFE_DEAD) {
+    a->parked_on = target;
+    a->park_next = rt->parked;
+    rt->parked = a;
+    parked = true;
+    ck_pr_inc_64(&rt->n_mutes);
+  }
+  pthread_mutex_unlock(&rt->mute_lock);
+  return parked;
+}
+
+/* Unlinks every parked actor matching `target` (or exactly `only`) and
+ * dispatches it; they still hold their scheduled flag. */
+static void unpark_where(kva_runtime *rt, kva_actor *target, kva_actor *only) {
+  kva_actor *wake = NULL;
+  pthread_mutex_lock(&rt->mute_lock);
+  for (kva_actor **pp = &rt->parked; *pp;) {
+    kva_actor *p = *pp;
+    if ((target && p->parked_on == target) || p == only) {
+      *pp = p->park_next;
+      p->parked_on = NULL;
+      p->park_next = wake;
+      wake = p;
+    } else {
+      pp = &p->park_next;
+    }
+  }
+  pthread_mutex_unlock(&rt->mute_lock);
+  for (kva_actor *p = wake, *next; p; p = next) {
+    next = p->park_next;
+    p->park_next = NULL;
+    dispatch(p);
+  }
+}
+
+void sched_mute_release(kva_actor *target) {
+  if (ck_pr_load_ptr(&target->rt->parked) == NULL) return; /* common case */
+  unpark_where(target->rt, target, NULL);
+}
+
+void sched_wake_parked_self(kva_actor *a) {
+  /* under the lock: try_park reads our overflow depth under it too */
+  pthread_mutex_lock(&a->rt->mute_lock);
+  bool parked = a->parked_on != NULL;
+  pthread_mutex_unlock(&a->rt->mute_lock);
+  if (parked) unpark_where(a->rt, NULL, a);
+}
+
+void sched_after_turn(kva_actor *a, bool more) {
+  kva_actor *target = a->mute_target;
+  a->mute_target = NULL;
+  if (target && try_park(a, target)) return;
+  if (more || sched_release(a)) dispatch(a);
+}
+
+static bool runq_pop(kva_runtime *rt, kva_actor **a) {
+  return ck_ring_dequeue_mpmc(&rt->runq, rt->runq_buf, a);
+}
+
+static bool worker_spin(kva_runtime *rt, kva_actor **a) {
+  bool found = false;
+  ck_pr_inc_32(&rt->spinning);
+  for (uint32_t i = 0; i < rt->spin_iters && !ck_pr_load_32(&rt->stop_workers); i++) {
+    if ((found = runq_pop(rt, a))) break;
+    ck_pr_stall();
+  }
+  ck_pr_dec_32(&rt->spinning);
+  if (found) {
+    /* A pusher that saw us spinning skipped the wake-up, but we take only
+     * one actor: if more wait, pass the wake-up on (Go's rule for a
+     * spinning thread that finds work). wake_worker fences first. */
+    if (ck_ring_size(&rt->runq) > 0) wake_worker(rt);
+  }
+  return found;
+}
+
+static void worker_sleep(kva_runtime *rt) {
+  uint32_t seq = ck_pr_load_32(&rt->wake_seq);
+  ck_pr_inc_32(&rt->sleepers);
+  ck_pr_fence_memory(); /* announce before re-checking (pairs with wake_worker) */
+  if (ck_ring_size(&rt->runq) == 0 && !ck_pr_load_32(&rt->stop_workers)) {
+    ck_pr_inc_64(&rt->n_sleeps);
+    futex_wait(&rt->wake_seq, seq);
+  }
+  ck_pr_dec_32(&rt->sleepers);
+}
+
+static void *worker_main(void *arg) {
+  kva_runtime *rt = arg;
+  kva_actor *a;
+  for (;;) {
+    if (runq_pop(rt, &a) || worker_spin(rt, &a)) {
+      sched_after_turn(a, actor_run_batch(a, rt->batch));
+      continue;
+    }
+    if (ck_pr_load_32(&rt->stop_workers)) break;
+    worker_sleep(rt);
+  }
+  return NULL;
+}
+
+int sched_start(kva_runtime *rt) {
+  rt->runq_buf = calloc(rt->runq_cap, sizeof(ck_ring_buffer_t));
+  rt->threads = calloc(rt->workers, sizeof(pthread_t));
+  if (!rt->runq_buf || !rt->threads) return KVA_ENOMEM;
+  ck_ring_init(&rt->runq, rt->runq_cap);
+  for (uint32_t i = 0; i < rt->workers; i++) {
+    if (pthread_create(&rt->threads[i], NULL, worker_main, rt) != 0) {
+      LOG_ERROR("cannot start worker %u: %s", i, strerror(errno));
+      return KVA_ENOMEM;
+    }
+    rt->nthreads++;
+  }
+  return KVA_OK;
+}
+
+void sched_stop(kva_runtime *rt) {
+  ck_pr_store_32(&rt->stop_workers, 1);
+  ck_pr_fence_memory();
+  ck_pr_inc_32(&rt->wake_seq);
+  futex_wake(&rt->wake_seq, (int)rt->nthreads);
+  for (uint32_t i = 0; i < rt->nthreads; i++) pthread_join(rt->threads[i], NULL);
+  rt->nthreads = 0;
+  free(rt->threads);
+  free(rt->runq_buf);
+  rt->threads = NULL;
+  rt->runq_buf = NULL;
+}

@@ -1,0 +1,135 @@
+/*
+ * stats.c — create, fill and remove the shared-memory stats segment.
+ */
+#include "actors/stats.h"
+
+#include <ck_pr.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct private_slot {
+  struct private_slot *next;
+  stats_slot slot;
+} private_slot;
+
+struct stats_segment {
+  stats_header *hdr;
+  stats_slot *slots;
+  size_t bytes;
+  int shared;
+  char name[64];
+  pthread_mutex_t lock; /* guards the private list only */
+  private_slot *privates;
+};
+
+static uint32_t segment_seq; /* atomic: distinguishes runtimes of one process */
+
+static void *map_segment(stats_segment *s) {
+  unsigned n = ck_pr_faa_32(&segment_seq, 1);
+  snprintf(s->name, sizeof(s->name), "/kvact.%d.%u", (int)getpid(), n);
+  int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return NULL;
+  void *p = MAP_FAILED;
+  if (ftruncate(fd, (off_t)s->bytes) == 0)
+    p = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(s->name);
+    return NULL;
+  }
+  return p;
+}
+
+stats_segment *stats_open(int shared, uint32_t max_slots) {
+  stats_segment *s = calloc(1, sizeof(*s));
+  if (!s) return NULL;
+  s->bytes = sizeof(stats_header) + (size_t)max_slots * sizeof(stats_slot);
+  void *p = shared ? map_segment(s) : NULL;
+  s->shared = p != NULL;
+  if (!p) p = calloc(1, s->bytes); /* private, or shm unavailable */
+  if (!p) {
+    free(s);
+    return NULL;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  s->hdr = p;
+  s->slots = (stats_slot *)(s->hdr + 1);
+  s->hdr->header_bytes = sizeof(stats_header);
+  s->hdr->slot_bytes = sizeof(stats_slot);
+  s->hdr->max_slots = max_slots;
+  s->hdr->pid = (uint32_t)getpid();
+  s->hdr->start_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  s->hdr->version = KVA_STATS_VERSION;
+  ck_pr_fence_store(); /* the magic goes last: readers trust the header after it */
+  ck_pr_store_64(&s->hdr->magic, KVA_STATS_MAGIC);
+  pthread_mutex_init(&s->lock, NULL);
+  return s;
+}
+
+void stats_close(stats_segment *s) {
+  if (!s) return;
+  if (s->shared) {
+    munmap(s->hdr, s->bytes);
+    shm_unlink(s->name);
+  } else {
+    free(s->hdr);
+  }
+  for (private_slot *p = s->privates, *next; p; p = next) {
+    next = p->next;
+    free(p);
+  }
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+static stats_slot *claim_private(stats_segment *s) {
+  private_slot *p = aligned_alloc(64, (sizeof(*p) + 63) & ~(size_t)63);
+  if (!p) return NULL;
+  memset(p, 0, sizeof(*p));
+  pthread_mutex_lock(&s->lock);
+  p->next = s->privates;
+  s->privates = p;
+  pthread_mutex_unlock(&s->lock);
+  return &p->slot;
+}
+
+stats_slot *stats_claim(stats_segment *s, const char *name, uint32_t kind) {
+  stats_slot *slot;
+  uint32_t i = ck_pr_faa_32(&s->hdr->nslots, 1);
+  if (i < s->hdr->max_slots) {
+    slot = &s->slots[i];
+  } else {
+    ck_pr_store_32(&s->hdr->nslots, s->hdr->max_slots); /* undo the overshoot */
+    slot = claim_private(s);
+    if (!slot) return NULL;
+  }
+  snprintf(slot->name, sizeof(slot->name), "%s", name ? name : "actor");
+  slot->kind = kind;
+  ck_pr_fence_store(); /* name and kind before the slot shows as live */
+  ck_pr_store_32(&slot->state, STATS_SLOT_LIVE);
+  return slot;
+}
+
+const char *stats_name(const stats_segment *s) {
+  return s->shared ? s->name : NULL;
+}
+
+static unsigned log2_bucket(uint64_t ns) {
+  unsigned b = ns ? 63u - (unsigned)__builtin_clzll(ns) : 0;
+  return b < KVA_STATS_HIST ? b : KVA_STATS_HIST - 1;
+}
+
+/* Only the actor's consumer writes its slot: plain read-modify-write with
+ * atomic stores so a reader in another process never sees a torn value. */
+void stats_record_recv(stats_slot *slot, uint64_t ns) {
+  unsigned b = log2_bucket(ns);
+  ck_pr_store_64(&slot->hist[b], slot->hist[b] + 1);
+  ck_pr_store_64(&slot->recv_ns_total, slot->recv_ns_total + ns);
+}

@@ -1,0 +1,67 @@
+/*
+ * stats.h — the per-process shared-memory stats segment read by kvinspect.
+ *
+ * Layout (version KVA_STATS_VERSION; all integers little-endian, native
+ * alignment): one stats_header, then max_slots stats_slot records. A slot
+ * is claimed by an actor or port at spawn and never reused. Each slot holds
+ * the mailbox's live ck_ring counters themselves (so depth = p_tail -
+ * c_head is exact at any instant with zero cost to the hot path) and
+ * counters written only by the actor's consumer. Readers in other
+ * processes see torn-free 32/64-bit values but no cross-field snapshot.
+ *
+ * The segment is /dev/shm/kvact.<pid>.<n> (mode 0600), created at runtime
+ * start and unlinked at shutdown. With runtime.stats = false the same
+ * records live in private memory.
+ */
+#ifndef KVA_ACTORS_STATS_H
+#define KVA_ACTORS_STATS_H
+
+#include <ck_ring.h>
+#include <stdint.h>
+
+#define KVA_STATS_MAGIC 0x3153544341564b00ull /* "\0KVACTS1" */
+#define KVA_STATS_VERSION 1u
+#define KVA_STATS_HIST 32 /* receive-time buckets: [2^i, 2^(i+1)) ns */
+#define KVA_STATS_NAME 48
+
+enum { STATS_SLOT_FREE = 0, STATS_SLOT_LIVE = 1, STATS_SLOT_STOPPED = 2 };
+enum { STATS_KIND_ACTOR = 0, STATS_KIND_PINNED = 1, STATS_KIND_PORT = 2 };
+
+typedef struct stats_header {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_bytes; /* sizeof(stats_header) */
+  uint32_t slot_bytes;   /* sizeof(stats_slot) */
+  uint32_t max_slots;
+  uint32_t nslots; /* slots claimed so far (atomic, only grows) */
+  uint32_t pid;
+  uint64_t start_ns; /* CLOCK_MONOTONIC at creation */
+  uint64_t pad[4];
+} stats_header;
+
+typedef struct stats_slot {
+  ck_ring_t ring; /* the mailbox counters: c_head, p_tail, p_head, size, mask */
+  char name[KVA_STATS_NAME];
+  uint32_t state;         /* STATS_SLOT_* */
+  uint32_t kind;          /* STATS_KIND_* */
+  uint64_t dequeued;      /* messages received (consumer-written) */
+  uint64_t peak_depth;    /* deepest mailbox seen at a turn start */
+  uint64_t overflowed;    /* messages that went to the overflow queue */
+  uint64_t backpressure;  /* sends that had to wait or overflow */
+  uint64_t turns;         /* scheduler turns (batches) */
+  uint64_t recv_ns_total; /* time spent in receive */
+  uint64_t hist[KVA_STATS_HIST];
+} stats_slot;
+
+typedef struct stats_segment stats_segment;
+
+/* shared = 1 maps /dev/shm/kvact.<pid>.<n>; 0 uses private memory. */
+stats_segment *stats_open(int shared, uint32_t max_slots);
+void stats_close(stats_segment *s);
+/* A zeroed slot, or a private one (never NULL unless out of memory) when
+ * the segment is full; private slots are freed by stats_close. */
+stats_slot *stats_claim(stats_segment *s, const char *name, uint32_t kind);
+const char *stats_name(const stats_segment *s); /* NULL when private */
+void stats_record_recv(stats_slot *slot, uint64_t ns);
+
+#endif

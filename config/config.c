@@ -1,0 +1,247 @@
+/*
+ * config/config.c — kva_config: loading, setting, copying, freeing.
+ *
+ * Every change goes through commit(): validate the new explicit tree,
+ * build its effective tree and the plug-in node views, and only then
+ * replace the old ones. So a failed load returns no config and a failed
+ * kva_config_set leaves the config exactly as it was.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config_internal.h"
+
+/* The embedded default: every schema default plus one disk tier in a
+ * temporary file, so that every tool runs without a config file. */
+static const char default_json[] = "{\"l2\": [{\"type\": \"disk\"}]}";
+
+struct kva_config_node {
+  const config_value *map; /* one entry of the effective l2 array */
+};
+
+struct kva_config {
+  config_value explicit_; /* what the file or the setters gave */
+  config_value effective; /* explicit + defaults: what readers see */
+  kva_config_node *nodes; /* views of effective.l2[i] */
+  size_t nnodes;
+  unsigned ncpu; /* online CPUs when loaded: the default of runtime.workers */
+};
+
+static int make_nodes(const config_value *eff, kva_config_node **out, size_t *n) {
+  const config_value *l2 = config_map_get(eff, "l2");
+  *n = l2 ? l2->as.array.len : 0;
+  *out = calloc(*n ? *n : 1, sizeof **out);
+  if (!*out) return KVA_ENOMEM;
+  for (size_t i = 0; i < *n; i++) (*out)[i].map = &l2->as.array.items[i];
+  return KVA_OK;
+}
+
+/* Takes ownership of *root, whatever the outcome. */
+static int commit(kva_config *c, config_value *root, char *err, size_t errlen) {
+  config_value eff = config_value_nil();
+  kva_config_node *nodes = NULL;
+  size_t n = 0;
+  int rc = config_validate(root, err, errlen);
+  if (rc == KVA_OK) rc = config_effective(root, c->ncpu, &eff);
+  if (rc == KVA_OK && (rc = make_nodes(&eff, &nodes, &n))) config_value_free(&eff);
+  if (rc) {
+    config_value_free(root);
+    return rc;
+  }
+  config_value_free(&c->explicit_);
+  config_value_free(&c->effective);
+  free(c->nodes);
+  c->explicit_ = *root;
+  c->effective = eff;
+  c->nodes = nodes;
+  c->nnodes = n;
+  *root = config_value_nil();
+  return KVA_OK;
+}
+
+static kva_config *config_new(unsigned ncpu) {
+  kva_config *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->explicit_ = config_value_nil();
+  c->effective = config_value_nil();
+  c->ncpu = ncpu;
+  return c;
+}
+
+/* Builds a config around an explicit tree (owned); *out only on success. */
+static int config_build(config_value *root, unsigned ncpu, kva_config **out, char *err,
+                        size_t errlen) {
+  kva_config *c = config_new(ncpu);
+  if (!c) {
+    config_value_free(root);
+    return KVA_ENOMEM;
+  }
+  int rc = commit(c, root, err, errlen);
+  if (rc) {
+    kva_config_free(c);
+    return rc;
+  }
+  *out = c;
+  return KVA_OK;
+}
+
+static void clear_err(char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+}
+
+kva_config *kva_config_default(void) {
+  config_value root;
+  kva_config *c = NULL;
+  if (config_json_parse(default_json, sizeof default_json - 1, &root, NULL)) return NULL;
+  config_build(&root, config_online_cpus(), &c, NULL, 0);
+  return c;
+}
+
+int kva_config_from_msgpack(const void *buf, size_t len, kva_config **out, char *err,
+                            size_t errlen) {
+  config_value root;
+  clear_err(err, errlen);
+  if (!out) return KVA_EINVAL;
+  *out = NULL;
+  int rc = config_value_from_msgpack(buf, len, &root, err, errlen);
+  if (rc) return rc;
+  return config_build(&root, config_online_cpus(), out, err, errlen);
+}
+
+int kva_config_from_file(const char *path, kva_config **out, char *err, size_t errlen) {
+  void *buf = NULL;
+  size_t len = 0;
+  clear_err(err, errlen);
+  if (!out || !path) return KVA_EINVAL;
+  *out = NULL;
+  int rc = config_read_file(path, &buf, &len, err, errlen);
+  if (rc) return rc;
+  rc = kva_config_from_msgpack(buf, len, out, err, errlen);
+  free(buf);
+  return rc;
+}
+
+kva_config *config_copy(const kva_config *src) {
+  config_value root;
+  kva_config *c = NULL;
+  if (!src) return kva_config_default();
+  if (config_value_copy(&root, &src->explicit_)) return NULL;
+  config_build(&root, src->ncpu, &c, NULL, 0);
+  return c;
+}
+
+void kva_config_free(kva_config *c) {
+  if (!c) return;
+  config_value_free(&c->explicit_);
+  config_value_free(&c->effective);
+  free(c->nodes);
+  free(c);
+}
+
+/* Stores *v (owned) at path p of root, making missing parents; an index
+ * one past the end of an array appends. */
+static int put_at(config_value *root, const config_path *p, config_value *v, char *err,
+                  size_t errlen) {
+  config_value *cur = root;
+  config_path at = *p;
+  for (int i = 0; i < p->depth; i++) {
+    const config_seg *s = &p->seg[i];
+    int last = i == p->depth - 1;
+    at.depth = i; /* errors name the parent */
+    if (s->key && cur->kind != CONFIG_MAP) {
+      config_value_free(v);
+      return config_fail(err, errlen, &at, "expected a map, got %s", config_kind_name(cur->kind));
+    }
+    if (!s->key && cur->kind != CONFIG_ARRAY) {
+      config_value_free(v);
+      return config_fail(err, errlen, &at, "expected an array, got %s",
+                         config_kind_name(cur->kind));
+    }
+    at.depth = i + 1;
+    if (s->key) {
+      config_value *child = config_map_find(cur, s->key, s->klen);
+      config_value fresh;
+      if (child && last) {
+        config_value_free(child);
+        *child = *v;
+        return KVA_OK;
+      }
+      if (child) {
+        cur = child;
+        continue;
+      }
+      if (last) return config_map_put(cur, s->key, s->klen, v);
+      /* a missing parent: a map for a key below it, an array for an index */
+      int made = p->seg[i + 1].key ? config_value_map(&fresh, 4) : config_value_array(&fresh, 4);
+      if (made || config_map_put(cur, s->key, s->klen, &fresh))
+        return config_value_free(v), KVA_ENOMEM;
+      cur = &cur->as.map.items[cur->as.map.len - 1].value;
+      continue;
+    }
+    if (s->index < cur->as.array.len) {
+      cur = &cur->as.array.items[s->index];
+      if (!last) continue;
+      config_value_free(cur);
+      *cur = *v;
+      return KVA_OK;
+    }
+    if (!last || s->index > cur->as.array.len) {
+      config_value_free(v);
+      return config_fail(err, errlen, &at, "no such element (the array has %zu)",
+                         cur->as.array.len);
+    }
+    return config_array_push(cur, v);
+  }
+  config_value_free(v); /* the empty path: config_path_parse never makes one */
+  return KVA_EINVAL;
+}
+
+int kva_config_set_err(kva_config *c, const char *path, const char *value, char *err,
+                       size_t errlen) {
+  config_path p;
+  config_value v, next;
+  char shown[160];
+  clear_err(err, errlen);
+  if (!c || !path || !value) return KVA_EINVAL;
+  if (config_path_parse(path, &p)) {
+    config_escape(path, strlen(path), 64, shown, sizeof shown);
+    config_fail_at(err, errlen, shown, "invalid path");
+    return KVA_EINVAL;
+  }
+  if (strlen(value) > CONFIG_MAX_BYTES)
+    return config_fail(err, errlen, &p, "value is over the 1 MiB limit");
+  int rc = config_text_parse(&c->explicit_, &p, value, &v, err, errlen);
+  if (rc) return rc;
+  if ((rc = config_value_copy(&next, &c->explicit_))) return config_value_free(&v), rc;
+  if ((rc = put_at(&next, &p, &v, err, errlen))) return config_value_free(&next), rc;
+  return commit(c, &next, err, errlen);
+}
+
+int kva_config_set(kva_config *c, const char *path, const char *value) {
+  return kva_config_set_err(c, path, value, NULL, 0);
+}
+
+int kva_config_to_msgpack(const kva_config *c, void **buf, size_t *len) {
+  if (!c || !buf || !len) return KVA_EINVAL;
+  return config_value_to_msgpack(&c->effective, buf, len);
+}
+
+const config_value *config_explicit(const kva_config *c) {
+  return &c->explicit_;
+}
+
+const config_value *config_effective_root(const kva_config *c) {
+  return &c->effective;
+}
+
+size_t config_l2_count(const kva_config *c) {
+  return c ? c->nnodes : 0;
+}
+
+const kva_config_node *config_l2_node(const kva_config *c, size_t i) {
+  return c && i < c->nnodes ? &c->nodes[i] : NULL;
+}
+
+const config_value *config_node_get(const kva_config_node *n, const char *key) {
+  return n && key ? config_map_get(n->map, key) : NULL;
+}

@@ -1,0 +1,97 @@
+/*
+ * config/get.c — typed reads of the effective tree, and plug-in node views.
+ *
+ * All reads are of the effective tree, so defaults (including l2 per-type
+ * defaults and the resolved CPU count) are always there; returned strings
+ * live until the next successful kva_config_set or kva_config_free.
+ */
+#include <string.h>
+
+#include "config/config_internal.h"
+
+const config_value *config_get(const kva_config *c, const char *path) {
+  config_path p;
+  if (!c || !path || config_path_parse(path, &p)) return NULL;
+  return config_value_at(config_effective_root(c), &p);
+}
+
+/* Integers above INT64_MAX (only seeds can hold them) come back as their
+ * two's-complement bit pattern, so (uint64_t) of the result is exact. */
+static int as_i64(const config_value *v, int64_t *out) {
+  if (!v || !out) return KVA_EINVAL;
+  if (v->kind == CONFIG_UINT)
+    *out = (int64_t)v->as.u;
+  else if (v->kind == CONFIG_INT)
+    *out = v->as.i;
+  else
+    return KVA_EINVAL;
+  return KVA_OK;
+}
+
+/* Integers read as numbers too, as float keys accept them. */
+static int as_f64(const config_value *v, double *out) {
+  if (!v || !out) return KVA_EINVAL;
+  if (v->kind == CONFIG_FLOAT)
+    *out = v->as.f;
+  else if (v->kind == CONFIG_UINT)
+    *out = (double)v->as.u;
+  else if (v->kind == CONFIG_INT)
+    *out = (double)v->as.i;
+  else
+    return KVA_EINVAL;
+  return KVA_OK;
+}
+
+static int as_bool(const config_value *v, int *out) {
+  if (!v || !out || v->kind != CONFIG_BOOL) return KVA_EINVAL;
+  *out = v->as.b;
+  return KVA_OK;
+}
+
+static int as_str(const config_value *v, const char **out) {
+  if (!v || !out || v->kind != CONFIG_STR) return KVA_EINVAL;
+  *out = v->as.str.ptr;
+  return KVA_OK;
+}
+
+static int as_u64(const config_value *v, uint64_t *out) {
+  if (!v || !out || v->kind != CONFIG_UINT) return KVA_EINVAL;
+  *out = v->as.u;
+  return KVA_OK;
+}
+
+int kva_config_get_i64(const kva_config *c, const char *path, int64_t *out) {
+  return as_i64(config_get(c, path), out);
+}
+
+int kva_config_get_f64(const kva_config *c, const char *path, double *out) {
+  return as_f64(config_get(c, path), out);
+}
+
+int kva_config_get_bool(const kva_config *c, const char *path, int *out) {
+  return as_bool(config_get(c, path), out);
+}
+
+int kva_config_get_str(const kva_config *c, const char *path, const char **out) {
+  return as_str(config_get(c, path), out);
+}
+
+int config_get_u64(const kva_config *c, const char *path, uint64_t *out) {
+  return as_u64(config_get(c, path), out);
+}
+
+int kva_config_node_str(const kva_config_node *n, const char *key, const char **out) {
+  return as_str(config_node_get(n, key), out);
+}
+
+int kva_config_node_u64(const kva_config_node *n, const char *key, uint64_t *out) {
+  return as_u64(config_node_get(n, key), out);
+}
+
+int config_node_bool(const kva_config_node *n, const char *key, int *out) {
+  return as_bool(config_node_get(n, key), out);
+}
+
+int config_node_f64(const kva_config_node *n, const char *key, double *out) {
+  return as_f64(config_node_get(n, key), out);
+}

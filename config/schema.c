@@ -1,0 +1,207 @@
+/*
+ * config/schema.c — the one table every config key is described in.
+ *
+ * Validation (validate.c, tiers.c), defaults (effective.c), text parsing for
+ * kva_config_set (text.c) and the reference documentation (schema_doc.c,
+ * `kvconf schema --markdown`) all read this table, so adding a key here is
+ * the whole job. Defaults are written in kva_config_set's text form and
+ * parsed by the same code as user input; a test checks they validate.
+ */
+#include <string.h>
+
+#include "config/config_internal.h"
+
+#define I64MAX ((uint64_t)INT64_MAX)
+#define U64MAX UINT64_MAX
+#define MAX_MS 3600000 /* one hour: longer timeouts are mistakes */
+
+#define INT(sc, p, lo, hi, d, f, text)                                                             \
+  {                                                                                                \
+    .scope = sc, .path = p, .type = CONFIG_T_INT, .min = lo, .max = hi, .def = d, .flags = f,      \
+    .doc = text                                                                                    \
+  }
+#define FLOAT(sc, p, lo, hi, d, text)                                                              \
+  { .scope = sc, .path = p, .type = CONFIG_T_FLOAT, .fmin = lo, .fmax = hi, .def = d, .doc = text }
+#define BOOL(sc, p, d, text)                                                                       \
+  { .scope = sc, .path = p, .type = CONFIG_T_BOOL, .def = d, .doc = text }
+#define STR(sc, p, d, text)                                                                        \
+  { .scope = sc, .path = p, .type = CONFIG_T_STR, .def = d, .doc = text }
+#define ENUM(sc, p, ch, d, text)                                                                   \
+  { .scope = sc, .path = p, .type = CONFIG_T_ENUM, .choices = ch, .def = d, .doc = text }
+
+/* Order matters: it is the order of `kvconf show` and of the reference. */
+static const config_key keys[] = {
+    /* runtime */
+    {.path = "runtime.workers",
+     .type = CONFIG_T_INT,
+     .min = 0,
+     .max = 1024,
+     .def_doc = "online CPUs",
+     .flags = CONFIG_F_NCPU,
+     .doc = "Worker threads. 0 = deterministic single-thread mode, driven by "
+            "kva_runtime_run_until_idle."},
+    INT(NULL, "runtime.mailbox_capacity", 4, 16777216, "1024", 0,
+        "Mailbox slots per actor; rounded up to a power of two."),
+    INT(NULL, "runtime.batch", 1, 65536, "64", 0,
+        "Messages an actor handles per turn before its worker moves on."),
+    BOOL(NULL, "runtime.stats", "true", "Publish counters in a shared-memory segment (kvinspect)."),
+    BOOL(NULL, "runtime.trace", "false", "Record message events in the trace ring."),
+    INT(NULL, "runtime.seed", 0, U64MAX, "0", 0,
+        "PRNG seed of deterministic mode (runtime.workers = 0)."),
+    /* l1 */
+    INT(NULL, "l1.size_bytes", 0, I64MAX, "1073741824", 0,
+        "Bytes of the L1 host pool. 0 = no storage actors (the runtime alone)."),
+    INT(NULL, "l1.align_bytes", 64, 2097152, "4096", CONFIG_F_POW2,
+        "Alignment of every L1 object."),
+    {.path = "l1.pinned",
+     .type = CONFIG_T_PINNED,
+     .def = "auto",
+     .doc = "Page-lock the L1 pool: true, false, or auto (when a CUDA device is present)."},
+    INT(NULL, "l1.numa_node", -1, 1023, "-1", 0, "NUMA node of the pool; -1 = automatic."),
+    INT(NULL, "l1.reserve_bytes", 0, I64MAX, "0", 0,
+        "Bytes of the pool kept free of cached objects."),
+    /* eviction */
+    ENUM(NULL, "eviction.policy", "lru fifo lfu mru", "lru", "Cache policy of L1."),
+    FLOAT(NULL, "eviction.trigger_watermark", 0, 1, "0.8",
+          "Fraction of L1 in use that starts background eviction."),
+    FLOAT(NULL, "eviction.ratio", 0, 1, "0.2", "Fraction of L1 one eviction round frees."),
+    INT(NULL, "eviction.interval_ms", 1, MAX_MS, "1000", 0,
+        "Period of the eviction controller's check."),
+    /* storage manager */
+    ENUM(NULL, "store_policy", "default skip_l1", "default",
+         "Store policy: default keeps written objects in L1 and stores them to L2; "
+         "skip_l1 stores them to L2 only."),
+    STR(NULL, "prefetch_policy", "default", "Prefetch policy, by registered name."),
+    INT(NULL, "prefetch_max_in_flight", 1, 4096, "8", 0,
+        "Prefetch requests the prefetch controller runs at once."),
+    BOOL(NULL, "prefetch_writeback", "true",
+         "Objects loaded from L2 stay in L1 as ordinary objects; false = temporary, freed at "
+         "their last release."),
+    {.path = "l2",
+     .type = CONFIG_T_TIERS,
+     .def = "[]",
+     .def_doc = "[] (embedded default: one disk tier)",
+     .doc = "L2 tiers, in lookup order: at most 8 maps with the keys below."},
+    /* every l2 entry */
+    {.scope = "*",
+     .path = "type",
+     .type = CONFIG_T_STR,
+     .flags = CONFIG_F_REQUIRED,
+     .doc = "mock, disk, redis, or a type registered with kva_l2_register (its other keys "
+            "are passed to the plug-in as they are)."},
+    {.scope = "*",
+     .path = "name",
+     .type = CONFIG_T_STR,
+     .def_doc = "type + index (\"disk0\")",
+     .flags = CONFIG_F_TIER_NAME,
+     .doc = "Tier name: unique, 1 to 31 bytes, not \"L1\"."},
+    /* mock: an in-memory tier with injectable latency and failures */
+    INT("mock", "capacity_bytes", 0, I64MAX, "1073741824", 0, "Bytes the tier holds."),
+    INT("mock", "bandwidth_bytes_per_s", 0, I64MAX, "0", 0, "Simulated bandwidth; 0 = unlimited."),
+    INT("mock", "latency_us", 0, 60000000, "0", 0, "Simulated latency of every operation."),
+    FLOAT("mock", "fail_store_rate", 0, 1, "0.0", "Fraction of stores that fail."),
+    FLOAT("mock", "fail_load_rate", 0, 1, "0.0", "Fraction of loads that fail."),
+    INT("mock", "seed", 0, U64MAX, "0", 0, "PRNG seed of the failure injection."),
+    /* disk: io_uring on a file or block device */
+    STR("disk", "path", "",
+        "File or block device; \"\" = a temporary file in $TMPDIR made at start."),
+    INT("disk", "capacity_bytes", 0, I64MAX, "1073741824", 0, "Bytes the tier holds."),
+    INT("disk", "slot_bytes", 0, I64MAX, "0", 0,
+        "Bytes per object slot; 0 = derived from the first layout stored."),
+    BOOL("disk", "o_direct", "true", "Open with O_DIRECT (bypass the page cache)."),
+    INT("disk", "queue_depth", 1, 4096, "64", 0, "io_uring submission queue entries."),
+    BOOL("disk", "persist", "true", "Keep the data across restarts; false = discard at shutdown."),
+    INT("disk", "timeout_ms", 1, MAX_MS, "1000", 0, "Per-operation timeout."),
+    /* redis: hiredis async, optionally Redis Cluster */
+    {.scope = "redis",
+     .path = "addrs",
+     .type = CONFIG_T_ADDRS,
+     .def = "[\"127.0.0.1:6379\"]",
+     .doc = "Server addresses; with cluster, the seed nodes."},
+    BOOL("redis", "cluster", "false", "Talk Redis Cluster (follow MOVED/ASK)."),
+    STR("redis", "password", "", "AUTH password; \"\" = none."),
+    STR("redis", "username", "", "AUTH user name (ACL); \"\" = default user."),
+    STR("redis", "namespace", "kvact", "Prefix of every key the tier writes."),
+    INT("redis", "pipeline", 1, 65536, "64", 0, "Commands in flight per connection."),
+    INT("redis", "timeout_ms", 1, MAX_MS, "1000", 0, "Per-command timeout."),
+    INT("redis", "capacity_bytes", 0, I64MAX, "0", 0,
+        "Bytes the tier may use; 0 = no limit of its own (the server's maxmemory)."),
+    /* gpu */
+    {.path = "gpu.devices",
+     .type = CONFIG_T_DEVICES,
+     .min = 0,
+     .max = 1023,
+     .def = "all",
+     .doc = "CUDA devices to serve: \"all\" or an array of ordinals."},
+    INT(NULL, "gpu.streams", 1, 64, "2", 0, "CUDA streams per device."),
+};
+
+size_t config_schema_count(void) {
+  return sizeof keys / sizeof keys[0];
+}
+
+const config_key *config_schema_at(size_t i) {
+  return i < config_schema_count() ? &keys[i] : NULL;
+}
+
+static int same_scope(const char *a, const char *b) {
+  if (!a || !b) return a == b;
+  return strcmp(a, b) == 0;
+}
+
+static int same_name(const char *name, const char *s, size_t len) {
+  return strlen(name) == len && (len == 0 || memcmp(name, s, len) == 0);
+}
+
+const config_key *config_schema_find(const char *scope, const char *path, size_t len) {
+  for (size_t i = 0; i < config_schema_count(); i++)
+    if (same_scope(keys[i].scope, scope) && same_name(keys[i].path, path, len)) return &keys[i];
+  return NULL;
+}
+
+const config_key *config_schema_tier_key(const char *type, const char *key, size_t klen) {
+  const config_key *k = config_schema_find("*", key, klen);
+  return k ? k : config_schema_find(type, key, klen);
+}
+
+int config_schema_is_section(const char *name, size_t len) {
+  for (size_t i = 0; i < config_schema_count(); i++) {
+    const char *p = keys[i].path;
+    if (!keys[i].scope && strncmp(p, name, len) == 0 && p[len] == '.' && !memchr(name, 0, len))
+      return 1;
+  }
+  return 0;
+}
+
+int config_schema_is_tier_type(const char *type, size_t len) {
+  for (size_t i = 0; i < config_schema_count(); i++) {
+    const char *s = keys[i].scope;
+    if (s && strcmp(s, "*") != 0 && same_name(s, type, len)) return 1;
+  }
+  return 0;
+}
+
+int config_schema_choice(const config_key *k, const char *s, size_t len) {
+  const char *c = k->choices;
+  while (c && *c) {
+    size_t n = strcspn(c, " ");
+    if (n == len && memcmp(c, s, len) == 0) return 1;
+    c += n;
+    c += strspn(c, " ");
+  }
+  return 0;
+}
+
+void config_schema_choices(const config_key *k, char *buf, size_t cap) {
+  size_t o = 0;
+  const char *c = k->choices;
+  if (cap == 0) return;
+  for (; *c && o + 3 < cap; c++) {
+    if (*c == ' ') {
+      buf[o++] = ',';
+      buf[o++] = ' ';
+    } else
+      buf[o++] = *c;
+  }
+  buf[o] = '\0';
+}

@@ -1,0 +1,162 @@
+/*
+ * mailbox.c — ring + overflow queue (ordering argument in mailbox.h).
+ */
+#include "mailbox/mailbox.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mailbox/ring_commit.h"
+#include "mailbox/tsan.h"
+
+CK_RING_PROTOTYPE(env, mailbox_env)
+
+static uint32_t round_pow2(uint32_t v) {
+  uint32_t c = 4;
+  while (c < v && c < (1u << 30)) c <<= 1;
+  return c;
+}
+
+int mailbox_init(mailbox *mb, ck_ring_t *ring, uint32_t capacity) {
+  memset(mb, 0, sizeof(*mb));
+  mb->capacity = round_pow2(capacity);
+  mb->slots = aligned_alloc(64, (size_t)mb->capacity * sizeof(mailbox_env));
+  if (!mb->slots) return -ENOMEM;
+  mb->ring = ring;
+  ck_ring_init(ring, mb->capacity);
+  pthread_mutex_init(&mb->ovf_lock, NULL);
+  return 0;
+}
+
+static void env_release(payload_pool *pool, mailbox_env *e) {
+  if (e->len > MAILBOX_INLINE_BYTES) payload_pool_put(pool, e->u.heap);
+}
+
+void mailbox_destroy(mailbox *mb, payload_pool *pool) {
+  mailbox_env e;
+  bool drained;
+  while (mailbox_pop(mb, &e, &drained)) env_release(pool, &e);
+  for (ovf_node *n = mb->ovf_free, *next; n; n = next) {
+    next = n->next;
+    free(n);
+  }
+  pthread_mutex_destroy(&mb->ovf_lock);
+  free(mb->slots);
+  mb->slots = NULL;
+}
+
+bool mailbox_try_push(mailbox *mb, const mailbox_env *e) {
+  /* acquire: pairs with the consumer's release of ovf_count in
+   * pop_overflow, so a sender that sees 0 also sees the queue emptied */
+  if (ck_pr_load_32(&mb->ovf_count) != 0) return false;
+  unsigned int ticket;
+  mailbox_env *slot = ck_ring_enqueue_reserve_mpsc_env(mb->ring, mb->slots, &ticket);
+  if (!slot) return false;
+  TSAN_ACQUIRE(slot); /* the consumer's last read of this slot came first */
+  *slot = *e;
+  TSAN_RELEASE(slot);
+  /* commit waits for earlier producers, then publishes p_tail after a
+   * store fence: the slot is complete before the consumer can see it */
+  ring_commit(mb->ring, ticket);
+  return true;
+}
+
+static ovf_node *node_get(mailbox *mb) {
+  ovf_node *n = mb->ovf_free;
+  if (n) {
+    mb->ovf_free = n->next;
+    return n;
+  }
+  mb->ovf_mallocs++;
+  return malloc(sizeof(*n));
+}
+
+int mailbox_push_overflow(mailbox *mb, const mailbox_env *e) {
+  pthread_mutex_lock(&mb->ovf_lock);
+  ovf_node *n = node_get(mb);
+  if (!n) {
+    pthread_mutex_unlock(&mb->ovf_lock);
+    return -ENOMEM;
+  }
+  n->env = *e;
+  n->next = NULL;
+  if (mb->ovf_tail)
+    mb->ovf_tail->next = n;
+  else
+    mb->ovf_head = n;
+  mb->ovf_tail = n;
+  mb->ovf_pushes++;
+  /* the count is read without the lock by senders (rule 1) and by the
+   * consumer's fast path; the unlock below publishes the node itself */
+  ck_pr_store_32(&mb->ovf_count, mb->ovf_count + 1);
+  pthread_mutex_unlock(&mb->ovf_lock);
+  return 0;
+}
+
+#if defined(KVA_TSAN)
+/* ck's single-consumer dequeue, step by step, with the hand-off announced
+ * to TSan between seeing p_tail and reading the slot (see tsan.h). */
+static bool pop_ring(mailbox *mb, mailbox_env *out) {
+  ck_ring_t *r = mb->ring;
+  unsigned int c = r->c_head;
+  if (c == ck_pr_load_uint(&r->p_tail)) return false;
+  ck_pr_fence_load(); /* slot read after the p_tail snapshot */
+  mailbox_env *slot = &mb->slots[c & r->mask];
+  TSAN_ACQUIRE(slot);
+  *out = *slot;
+  TSAN_RELEASE(slot);
+  ck_pr_fence_store(); /* slot read before producers may reuse it */
+  ck_pr_store_uint(&r->c_head, c + 1);
+  return true;
+}
+#else
+static bool pop_ring(mailbox *mb, mailbox_env *out) {
+  return ck_ring_dequeue_mpsc_env(mb->ring, mb->slots, out);
+}
+#endif
+
+static bool pop_overflow(mailbox *mb, mailbox_env *out, bool *drained) {
+  pthread_mutex_lock(&mb->ovf_lock);
+  /* Rule 2: under the lock, an overflow message's predecessors from the
+   * same sender are visible in the ring; take those first. */
+  if (pop_ring(mb, out)) {
+    pthread_mutex_unlock(&mb->ovf_lock);
+    return true;
+  }
+  ovf_node *n = mb->ovf_head;
+  if (!n) {
+    pthread_mutex_unlock(&mb->ovf_lock);
+    return false;
+  }
+  mb->ovf_head = n->next;
+  if (!mb->ovf_head) mb->ovf_tail = NULL;
+  *out = n->env;
+  n->next = mb->ovf_free;
+  mb->ovf_free = n;
+  uint32_t left = mb->ovf_count - 1;
+  ck_pr_fence_store(); /* release: queue update before the count senders read */
+  ck_pr_store_32(&mb->ovf_count, left);
+  *drained = left == 0;
+  pthread_mutex_unlock(&mb->ovf_lock);
+  return true;
+}
+
+bool mailbox_pop(mailbox *mb, mailbox_env *out, bool *overflow_drained) {
+  *overflow_drained = false;
+  if (pop_ring(mb, out)) return true;
+  if (ck_pr_load_32(&mb->ovf_count) == 0) return false;
+  return pop_overflow(mb, out, overflow_drained);
+}
+
+bool mailbox_empty(const mailbox *mb) {
+  return ck_ring_size(mb->ring) == 0 && ck_pr_load_32((uint32_t *)&mb->ovf_count) == 0;
+}
+
+uint32_t mailbox_depth(const mailbox *mb) {
+  return ck_ring_size(mb->ring) + ck_pr_load_32((uint32_t *)&mb->ovf_count);
+}
+
+uint32_t mailbox_overflow_depth(const mailbox *mb) {
+  return ck_pr_load_32((uint32_t *)&mb->ovf_count);
+}

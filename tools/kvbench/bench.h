@@ -1,0 +1,29 @@
+/*
+ * bench.h — kvbench's suites and the helpers they share.
+ */
+#ifndef KVA_TOOLS_BENCH_H
+#define KVA_TOOLS_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bench_opts {
+  int workers;         /* runtime.workers for kvact and the CAF anchor */
+  int reps;            /* repetitions; figures are medians */
+  uint64_t pingpong;   /* round trips */
+  uint64_t fanin;      /* messages, all senders together */
+  uint64_t ring_hops;  /* token-ring hops */
+  uint64_t ring_msgs;  /* raw ck_ring anchor messages */
+  const char *anchors; /* folder holding caf_bench and ring_anchor */
+} bench_opts;
+
+int suite_runtime(const bench_opts *o);
+
+double bench_median(double *v, int n);
+uint64_t bench_now_ns(void);
+/* Runs cmd and keeps its stdout; -1 if it could not run or failed. */
+int bench_capture(const char *cmd, char *out, size_t cap);
+/* The msgs_per_s of the line holding "measure=<measure> ", or -1. */
+double bench_parse(const char *out, const char *measure);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * bench_util.c — medians, clocks and anchor subprocesses.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tools/kvbench/bench.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+uint64_t bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int bench_capture(const char *cmd, char *out, size_t cap) {
+  FILE *f = popen(cmd, "r");
+  if (!f) return -1;
+  size_t n = 0;
+  out[0] = 0;
+  while (n + 1 < cap) {
+    size_t r = fread(out + n, 1, cap - 1 - n, f);
+    if (r == 0) break;
+    n += r;
+  }
+  out[n] = 0;
+  return pclose(f) == 0 ? 0 : -1;
+}
+
+double bench_parse(const char *out, const char *measure) {
+  char key[128];
+  snprintf(key, sizeof(key), "measure=%s ", measure);
+  const char *m = strstr(out, key);
+  const char *eol = m ? strchr(m, '\n') : NULL;
+  const char *x = m ? strstr(m, "msgs_per_s=") : NULL;
+  if (!x || (eol && x > eol)) return -1;
+  return strtod(x + strlen("msgs_per_s="), NULL);
+}

@@ -1,0 +1,105 @@
+/*
+ * kvbench — kvact's benchmark driver.
+ *
+ *   kvbench [--suite runtime|all] [--reps N] [--workers N] [--quick] ...
+ *
+ * Until the serving-engine simulation lands (the kvbench issue), running it
+ * with no arguments runs the runtime suite.
+ */
+#include <getopt.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tools/kvbench/bench.h"
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: kvbench [options]\n"
+             "  --suite NAME      runtime | all (default: runtime)\n"
+             "  --reps N          repetitions per measure, medians reported (5)\n"
+             "  --workers N       scheduler threads for kvact and CAF (online CPUs)\n"
+             "  --pingpong N      ping-pong round trips (2000000)\n"
+             "  --fanin N         fan-in messages (8000000)\n"
+             "  --ring-hops N     token-ring hops (1000000)\n"
+             "  --anchors DIR     folder of caf_bench and ring_anchor\n"
+             "  --quick           small sizes (a smoke run, figures meaningless)\n");
+}
+
+/* Under `bazel run` the anchors sit in the runfiles tree; elsewhere next to
+ * bazel-bin/tools/kvbench in bazel-bin/tools/bench. */
+static const char *default_anchors(const char *argv0) {
+  static char dir[4096];
+  if (access("tools/bench/caf_bench", X_OK) == 0) return "tools/bench";
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "tools/bench";
+  self[n] = 0;
+  snprintf(dir, sizeof(dir), "%s/bench", dirname(self));
+  (void)argv0;
+  return dir;
+}
+
+int main(int argc, char **argv) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  bench_opts o = {.workers = cpus > 0 ? (int)cpus : 1,
+                  .reps = 5,
+                  .pingpong = 2000000,
+                  .fanin = 8000000,
+                  .ring_hops = 1000000,
+                  .ring_msgs = 50000000,
+                  .anchors = default_anchors(argv[0])};
+  const char *suite = "runtime";
+  static const struct option opts[] = {{"suite", 1, 0, 's'},   {"reps", 1, 0, 'r'},
+                                       {"workers", 1, 0, 'w'}, {"pingpong", 1, 0, 'p'},
+                                       {"fanin", 1, 0, 'f'},   {"ring-hops", 1, 0, 'h'},
+                                       {"anchors", 1, 0, 'a'}, {"quick", 0, 0, 'q'},
+                                       {"help", 0, 0, 'H'},    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      suite = optarg;
+      break;
+    case 'r':
+      o.reps = atoi(optarg);
+      break;
+    case 'w':
+      o.workers = atoi(optarg);
+      break;
+    case 'p':
+      o.pingpong = strtoull(optarg, NULL, 10);
+      break;
+    case 'f':
+      o.fanin = strtoull(optarg, NULL, 10);
+      break;
+    case 'h':
+      o.ring_hops = strtoull(optarg, NULL, 10);
+      break;
+    case 'a':
+      o.anchors = optarg;
+      break;
+    case 'q':
+      o.reps = 1;
+      o.pingpong = 20000;
+      o.fanin = 80000;
+      o.ring_hops = 10000;
+      o.ring_msgs = 100000;
+      break;
+    case 'H':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (o.reps < 1 || o.workers < 1 || !o.pingpong || !o.fanin || !o.ring_hops) {
+    fprintf(stderr, "kvbench: --reps, --workers and sizes must be positive\n");
+    return 2;
+  }
+  if (strcmp(suite, "runtime") == 0 || strcmp(suite, "all") == 0) return suite_runtime(&o);
+  fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, all)\n", suite);
+  return 2;
+}
