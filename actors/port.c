@@ -128,5 +128,6 @@ void kva_port_close(kva_port *p) {
    * hold it as a reply-to address; their sends now fail */
   ck_pr_store_32(&p->a->life, LIFE_DEAD);
   ck_pr_store_32(&p->a->stats->state, STATS_SLOT_STOPPED);
+  p->a->state = NULL; /* ports left open are freed by runtime shutdown */
   free(p);
 }

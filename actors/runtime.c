@@ -61,6 +61,7 @@ static void runtime_free(kva_runtime *rt) {
   for (kva_actor *a = rt->actors; a; a = a->next_all) pinned_join(a);
   for (kva_actor *a = rt->actors, *next; a; a = next) {
     next = a->next_all;
+    if (a->kind == ACTOR_PORT) free(a->state); /* a port never closed */
     actor_free(a);
   }
   det_destroy(rt);
