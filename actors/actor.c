@@ -223,6 +223,5 @@ bool actor_run_batch(kva_actor *a, uint32_t max) {
   ck_pr_store_64(&st->dequeued, st->dequeued + n);
   if (!dead && ck_pr_load_32(&a->life) == LIFE_CLOSED && mailbox_empty(&a->mb)) actor_finish(a);
   rt_current = outer;
-  TSAN_RELEASE(a);
   return !mailbox_empty(&a->mb);
 }

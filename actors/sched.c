@@ -48,6 +48,7 @@
 #include "actors/log.h"
 #include "actors/runtime_internal.h"
 #include "mailbox/ring_commit.h"
+#include "mailbox/tsan.h"
 
 static void futex_wait(uint32_t *addr, uint32_t val) {
   syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
@@ -83,6 +84,7 @@ void doorbell_clear(kva_actor *a) {
 
 static void dispatch(kva_actor *a) {
   kva_runtime *rt = a->rt;
+  TSAN_RELEASE(a); /* what we did to the actor happens before its next turn */
   if (a->kind == ACTOR_PORT || (a->kind == ACTOR_PINNED && !rt->det)) {
     doorbell_ring(a);
   } else if (rt->det) {
@@ -93,7 +95,9 @@ static void dispatch(kva_actor *a) {
     unsigned int ticket;
     void **slot;
     while (!(slot = ck_ring_enqueue_reserve_mpmc(&rt->runq, rt->runq_buf, &ticket))) ck_pr_stall();
+    TSAN_ACQUIRE(slot); /* the last reader of this slot came first */
     *slot = a;
+    TSAN_RELEASE(slot);
     ring_commit(&rt->runq, ticket);
     wake_worker(rt);
   }
@@ -106,6 +110,7 @@ void sched_notify(kva_actor *a) {
 }
 
 bool sched_release(kva_actor *a) {
+  TSAN_RELEASE(a);                  /* the turn is over: the next runner may start after it */
   ck_pr_store_32(&a->scheduled, 0); /* R1 */
   ck_pr_fence_memory();             /* R2 */
   if (mailbox_empty(&a->mb)) return false;
@@ -172,9 +177,29 @@ void sched_after_turn(kva_actor *a, bool more) {
   if (more || sched_release(a)) dispatch(a);
 }
 
+#if defined(KVA_TSAN)
+/* ck's multi-consumer dequeue with the slot hand-off announced to TSan
+ * (mailbox/tsan.h): acquire after seeing p_tail, before reading. */
+static bool runq_pop(kva_runtime *rt, kva_actor **a) {
+  ck_ring_t *r = &rt->runq;
+  unsigned int c = ck_pr_load_uint(&r->c_head);
+  do {
+    ck_pr_fence_load();
+    if (c == ck_pr_load_uint(&r->p_tail)) return false;
+    ck_pr_fence_load();
+    ck_ring_buffer_t *slot = &rt->runq_buf[c & r->mask];
+    TSAN_ACQUIRE(slot);
+    *a = slot->value;
+    TSAN_RELEASE(slot);
+    ck_pr_fence_store_atomic();
+  } while (!ck_pr_cas_uint_value(&r->c_head, c, c + 1, &c));
+  return true;
+}
+#else
 static bool runq_pop(kva_runtime *rt, kva_actor **a) {
   return ck_ring_dequeue_mpmc(&rt->runq, rt->runq_buf, a);
 }
+#endif
 
 static bool worker_spin(kva_runtime *rt, kva_actor **a) {
   bool found = false;

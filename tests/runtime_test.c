@@ -244,8 +244,8 @@ static void gate_receive(kva_actor *self, void *state, const kva_msg *m) {
 
 static void gate_on_stop(kva_actor *self, void *state) {
   gate_state *s = state;
-  s->stopped = 1;
   if (s->other) s->send_in_on_stop = kva_send(s->other, T_DATA, NULL, 0, self, 0);
+  __atomic_store_n(&s->stopped, 1, __ATOMIC_RELEASE); /* the test thread polls it */
 }
 
 static const kva_behavior gate_behavior = {"gate", gate_receive, gate_on_stop};
@@ -266,7 +266,7 @@ START_TEST(actor_stop_delivers_queued_messages_then_on_stop) {
   for (int i = 0; i < 100; i++) ck_assert_int_eq(kva_send(a, T_DATA, NULL, 0, NULL, 0), KVA_OK);
   kva_actor_stop(a);
   sem_post(&s.release);
-  while (!ck_pr_load_int(&s.stopped)) sched_yield();
+  while (!__atomic_load_n(&s.stopped, __ATOMIC_ACQUIRE)) sched_yield();
   ck_assert_int_eq(kva_send(a, T_DATA, NULL, 0, NULL, 0), KVA_ESHUTDOWN);
   ck_assert_uint_eq(s.received, 101);
   ck_assert_uint_eq(s.after_stop_msgs, 0);
