@@ -82,31 +82,58 @@ void doorbell_clear(kva_actor *a) {
   (void)r; /* EAGAIN: was not rung */
 }
 
-static void dispatch(kva_actor *a) {
+/* The worker running on this thread: its `next` slot holds the actor it
+ * will run after the current turn (Go's runnext). An actor made ready by a
+ * message sent from a worker runs next on that same worker, cache-hot and
+ * without waking anybody; the actor it displaces goes to the shared queue.
+ * `streak` bounds how long two actors can keep one worker to themselves. */
+typedef struct worker_ctx {
+  kva_runtime *rt;
+  kva_actor *next;
+  uint32_t streak;
+} worker_ctx;
+static __thread worker_ctx *this_worker;
+
+#define RUNNEXT_STREAK 64u
+
+static void runq_push(kva_runtime *rt, kva_actor *a) {
+  /* cannot fail: an actor is in the queue at most once and the queue
+   * holds every actor (spawn enforces it) */
+  unsigned int ticket;
+  void **slot;
+  while (!(slot = ck_ring_enqueue_reserve_mpmc(&rt->runq, rt->runq_buf, &ticket))) ck_pr_stall();
+  TSAN_ACQUIRE(slot); /* the last reader of this slot came first */
+  *slot = a;
+  TSAN_RELEASE(slot);
+  ring_commit(&rt->runq, ticket);
+  wake_worker(rt);
+}
+
+/* local = the actor may take this worker's next slot. */
+static void dispatch_to(kva_actor *a, bool local) {
   kva_runtime *rt = a->rt;
   TSAN_RELEASE(a); /* what we did to the actor happens before its next turn */
   if (a->kind == ACTOR_PORT || (a->kind == ACTOR_PINNED && !rt->det)) {
     doorbell_ring(a);
   } else if (rt->det) {
     det_ready(rt, a);
+  } else if (local && this_worker && this_worker->rt == rt) {
+    kva_actor *displaced = this_worker->next;
+    this_worker->next = a;
+    if (displaced) runq_push(rt, displaced);
   } else {
-    /* cannot fail: an actor is in the queue at most once and the queue
-     * holds every actor (spawn enforces it) */
-    unsigned int ticket;
-    void **slot;
-    while (!(slot = ck_ring_enqueue_reserve_mpmc(&rt->runq, rt->runq_buf, &ticket))) ck_pr_stall();
-    TSAN_ACQUIRE(slot); /* the last reader of this slot came first */
-    *slot = a;
-    TSAN_RELEASE(slot);
-    ring_commit(&rt->runq, ticket);
-    wake_worker(rt);
+    runq_push(rt, a);
   }
+}
+
+static void dispatch(kva_actor *a) {
+  dispatch_to(a, false);
 }
 
 void sched_notify(kva_actor *a) {
   ck_pr_fence_memory(); /* S2: the push before the read of scheduled */
   if (ck_pr_load_32(&a->scheduled)) return;
-  if (ck_pr_cas_32(&a->scheduled, 0, 1)) dispatch(a); /* S3 */
+  if (ck_pr_cas_32(&a->scheduled, 0, 1)) dispatch_to(a, true); /* S3 */
 }
 
 bool sched_release(kva_actor *a) {
@@ -229,10 +256,34 @@ static void worker_sleep(kva_runtime *rt) {
   ck_pr_dec_32(&rt->sleepers);
 }
 
+/* The next slot first, unless it has had its streak: then it goes to the
+ * back of the shared queue so that queued actors get their turn. */
+static bool take_next(worker_ctx *w, kva_actor **a) {
+  if (!w->next) return false;
+  if (w->streak >= RUNNEXT_STREAK) {
+    kva_actor *n = w->next;
+    w->next = NULL;
+    w->streak = 0;
+    runq_push(w->rt, n);
+    return false;
+  }
+  *a = w->next;
+  w->next = NULL;
+  w->streak++;
+  return true;
+}
+
 static void *worker_main(void *arg) {
   kva_runtime *rt = arg;
+  worker_ctx w = {.rt = rt};
+  this_worker = &w;
   kva_actor *a;
   for (;;) {
+    if (take_next(&w, &a)) {
+      sched_after_turn(a, actor_run_batch(a, rt->batch));
+      continue;
+    }
+    w.streak = 0;
     if (runq_pop(rt, &a) || worker_spin(rt, &a)) {
       sched_after_turn(a, actor_run_batch(a, rt->batch));
       continue;
@@ -240,6 +291,7 @@ static void *worker_main(void *arg) {
     if (ck_pr_load_32(&rt->stop_workers)) break;
     worker_sleep(rt);
   }
+  this_worker = NULL;
   return NULL;
 }
 

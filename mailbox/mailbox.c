@@ -4,6 +4,7 @@
 #include "mailbox/mailbox.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +26,21 @@ int mailbox_init(mailbox *mb, ck_ring_t *ring, uint32_t capacity) {
   if (!mb->slots) return -ENOMEM;
   mb->ring = ring;
   ck_ring_init(ring, mb->capacity);
-  pthread_mutex_init(&mb->ovf_lock, NULL);
+  pthread_spin_init(&mb->ovf_lock, PTHREAD_PROCESS_PRIVATE);
   return 0;
+}
+
+/* The overflow lock guards a few pointer moves. A mutex sleeps in the
+ * kernel as soon as two workers meet on it (futex wait + wake per message
+ * under fan-in); a spinlock that yields after a short spin does not, and
+ * still lets a preempted holder run. */
+static void ovf_lock_take(mailbox *mb) {
+  for (unsigned i = 0; pthread_spin_trylock(&mb->ovf_lock) != 0; i++) {
+    if (i < 100)
+      ck_pr_stall();
+    else
+      sched_yield();
+  }
 }
 
 static void env_release(payload_pool *pool, mailbox_env *e) {
@@ -37,11 +51,14 @@ void mailbox_destroy(mailbox *mb, payload_pool *pool) {
   mailbox_env e;
   bool drained;
   while (mailbox_pop(mb, &e, &drained)) env_release(pool, &e);
-  for (ovf_node *n = mb->ovf_free, *next; n; n = next) {
-    next = n->next;
-    free(n);
+  ovf_node *lists[] = {mb->ovf_free, mb->own_used};
+  for (int i = 0; i < 2; i++) {
+    for (ovf_node *n = lists[i], *next; n; n = next) {
+      next = n->next;
+      free(n);
+    }
   }
-  pthread_mutex_destroy(&mb->ovf_lock);
+  pthread_spin_destroy(&mb->ovf_lock);
   free(mb->slots);
   mb->slots = NULL;
 }
@@ -73,10 +90,10 @@ static ovf_node *node_get(mailbox *mb) {
 }
 
 int mailbox_push_overflow(mailbox *mb, const mailbox_env *e) {
-  pthread_mutex_lock(&mb->ovf_lock);
+  ovf_lock_take(mb);
   ovf_node *n = node_get(mb);
   if (!n) {
-    pthread_mutex_unlock(&mb->ovf_lock);
+    pthread_spin_unlock(&mb->ovf_lock);
     return -ENOMEM;
   }
   n->env = *e;
@@ -90,7 +107,7 @@ int mailbox_push_overflow(mailbox *mb, const mailbox_env *e) {
   /* the count is read without the lock by senders (rule 1) and by the
    * consumer's fast path; the unlock below publishes the node itself */
   ck_pr_store_32(&mb->ovf_count, mb->ovf_count + 1);
-  pthread_mutex_unlock(&mb->ovf_lock);
+  pthread_spin_unlock(&mb->ovf_lock);
   return 0;
 }
 
@@ -116,47 +133,64 @@ static bool pop_ring(mailbox *mb, mailbox_env *out) {
 }
 #endif
 
+/* Under ovf_lock: the whole overflow queue becomes the consumer's list;
+ * the nodes the consumer used since the last move go back to ovf_free. */
+static void take_overflow(mailbox *mb) {
+  mb->own_head = mb->ovf_head;
+  ck_pr_store_32(&mb->own_count, mb->ovf_count);
+  mb->ovf_head = mb->ovf_tail = NULL;
+  while (mb->own_used) {
+    ovf_node *n = mb->own_used;
+    mb->own_used = n->next;
+    n->next = mb->ovf_free;
+    mb->ovf_free = n;
+  }
+  ck_pr_fence_store(); /* release: queue emptied before senders see 0 */
+  ck_pr_store_32(&mb->ovf_count, 0);
+}
+
+static bool pop_own(mailbox *mb, mailbox_env *out, bool *drained) {
+  ovf_node *n = mb->own_head;
+  if (!n) return false;
+  mb->own_head = n->next;
+  *out = n->env;
+  n->next = mb->own_used;
+  mb->own_used = n;
+  uint32_t left = mb->own_count - 1;
+  ck_pr_store_32(&mb->own_count, left);
+  *drained = left == 0 && ck_pr_load_32(&mb->ovf_count) == 0;
+  return true;
+}
+
 static bool pop_overflow(mailbox *mb, mailbox_env *out, bool *drained) {
-  pthread_mutex_lock(&mb->ovf_lock);
+  ovf_lock_take(mb);
   /* Rule 2: under the lock, an overflow message's predecessors from the
    * same sender are visible in the ring; take those first. */
   if (pop_ring(mb, out)) {
-    pthread_mutex_unlock(&mb->ovf_lock);
+    pthread_spin_unlock(&mb->ovf_lock);
     return true;
   }
-  ovf_node *n = mb->ovf_head;
-  if (!n) {
-    pthread_mutex_unlock(&mb->ovf_lock);
-    return false;
-  }
-  mb->ovf_head = n->next;
-  if (!mb->ovf_head) mb->ovf_tail = NULL;
-  *out = n->env;
-  n->next = mb->ovf_free;
-  mb->ovf_free = n;
-  uint32_t left = mb->ovf_count - 1;
-  ck_pr_fence_store(); /* release: queue update before the count senders read */
-  ck_pr_store_32(&mb->ovf_count, left);
-  *drained = left == 0;
-  pthread_mutex_unlock(&mb->ovf_lock);
-  return true;
+  take_overflow(mb);
+  pthread_spin_unlock(&mb->ovf_lock);
+  return pop_own(mb, out, drained);
 }
 
 bool mailbox_pop(mailbox *mb, mailbox_env *out, bool *overflow_drained) {
   *overflow_drained = false;
+  if (pop_own(mb, out, overflow_drained)) return true;
   if (pop_ring(mb, out)) return true;
   if (ck_pr_load_32(&mb->ovf_count) == 0) return false;
   return pop_overflow(mb, out, overflow_drained);
 }
 
+uint32_t mailbox_overflow_depth(const mailbox *mb) {
+  return ck_pr_load_32((uint32_t *)&mb->ovf_count) + ck_pr_load_32((uint32_t *)&mb->own_count);
+}
+
 bool mailbox_empty(const mailbox *mb) {
-  return ck_ring_size(mb->ring) == 0 && ck_pr_load_32((uint32_t *)&mb->ovf_count) == 0;
+  return ck_ring_size(mb->ring) == 0 && mailbox_overflow_depth(mb) == 0;
 }
 
 uint32_t mailbox_depth(const mailbox *mb) {
-  return ck_ring_size(mb->ring) + ck_pr_load_32((uint32_t *)&mb->ovf_count);
-}
-
-uint32_t mailbox_overflow_depth(const mailbox *mb) {
-  return ck_pr_load_32((uint32_t *)&mb->ovf_count);
+  return ck_ring_size(mb->ring) + mailbox_overflow_depth(mb);
 }

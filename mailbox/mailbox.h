@@ -6,14 +6,17 @@
  * Ordering rules (why per-sender FIFO holds):
  *  1. A sender uses the ring only while the overflow queue is empty
  *     (ovf_count == 0); otherwise it appends to the overflow queue.
- *  2. The consumer always prefers the ring and takes from the overflow queue
- *     only when, holding ovf_lock, it finds the ring empty.
+ *  2. The consumer takes from the overflow queue only when, holding
+ *     ovf_lock, it finds the ring empty; it then moves the whole queue to a
+ *     list of its own (one lock per drain, not per message) and consumes
+ *     that list before anything else.
  *  So if a sender's message m1 is in the ring and its later m2 in the
  *  overflow queue, m1 was committed before m2 was appended under ovf_lock;
  *  the consumer that sees m2 under ovf_lock sees m1 in the ring and takes it
- *  first. If m1 is in the overflow queue, ovf_count > 0 until m1 is
- *  consumed, so m2 is appended behind it (rule 1): the reverse order cannot
- *  happen either.
+ *  first. If m1 is in the overflow queue, ovf_count > 0 until m1 is moved
+ *  to the consumer's list, so m2 is appended behind it (rule 1), or, if
+ *  sent after the move, goes to the ring, which the consumer reads only
+ *  once its own list is empty.
  *
  * The mailbox knows nothing about scheduling: it only stores messages.
  */
@@ -51,14 +54,19 @@ typedef struct ovf_node {
 } ovf_node;
 
 typedef struct mailbox {
-  ck_ring_t *ring;    /* counters (may live in the shared stats segment) */
-  mailbox_env *slots; /* ring storage, capacity entries */
-  uint32_t capacity;  /* power of two >= 4; holds capacity - 1 messages */
-  uint32_t ovf_count; /* atomic: messages in the overflow queue */
-  pthread_mutex_t ovf_lock;
-  ovf_node *ovf_head; /* oldest overflow message (under ovf_lock) */
+  ck_ring_t *ring;             /* counters (may live in the shared stats segment) */
+  mailbox_env *slots;          /* ring storage, capacity entries */
+  uint32_t capacity;           /* power of two >= 4; holds capacity - 1 messages */
+  uint32_t ovf_count;          /* atomic: messages in the overflow queue */
+  pthread_spinlock_t ovf_lock; /* tiny critical sections: see ovf_lock_take */
+  ovf_node *ovf_head;          /* oldest overflow message (under ovf_lock) */
   ovf_node *ovf_tail;
-  ovf_node *ovf_free;  /* recycled nodes: no malloc in steady state */
+  ovf_node *ovf_free; /* recycled nodes: no malloc in steady state */
+  /* consumer-owned: messages moved out of the overflow queue, and the
+   * nodes they leave behind (returned to ovf_free at the next move) */
+  ovf_node *own_head;
+  ovf_node *own_used;
+  uint32_t own_count;  /* atomic store by the consumer, read by anyone */
   uint64_t ovf_pushes; /* under ovf_lock: messages that overflowed */
   uint64_t ovf_mallocs;
 } mailbox;
@@ -74,8 +82,8 @@ void mailbox_destroy(mailbox *mb, payload_pool *pool);
 bool mailbox_try_push(mailbox *mb, const mailbox_env *e);
 /* Always keeps the message (unless out of memory: -ENOMEM). */
 int mailbox_push_overflow(mailbox *mb, const mailbox_env *e);
-/* Single consumer. *overflow_drained is set when this pop emptied the
- * overflow queue (muted senders may be released). */
+/* Single consumer. *overflow_drained is set when this pop took the last
+ * overflow message (muted senders may be released). */
 bool mailbox_pop(mailbox *mb, mailbox_env *out, bool *overflow_drained);
 /* Racy snapshots, exact when called by the consumer with no producer. */
 bool mailbox_empty(const mailbox *mb);

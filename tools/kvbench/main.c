@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
                   .pingpong = 2000000,
                   .fanin = 8000000,
                   .ring_hops = 1000000,
-                  .ring_msgs = 50000000,
+                  .ring_msgs = 10000000,
                   .anchors = default_anchors(argv[0])};
   const char *suite = "runtime";
   static const struct option opts[] = {{"suite", 1, 0, 's'},   {"reps", 1, 0, 'r'},

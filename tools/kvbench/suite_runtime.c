@@ -21,7 +21,7 @@ enum { M_PING = KVA_MSG_USER, M_PONG, M_DATA, M_GO, M_DONE, M_TOKEN };
 #define RING_ACTORS 100
 
 typedef struct cost {
-  uint64_t messages, mallocs, eventfd_writes, wakes;
+  uint64_t messages, mallocs, eventfd_writes, wakes, overflowed, mutes;
 } cost;
 
 static kva_runtime *bench_runtime(int workers) {
@@ -60,6 +60,8 @@ static double measure_end(measure *m, uint64_t messages, cost *out) {
   out->mallocs += malloc_count() - m->mallocs0;
   out->eventfd_writes += c1.eventfd_writes - m->c0.eventfd_writes;
   out->wakes += c1.worker_wakes - m->c0.worker_wakes;
+  out->overflowed += c1.overflowed - m->c0.overflowed;
+  out->mutes += c1.mutes - m->c0.mutes;
   return (double)messages / secs;
 }
 
@@ -233,10 +235,11 @@ int suite_runtime(const bench_opts *o) {
   } costs[] = {{"ping-pong", &pc}, {"fan-in", &fc}, {"token-ring", &rc}};
   for (int i = 0; i < 3; i++) {
     double n = (double)costs[i].c->messages;
-    printf(
-        "measure=%s mallocs_per_msg=%.6f eventfd_writes_per_msg=%.6f worker_wakes_per_msg=%.6f\n",
-        costs[i].name, (double)costs[i].c->mallocs / n, (double)costs[i].c->eventfd_writes / n,
-        (double)costs[i].c->wakes / n);
+    const cost *k = costs[i].c;
+    printf("measure=%s mallocs_per_msg=%.6f eventfd_writes_per_msg=%.6f worker_wakes_per_msg=%.6f "
+           "overflowed_per_msg=%.4f mutes_per_msg=%.6f\n",
+           costs[i].name, (double)k->mallocs / n, (double)k->eventfd_writes / n,
+           (double)k->wakes / n, (double)k->overflowed / n, (double)k->mutes / n);
   }
   return 0;
 }
