@@ -9,7 +9,13 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/inc" "$work/lib"
 cp "$hdr" "$work/inc/kvact.h"
 cp -L "$lib" "$work/lib/libkvact.so"
-cc -std=c11 -Wall -Wextra -Werror "$src" -I"$work/inc" -L"$work/lib" -lkvact -o "$work/hello"
+# a sanitizer build of the library needs the same runtime in the program
+san=
+case $(ldd "$work/lib/libkvact.so") in
+  *libasan*) san=-fsanitize=address,undefined ;;
+  *libtsan*) san=-fsanitize=thread ;;
+esac
+cc -std=c11 -Wall -Wextra -Werror $san "$src" -I"$work/inc" -L"$work/lib" -lkvact -o "$work/hello"
 out=$(LD_LIBRARY_PATH="$work/lib" "$work/hello")
 echo "$out"
 [ "$out" = "hello, kvact (tag 7)" ]
