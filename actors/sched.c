@@ -150,14 +150,20 @@ static bool try_park(kva_actor *a, kva_actor *target) {
   pthread_mutex_lock(&rt->mute_lock);
   if (mailbox_overflow_depth(&target->mb) > 0 && mailbox_overflow_depth(&a->mb) == 0 &&
       ck_pr_load_32(&target->life) != LIFE_DEAD) {
-    a->parked_on = target;
+    ck_pr_store_ptr(&a->parked_on, target);
     a->park_next = rt->parked;
-    rt->parked = a;
+    ck_pr_store_ptr(&rt->parked, a);
     parked = true;
     ck_pr_inc_64(&rt->n_mutes);
   }
   pthread_mutex_unlock(&rt->mute_lock);
-  return parked;
+  if (!parked) return false;
+  /* Dekker with sched_wake_parked_self: parked_on is published, then our
+   * overflow queue is re-read; a sender that overflowed into us meanwhile
+   * either sees parked_on or we see its message. */
+  ck_pr_fence_memory();
+  if (mailbox_overflow_depth(&a->mb) > 0) sched_wake_parked_self(a);
+  return true;
 }
 
 /* Unlinks every parked actor matching `target` (or exactly `only`) and
@@ -169,7 +175,7 @@ static void unpark_where(kva_runtime *rt, kva_actor *target, kva_actor *only) {
     kva_actor *p = *pp;
     if ((target && p->parked_on == target) || p == only) {
       *pp = p->park_next;
-      p->parked_on = NULL;
+      ck_pr_store_ptr(&p->parked_on, NULL);
       p->park_next = wake;
       wake = p;
     } else {
@@ -190,18 +196,23 @@ void sched_mute_release(kva_actor *target) {
 }
 
 void sched_wake_parked_self(kva_actor *a) {
-  /* under the lock: try_park reads our overflow depth under it too */
-  pthread_mutex_lock(&a->rt->mute_lock);
-  bool parked = a->parked_on != NULL;
-  pthread_mutex_unlock(&a->rt->mute_lock);
-  if (parked) unpark_where(a->rt, NULL, a);
+  /* the overflow push before the read of parked_on (pairs with try_park) */
+  ck_pr_fence_memory();
+  if (ck_pr_load_ptr(&a->parked_on) == NULL) return; /* the common case: no lock */
+  unpark_where(a->rt, NULL, a);
 }
 
 void sched_after_turn(kva_actor *a, bool more) {
   kva_actor *target = a->mute_target;
   a->mute_target = NULL;
   if (target && try_park(a, target)) return;
-  if (more || sched_release(a)) dispatch(a);
+  /* An overloaded actor (its overflow queue in use) keeps its worker for
+   * another turn, up to the runnext streak: its senders are being muted on
+   * it and only its progress releases them. Others go to the back. */
+  if (more)
+    dispatch_to(a, mailbox_overflow_depth(&a->mb) > 0);
+  else if (sched_release(a))
+    dispatch(a);
 }
 
 #if defined(KVA_TSAN)
