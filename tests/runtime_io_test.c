@@ -6,6 +6,7 @@
 #include <ck_pr.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +279,70 @@ START_TEST(stats_segment_names_actors_and_disappears_at_shutdown) {
 }
 END_TEST
 
+/* ---- pinned actors and idle workers ---------------------------------- */
+
+typedef struct pinned_state {
+  kva_port *report;
+  pthread_t thread;
+  int same_thread, stopped;
+  uint64_t count;
+} pinned_state;
+
+static void pinned_receive(kva_actor *self, void *state, const kva_msg *m) {
+  pinned_state *s = state;
+  if (s->count++ == 0) s->thread = pthread_self();
+  if (!pthread_equal(s->thread, pthread_self())) s->same_thread = 0;
+  if (s->count == 2000) kva_send(kva_port_actor(s->report), T_REPORT, NULL, 0, self, 0);
+}
+
+static void pinned_on_stop(kva_actor *self, void *state) {
+  pinned_state *s = state;
+  s->stopped = 1;
+}
+
+static const kva_behavior pinned_behavior = {"gpu0.copy", pinned_receive, pinned_on_stop};
+
+static void *pinned_flood(void *arg) {
+  for (int i = 0; i < 1000; i++) kva_send(arg, T_DATA, &i, sizeof(i), NULL, 0);
+  return NULL;
+}
+
+START_TEST(pinned_actor_runs_on_its_own_thread_and_sleeps_on_its_eventfd) {
+  kva_runtime *rt = fixture_runtime(2, NULL);
+  kva_port *p = kva_port_open(rt, "engine");
+  pinned_state s = {.report = p, .same_thread = 1};
+  kva_spawn_opts o = {.pinned = 1, .mailbox_capacity = 16};
+  kva_actor *a = kva_spawn(rt, &pinned_behavior, &s, &o);
+  ck_assert_ptr_nonnull(a);
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, pinned_flood, a);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  fixture_recv(p, NULL, 0, 10000);
+  kva_runtime_counters c;
+  kva_runtime_get_counters(rt, &c);
+  ck_assert_uint_gt(c.eventfd_writes, 0); /* its doorbell was rung */
+  ck_assert_int_eq(s.same_thread, 1);
+  ck_assert(!pthread_equal(s.thread, pthread_self()));
+  kva_runtime_shutdown(rt);
+  ck_assert_uint_eq(s.count, 2000);
+  ck_assert_int_eq(s.stopped, 1);
+}
+END_TEST
+
+START_TEST(idle_workers_go_to_sleep) {
+  kva_runtime *rt = fixture_runtime(2, NULL);
+  kva_runtime_counters c;
+  /* no actor, nothing to do: both workers give up spinning and sleep */
+  for (int i = 0; i < 2000; i++) {
+    kva_runtime_get_counters(rt, &c);
+    if (c.worker_sleeps >= 2) break;
+    usleep(1000);
+  }
+  ck_assert_uint_ge(c.worker_sleeps, 2);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *s = suite_create("runtime_io");
   TCase *tc = tcase_create("io");
@@ -290,6 +355,8 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, deterministic_timers_run_on_virtual_time);
   tcase_add_test(tc, threaded_runtime_refuses_deterministic_calls);
   tcase_add_test(tc, stats_segment_names_actors_and_disappears_at_shutdown);
+  tcase_add_test(tc, pinned_actor_runs_on_its_own_thread_and_sleeps_on_its_eventfd);
+  tcase_add_test(tc, idle_workers_go_to_sleep);
   suite_add_tcase(s, tc);
   return s;
 }
