@@ -19,7 +19,6 @@ struct det_state {
   size_t n, cap;
   uint64_t rng;
   uint64_t now; /* virtual ns */
-  int running;  /* guards against re-entry from receive */
 };
 
 int det_create(kva_runtime *rt, uint64_t seed) {

@@ -225,7 +225,7 @@ int kva_unwatch_fd(kva_actor *self, int fd) {
 static int timer_arm(poller *p, poll_entry *en, int id, uint64_t delay_ns, uint64_t period_ns) {
   if (p->rt->det) {
     en->fd = -1;
-    en->deadline = p->rt->det ? kva_runtime_now_ns(p->rt) + delay_ns : 0;
+    en->deadline = kva_runtime_now_ns(p->rt) + delay_ns;
     en->period = period_ns;
     return KVA_OK;
   }
