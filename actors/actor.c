@@ -220,6 +220,9 @@ bool actor_run_batch(kva_actor *a, uint32_t max) {
     n++;
     if (drained) sched_mute_release(a);
   }
+  /* enqueued first: a reader that sees the new dequeued sees it too */
+  ck_pr_store_64(&st->enqueued, st->dequeued + n + mailbox_depth(&a->mb));
+  ck_pr_fence_store();
   ck_pr_store_64(&st->dequeued, st->dequeued + n);
   if (!dead && ck_pr_load_32(&a->life) == LIFE_CLOSED && mailbox_empty(&a->mb)) actor_finish(a);
   rt_current = outer;

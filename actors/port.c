@@ -64,6 +64,8 @@ static void copy_out(kva_actor *a, const mailbox_env *e, kva_msg *out, void *buf
   out->data = buf;
   if (e->len > MAILBOX_INLINE_BYTES) payload_pool_put(a->rt->pool, e->u.heap);
   stats_slot *st = a->stats;
+  ck_pr_store_64(&st->enqueued, st->dequeued + 1 + mailbox_depth(&a->mb));
+  ck_pr_fence_store(); /* enqueued before dequeued, as in actor_run_batch */
   ck_pr_store_64(&st->dequeued, st->dequeued + 1);
 }
 

@@ -45,6 +45,7 @@ typedef struct stats_slot {
   uint32_t state;         /* STATS_SLOT_* */
   uint32_t kind;          /* STATS_KIND_* */
   uint64_t dequeued;      /* messages received (consumer-written) */
+  uint64_t enqueued;      /* dequeued + depth, as of the consumer's last turn */
   uint64_t peak_depth;    /* deepest mailbox seen at a turn start */
   uint64_t overflowed;    /* messages that went to the overflow queue */
   uint64_t backpressure;  /* sends that had to wait or overflow */

@@ -270,6 +270,8 @@ START_TEST(stats_segment_names_actors_and_disappears_at_shutdown) {
     uint64_t samples = 0;
     for (int b = 0; b < KVA_STATS_HIST; b++) samples += slots[i].hist[b];
     ck_assert_uint_eq(samples, 10);
+    ck_assert_uint_eq(slots[i].enqueued, 10);
+    ck_assert_uint_ge(slots[i].peak_depth, 1);
   }
   ck_assert(found);
   munmap(map, (size_t)stt.st_size);
