@@ -6,11 +6,9 @@
  * (L2 adapters, storage), 1024 and up are the user's.
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <ck_pr.h>
@@ -18,6 +16,7 @@
 #include "actors/clock.h"
 #include "actors/log.h"
 #include "actors/runtime_internal.h"
+#include "mailbox/backoff.h"
 #include "mailbox/tsan.h"
 
 #define MSG_RUNTIME_MAX 16u
@@ -76,17 +75,6 @@ void actor_free(kva_actor *a) {
   free(a);
 }
 
-static void backoff(unsigned i) {
-  if (i < 64) {
-    ck_pr_stall();
-  } else if (i < 256) {
-    sched_yield();
-  } else {
-    struct timespec ts = {0, 50000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* Ring full (or overflow queue in use). Actors and the runtime's own
  * threads must never wait here — two actors filling each other's mailboxes
  * would deadlock their workers — so their message goes to the overflow
@@ -109,7 +97,7 @@ static int push_slow(kva_actor *to, const mailbox_env *e) {
   for (unsigned i = 0;; i++) {
     if (mailbox_try_push(&to->mb, e)) return KVA_OK;
     if (ck_pr_load_32(&to->life) == LIFE_DEAD) return KVA_ESHUTDOWN;
-    backoff(i);
+    backoff_wait(i, 1);
   }
 }
 
@@ -220,11 +208,15 @@ bool actor_run_batch(kva_actor *a, uint32_t max) {
     n++;
     if (drained) sched_mute_release(a);
   }
+  uint32_t left = mailbox_depth(&a->mb);
   /* enqueued first: a reader that sees the new dequeued sees it too */
-  ck_pr_store_64(&st->enqueued, st->dequeued + n + mailbox_depth(&a->mb));
+  ck_pr_store_64(&st->enqueued, st->dequeued + n + left);
   ck_pr_fence_store();
   ck_pr_store_64(&st->dequeued, st->dequeued + n);
-  if (!dead && ck_pr_load_32(&a->life) == LIFE_CLOSED && mailbox_empty(&a->mb)) actor_finish(a);
+  if (!dead && left == 0 && ck_pr_load_32(&a->life) == LIFE_CLOSED) {
+    actor_finish(a);
+    left = mailbox_depth(&a->mb); /* on_stop may have raced with a sender */
+  }
   rt_current = outer;
-  return !mailbox_empty(&a->mb);
+  return left > 0;
 }

@@ -4,10 +4,10 @@
 #include "mailbox/mailbox.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mailbox/backoff.h"
 #include "mailbox/ring_commit.h"
 #include "mailbox/tsan.h"
 
@@ -35,12 +35,7 @@ int mailbox_init(mailbox *mb, ck_ring_t *ring, uint32_t capacity) {
  * under fan-in); a spinlock that yields after a short spin does not, and
  * still lets a preempted holder run. */
 static void ovf_lock_take(mailbox *mb) {
-  for (unsigned i = 0; pthread_spin_trylock(&mb->ovf_lock) != 0; i++) {
-    if (i < 100)
-      ck_pr_stall();
-    else
-      sched_yield();
-  }
+  for (unsigned i = 0; pthread_spin_trylock(&mb->ovf_lock) != 0; i++) backoff_wait(i, 0);
 }
 
 static void env_release(payload_pool *pool, mailbox_env *e) {
@@ -85,7 +80,6 @@ static ovf_node *node_get(mailbox *mb) {
     mb->ovf_free = n->next;
     return n;
   }
-  mb->ovf_mallocs++;
   return malloc(sizeof(*n));
 }
 
@@ -103,7 +97,6 @@ int mailbox_push_overflow(mailbox *mb, const mailbox_env *e) {
   else
     mb->ovf_head = n;
   mb->ovf_tail = n;
-  mb->ovf_pushes++;
   /* the count is read without the lock by senders (rule 1) and by the
    * consumer's fast path; the unlock below publishes the node itself */
   ck_pr_store_32(&mb->ovf_count, mb->ovf_count + 1);

@@ -66,9 +66,7 @@ typedef struct mailbox {
    * nodes they leave behind (returned to ovf_free at the next move) */
   ovf_node *own_head;
   ovf_node *own_used;
-  uint32_t own_count;  /* atomic store by the consumer, read by anyone */
-  uint64_t ovf_pushes; /* under ovf_lock: messages that overflowed */
-  uint64_t ovf_mallocs;
+  uint32_t own_count; /* atomic store by the consumer, read by anyone */
 } mailbox;
 
 /* capacity is rounded up to a power of two >= 4. ring points to zeroed

@@ -21,14 +21,12 @@ typedef struct pool_block {
 struct payload_pool {
   /* 16-aligned: ck_stack_pop_mpmc swaps head and generation with cmpxchg16b */
   ck_stack_t free[POOL_CLASSES] __attribute__((aligned(16)));
-  uint64_t mallocs; /* atomic, relaxed: a statistic */
 };
 
 payload_pool *payload_pool_create(void) {
   payload_pool *p = aligned_alloc(64, sizeof(*p) + (64 - sizeof(*p) % 64) % 64);
   if (!p) return NULL;
   for (int i = 0; i < POOL_CLASSES; i++) ck_stack_init(&p->free[i]);
-  p->mallocs = 0;
   return p;
 }
 
@@ -58,7 +56,6 @@ void *payload_pool_get(payload_pool *p, size_t len) {
     b = malloc(sizeof(pool_block) + bytes);
     if (!b) return NULL;
     b->cls = cls;
-    ck_pr_inc_64(&p->mallocs);
   }
   return b + 1;
 }
@@ -74,8 +71,4 @@ void payload_pool_put(payload_pool *p, void *block) {
    * last user happen before the next popper sees the block */
   TSAN_RELEASE(b);
   ck_stack_push_upmc(&p->free[b->cls], &b->link);
-}
-
-uint64_t payload_pool_mallocs(const payload_pool *p) {
-  return ck_pr_load_64((uint64_t *)&p->mallocs);
 }

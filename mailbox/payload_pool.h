@@ -20,7 +20,5 @@ void payload_pool_destroy(payload_pool *p);
 /* A block of at least len bytes, or NULL when out of memory. */
 void *payload_pool_get(payload_pool *p, size_t len);
 void payload_pool_put(payload_pool *p, void *block);
-/* Blocks obtained from malloc over the pool's life (for benchmarks). */
-uint64_t payload_pool_mallocs(const payload_pool *p);
 
 #endif

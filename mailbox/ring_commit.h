@@ -14,17 +14,12 @@
 
 #include <ck_pr.h>
 #include <ck_ring.h>
-#include <sched.h>
 
-#define RING_COMMIT_SPINS 128u
+#include "mailbox/backoff.h"
 
 static inline void ring_commit(ck_ring_t *r, unsigned int ticket) {
-  for (unsigned int i = 0; ck_pr_load_uint(&r->p_tail) != ticket; i++) {
-    if (i < RING_COMMIT_SPINS)
-      ck_pr_stall();
-    else
-      sched_yield();
-  }
+  /* never sleeps: the earlier producer is mid-copy, only preemption delays it */
+  for (unsigned int i = 0; ck_pr_load_uint(&r->p_tail) != ticket; i++) backoff_wait(i, 0);
   ck_pr_fence_store(); /* slot contents before the new p_tail (release) */
   ck_pr_store_uint(&r->p_tail, ticket + 1);
 }

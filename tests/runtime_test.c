@@ -43,6 +43,24 @@ static void fifo_receive(kva_actor *self, void *state, const kva_msg *m) {
 
 static const kva_behavior fifo_behavior = {"fifo", fifo_receive, NULL};
 
+/* A fifo receiver with a capacity-4 mailbox expecting `expect` messages;
+ * it reports on `done` when all have arrived. */
+static kva_actor *fifo_sink(kva_runtime *rt, fifo_state *s, kva_port *done, uint64_t expect) {
+  memset(s, 0, sizeof(*s));
+  s->expect = expect;
+  s->done = done;
+  kva_spawn_opts o = {.mailbox_capacity = 4};
+  kva_actor *sink = kva_spawn(rt, &fifo_behavior, s, &o);
+  ck_assert_ptr_nonnull(sink);
+  return sink;
+}
+
+static void fifo_check(const fifo_state *s, uint64_t per) {
+  ck_assert_uint_eq(s->errors, 0);
+  ck_assert_uint_eq(s->total, per * PRODUCERS);
+  for (int i = 0; i < PRODUCERS; i++) ck_assert_uint_eq(s->next[i], per);
+}
+
 typedef struct producer_arg {
   kva_actor *to;
   uint32_t id;
@@ -62,10 +80,8 @@ START_TEST(per_sender_fifo_holds_with_four_threads_into_capacity_four) {
   const uint64_t per = 1000000;
   kva_runtime *rt = fixture_runtime(2, NULL);
   kva_port *done = kva_port_open(rt, "done");
-  fifo_state s = {.expect = per * PRODUCERS, .done = done};
-  kva_spawn_opts o = {.mailbox_capacity = 4};
-  kva_actor *sink = kva_spawn(rt, &fifo_behavior, &s, &o);
-  ck_assert_ptr_nonnull(sink);
+  fifo_state s;
+  kva_actor *sink = fifo_sink(rt, &s, done, per * PRODUCERS);
   pthread_t th[PRODUCERS];
   producer_arg args[PRODUCERS];
   for (uint32_t i = 0; i < PRODUCERS; i++) {
@@ -77,9 +93,7 @@ START_TEST(per_sender_fifo_holds_with_four_threads_into_capacity_four) {
   kva_runtime_counters c;
   kva_runtime_get_counters(rt, &c);
   kva_runtime_shutdown(rt);
-  ck_assert_uint_eq(s.errors, 0);
-  ck_assert_uint_eq(s.total, per * PRODUCERS);
-  for (int i = 0; i < PRODUCERS; i++) ck_assert_uint_eq(s.next[i], per);
+  fifo_check(&s, per);
   ck_assert_uint_gt(c.blocked_sends, 0); /* the ring really was full */
 }
 END_TEST
@@ -106,9 +120,8 @@ START_TEST(actor_senders_overflow_and_are_muted_without_reordering) {
   const uint64_t per = 200000;
   kva_runtime *rt = fixture_runtime(2, NULL);
   kva_port *done = kva_port_open(rt, "done");
-  fifo_state s = {.expect = per * PRODUCERS, .done = done};
-  kva_spawn_opts o = {.mailbox_capacity = 4};
-  kva_actor *sink = kva_spawn(rt, &fifo_behavior, &s, &o);
+  fifo_state s;
+  kva_actor *sink = fifo_sink(rt, &s, done, per * PRODUCERS);
   sender_state ss[PRODUCERS];
   for (uint32_t i = 0; i < PRODUCERS; i++) {
     ss[i] = (sender_state){sink, i, 0, per};
@@ -119,8 +132,7 @@ START_TEST(actor_senders_overflow_and_are_muted_without_reordering) {
   kva_runtime_counters c;
   kva_runtime_get_counters(rt, &c);
   kva_runtime_shutdown(rt);
-  ck_assert_uint_eq(s.errors, 0);
-  ck_assert_uint_eq(s.total, per * PRODUCERS);
+  fifo_check(&s, per);
   ck_assert_uint_gt(c.overflowed, 0);
   ck_assert_uint_gt(c.mutes, 0);
   ck_assert_uint_eq(c.blocked_sends, 0); /* actors never wait */

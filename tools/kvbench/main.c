@@ -29,7 +29,7 @@ static void usage(FILE *f) {
 
 /* Under `bazel run` the anchors sit in the runfiles tree; elsewhere next to
  * bazel-bin/tools/kvbench in bazel-bin/tools/bench. */
-static const char *default_anchors(const char *argv0) {
+static const char *default_anchors(void) {
   static char dir[4096];
   if (access("tools/bench/caf_bench", X_OK) == 0) return "tools/bench";
   char self[4096];
@@ -37,7 +37,6 @@ static const char *default_anchors(const char *argv0) {
   if (n <= 0) return "tools/bench";
   self[n] = 0;
   snprintf(dir, sizeof(dir), "%s/bench", dirname(self));
-  (void)argv0;
   return dir;
 }
 
@@ -49,7 +48,7 @@ int main(int argc, char **argv) {
                   .fanin = 8000000,
                   .ring_hops = 1000000,
                   .ring_msgs = 10000000,
-                  .anchors = default_anchors(argv[0])};
+                  .anchors = default_anchors()};
   const char *suite = "runtime";
   static const struct option opts[] = {{"suite", 1, 0, 's'},   {"reps", 1, 0, 'r'},
                                        {"workers", 1, 0, 'w'}, {"pingpong", 1, 0, 'p'},
