@@ -181,6 +181,124 @@ int kva_port_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int tim
 void kva_port_close(kva_port *p); /* not thread-safe with respect to the same port */
 
 /* ------------------------------------------------------------------------
+ * Storage manager: the engine-facing calls (seeds 004 and 002). Started by
+ * kva_runtime_start unless l1.size_bytes is 0. Every call may be made from
+ * many threads at once; each blocking call waits for one reply from the L1
+ * manager actor on a port taken from a pool (no allocation, no thread-local
+ * state). Calls racing with kva_runtime_shutdown return KVA_ESHUTDOWN; after
+ * it returns, the storage pointer is gone like the runtime.
+ * ------------------------------------------------------------------------ */
+typedef struct kva_key {
+  char model[64]; /* NUL-terminated, no '@', at most 63 bytes */
+  uint32_t kv_rank;
+  uint32_t group;   /* object group id */
+  uint8_t hash_len; /* 1..32 */
+  uint8_t hash[32];
+} kva_key;
+typedef enum {
+  KVA_DT_U8,
+  KVA_DT_F16,
+  KVA_DT_BF16,
+  KVA_DT_F32,
+  KVA_DT_FP8_E4M3,
+  KVA_DT_FP8_E5M2
+} kva_dtype;
+typedef struct kva_layout {
+  uint32_t ntensors; /* 1..4 */
+  struct {
+    uint32_t ndim; /* 0..6; 0 = a scalar */
+    uint64_t shape[6];
+    kva_dtype dtype;
+  } tensor[4];
+} kva_layout;
+/* Bytes of one object of this layout (tensors back to back, each starting
+ * on a 64-byte boundary); 0 for an invalid layout or one whose size
+ * overflows. */
+size_t kva_layout_bytes(const kva_layout *l);
+typedef struct kva_buf {
+  void *ptr;
+  size_t len;
+} kva_buf; /* one object's bytes */
+typedef enum { KVA_WRITE_NEW, KVA_WRITE_UPDATE, KVA_WRITE_ALL } kva_write_mode;
+
+typedef struct kva_storage kva_storage;
+/* The runtime's storage manager, or NULL when it has none. */
+kva_storage *kva_storage_of(kva_runtime *rt);
+
+/*
+ * Batched calls and per-key status. Each call is one message to the L1
+ * manager, so each batch is atomic with respect to every other call. The
+ * per-key result goes to status[i] (KVA_OK or a positive KVA_KEY_* /
+ * KVA_OUT_OF_MEMORY); the return value is the number of keys that
+ * succeeded, or a negative error when the call itself is refused (then
+ * nothing changed and status is untouched): KVA_EINVAL for a NULL pointer,
+ * n = 0, an invalid key (empty model, a model with '@' or without its NUL
+ * in 64 bytes, hash_len 0 or > 32) or layout; KVA_ESHUTDOWN while the
+ * runtime shuts down. A key that appears twice in one batch: the first
+ * occurrence is processed, every later one gets KVA_KEY_WRONG_STATE and
+ * changes nothing.
+ */
+/* Write path. New objects are write-locked; bufs[i] receives the memory to
+ * fill (NULL/0 for a key that failed). NEW rejects existing keys
+ * (KVA_KEY_NOT_WRITABLE), UPDATE rejects missing keys (KVA_KEY_NOT_EXIST),
+ * ALL accepts both; an existing object is reused only when unlocked and not
+ * temporary (else KVA_KEY_LOCKED / KVA_KEY_NOT_WRITABLE), and is
+ * write-locked again. The new keys of one call are allocated all or
+ * nothing, after demand eviction of unlocked objects: if they do not fit,
+ * each gets KVA_OUT_OF_MEMORY and nothing resident is lost. */
+int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
+                      kva_write_mode mode, kva_buf *bufs, int *status);
+/* write-locked -> ready (KVA_KEY_WRONG_STATE otherwise; KVA_KEY_NOT_EXIST). */
+int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status);
+/* Removes objects; a locked one gets KVA_KEY_LOCKED unless force. */
+int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *status);
+
+/* Prefetch/read path. submit read-locks the contiguous L1 prefix of k[]
+ * (1 + extra_readers locks each, extra_readers <= 127), the rest is looked
+ * up in L2 when L2 tiers exist. The handle is polled, waited on, or its
+ * eventfd watched; the result (the contiguous prefix hit count) is read
+ * exactly once, which frees the handle; a handle used after that gets
+ * KVA_EINVAL. */
+typedef struct kva_prefetch kva_prefetch;
+int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
+                        uint32_t extra_readers, kva_prefetch **h);
+int kva_query_prefetch(kva_storage *s, kva_prefetch *h,
+                       size_t *hits); /* KVA_EAGAIN while running */
+int kva_wait_prefetch(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits);
+int kva_prefetch_eventfd(const kva_prefetch *h); /* readable when done */
+/* All keys present and read-locked -> bufs, KVA_OK. Otherwise releases
+ * one read lock of each of those keys that holds one and returns the
+ * first key's problem (KVA_KEY_NOT_EXIST / KVA_KEY_NOT_READABLE). */
+int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs);
+/* Releases 1 + extra_readers read locks of each key; a temporary object is
+ * freed at its last release. Returns the number of keys released. */
+int kva_finish_read_prefetched(kva_storage *s, const kva_key *k, size_t n, uint32_t extra_readers);
+/* Marks keys as used (eviction order: suffix chunks before their prefix). */
+int kva_touch(kva_storage *s, const kva_key *k, size_t n);
+
+/* Maintenance and introspection */
+int kva_clear(kva_storage *s, int force); /* L1 only; returns objects removed */
+/* 0 = no lock held and the pool accounting is consistent; otherwise
+ * KVA_EIO and a report naming the first locked objects or the problem. */
+int kva_memcheck(kva_storage *s, char *report, size_t len);
+typedef struct kva_storage_stats {
+  uint64_t l1_capacity_bytes, l1_used_bytes, l1_objects;
+  uint64_t l1_write_locked, l1_read_locked, l1_temporary;
+  uint64_t reserved, finished, hits, misses, evicted, evicted_on_demand, out_of_memory;
+  int l1_pinned;    /* page-locked for DMA */
+  int l1_numa_node; /* -1 if not bound */
+} kva_storage_stats;
+int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out);
+
+/* Prefix-chained chunk keys: key i depends on tokens [0, (i+1)*chunk_tokens)
+ * and on salt (may be NULL), through xxh3-128. A trailing partial chunk
+ * gets a key only when include_partial. Returns the number of keys written
+ * (at most max); 0 for bad arguments. */
+size_t kva_chunk_keys(const char *model, uint32_t kv_rank, const char *salt, const int32_t *tokens,
+                      size_t ntokens, uint32_t chunk_tokens, int include_partial, kva_key *out,
+                      size_t max);
+
+/* ------------------------------------------------------------------------
  * Plug-ins: read-only view of one adapter's config map
  * ------------------------------------------------------------------------ */
 typedef struct kva_config_node kva_config_node;

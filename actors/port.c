@@ -26,17 +26,22 @@ static void port_no_receive(kva_actor *self, void *state, const kva_msg *m) {
   (void)self, (void)state, (void)m;
 }
 
-kva_port *kva_port_open(kva_runtime *rt, const char *name) {
+kva_port *port_open_with(kva_runtime *rt, const char *name, uint32_t capacity) {
   if (!rt || ck_pr_load_32(&rt->spawning_closed)) return NULL;
   kva_port *p = calloc(1, sizeof(*p));
   if (!p) return NULL;
   kva_behavior b = {.name = name ? name : "port", .receive = port_no_receive};
-  p->a = actor_create(rt, &b, p, NULL, ACTOR_PORT);
+  kva_spawn_opts o = {.mailbox_capacity = capacity};
+  p->a = actor_create(rt, &b, p, &o, ACTOR_PORT);
   if (!p->a) {
     free(p);
     return NULL;
   }
   return p;
+}
+
+kva_port *kva_port_open(kva_runtime *rt, const char *name) {
+  return port_open_with(rt, name, 0);
 }
 
 kva_actor *kva_port_actor(kva_port *p) {

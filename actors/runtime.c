@@ -73,7 +73,7 @@ static void runtime_free(kva_runtime *rt) {
   free(rt);
 }
 
-int kva_runtime_start(const kva_config *cfg, kva_runtime **out) {
+int runtime_create(const kva_config *cfg, kva_runtime **out) {
   if (!out) return KVA_EINVAL;
   *out = NULL;
   kva_runtime *rt = calloc(1, sizeof(*rt));
@@ -139,7 +139,7 @@ static void stop_one(kva_runtime *rt, kva_actor *a) {
   runtime_wait_quiescent(rt);
 }
 
-void kva_runtime_shutdown(kva_runtime *rt) {
+void runtime_destroy(kva_runtime *rt) {
   if (!rt) return;
   ck_pr_store_32(&rt->spawning_closed, 1);
   poller_stop(rt);

@@ -78,6 +78,7 @@ struct kva_runtime {
   uint32_t spin_iters;
 
   det_state *det; /* deterministic mode (det.c), NULL otherwise */
+  void *storage;  /* the storage facade (root), NULL without storage actors */
   poller *poll;   /* epoll thread, fd watches, timers (poller.c) */
 
   pthread_mutex_t mute_lock; /* parked list and every actor's parked_on */
@@ -130,7 +131,14 @@ bool poller_det_poll(kva_runtime *rt); /* det mode: fds ready now */
 bool poller_det_next_timer(kva_runtime *rt, uint64_t *deadline);
 bool poller_det_fire_due(kva_runtime *rt, uint64_t now); /* fires the earliest due */
 
-/* runtime.c */
+/* runtime.c: kva_runtime_start/_shutdown without the storage actors (the
+ * facade at the root adds them, keeping actors/ free of storage) */
+int runtime_create(const kva_config *cfg, kva_runtime **out);
+void runtime_destroy(kva_runtime *rt);
 void runtime_wait_quiescent(kva_runtime *rt);
+
+/* port.c: a port with a mailbox of `capacity` (for the storage facade's
+ * many small reply ports) */
+kva_port *port_open_with(kva_runtime *rt, const char *name, uint32_t capacity);
 
 #endif

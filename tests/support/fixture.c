@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -44,4 +45,87 @@ uint64_t fixture_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void set_kv(kva_config *c, const char *kv) {
+  char key[128], err[256];
+  const char *eq = strchr(kv, '=');
+  ck_assert_ptr_nonnull(eq);
+  snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+  int rc = kva_config_set_err(c, key, eq + 1, err, sizeof(err));
+  ck_assert_msg(rc == KVA_OK, "config %s: %s", kv, err);
+}
+
+kva_runtime *fixture_storage(int workers, uint64_t l1_bytes, ...) {
+  kva_config *c = kva_config_default();
+  ck_assert_ptr_nonnull(c);
+  char kv[96];
+  snprintf(kv, sizeof(kv), "runtime.workers=%d", workers);
+  set_kv(c, kv);
+  snprintf(kv, sizeof(kv), "l1.size_bytes=%lu", (unsigned long)l1_bytes);
+  set_kv(c, kv);
+  set_kv(c, "l1.hugepages=false");
+  set_kv(c, "l1.pinned=false");
+  va_list ap;
+  va_start(ap, l1_bytes);
+  for (const char *x; (x = va_arg(ap, const char *)) != NULL;) set_kv(c, x);
+  va_end(ap);
+  kva_runtime *rt = NULL;
+  int rc = kva_runtime_start(c, &rt);
+  ck_assert_msg(rc == KVA_OK, "runtime start: %s", kva_strerror(rc));
+  kva_config_free(c);
+  ck_assert_ptr_nonnull(kva_storage_of(rt));
+  return rt;
+}
+
+kva_key fixture_key(uint64_t i) {
+  kva_key k;
+  memset(&k, 0, sizeof(k));
+  strcpy(k.model, "test_model");
+  k.hash_len = 8;
+  memcpy(k.hash, &i, 8);
+  return k;
+}
+
+static kva_layout one_tensor(uint32_t ndim, const uint64_t *shape, kva_dtype dt) {
+  kva_layout l;
+  memset(&l, 0, sizeof(l));
+  l.ntensors = 1;
+  l.tensor[0].ndim = ndim;
+  for (uint32_t d = 0; d < ndim; d++) l.tensor[0].shape[d] = shape[d];
+  l.tensor[0].dtype = dt;
+  return l;
+}
+
+kva_layout fixture_layout_basic(void) {
+  const uint64_t shape[] = {100, 2, 512};
+  return one_tensor(3, shape, KVA_DT_BF16);
+}
+
+kva_layout fixture_layout_large(void) {
+  const uint64_t shape[] = {2048, 1024};
+  return one_tensor(2, shape, KVA_DT_F32);
+}
+
+kva_layout fixture_layout_bytes(uint64_t bytes) {
+  return one_tensor(1, &bytes, KVA_DT_U8);
+}
+
+void fixture_write(kva_storage *s, uint64_t first, size_t n, const kva_layout *l) {
+  kva_key *k = calloc(n, sizeof(*k));
+  kva_buf *b = calloc(n, sizeof(*b));
+  int *st = calloc(n, sizeof(*st));
+  ck_assert(k && b && st);
+  for (size_t i = 0; i < n; i++) k[i] = fixture_key(first + i);
+  ck_assert_int_eq(kva_reserve_write(s, k, n, l, KVA_WRITE_NEW, b, st), (int)n);
+  ck_assert_int_eq(kva_finish_write(s, k, n, st), (int)n);
+  free(k);
+  free(b);
+  free(st);
+}
+
+void fixture_memcheck_clean(kva_storage *s) {
+  char report[1024];
+  int rc = kva_memcheck(s, report, sizeof(report));
+  ck_assert_msg(rc == KVA_OK, "memcheck: %s", report);
 }

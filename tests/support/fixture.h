@@ -16,4 +16,21 @@ kva_runtime *fixture_runtime(int workers, ...);
 kva_msg fixture_recv(kva_port *p, void *buf, uint32_t buflen, int timeout_ms);
 uint64_t fixture_now_ns(void);
 
+/* A runtime with storage actors: an L1 pool of l1_bytes (plain memory, no
+ * huge pages), then optional "key=value" settings (NULL-terminated). */
+kva_runtime *fixture_storage(int workers, uint64_t l1_bytes, ...);
+/* Key i of model "test_model" (hash = the 8 bytes of i). */
+kva_key fixture_key(uint64_t i);
+/* One tensor [100, 2, 512] bf16 = 204,800 bytes (LMCache's basic layout). */
+kva_layout fixture_layout_basic(void);
+/* One tensor [2048, 1024] f32 = 8 MiB (LMCache's large layout). */
+kva_layout fixture_layout_large(void);
+/* One u8 tensor of `bytes` bytes. */
+kva_layout fixture_layout_bytes(uint64_t bytes);
+/* reserve_write(NEW) + finish_write of keys [first, first + n), asserting
+ * success. */
+void fixture_write(kva_storage *s, uint64_t first, size_t n, const kva_layout *l);
+/* Asserts that kva_memcheck reports no lock held and consistent accounting. */
+void fixture_memcheck_clean(kva_storage *s);
+
 #endif

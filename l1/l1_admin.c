@@ -1,0 +1,190 @@
+/*
+ * l1_admin.c — the L1 manager's object bookkeeping and its maintenance
+ * requests: delete, clear, watermark eviction, memcheck, stats.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "actors/log.h"
+#include "l1/key.h"
+#include "l1/l1_internal.h"
+
+bool l1_locked(const l1_obj *o) {
+  return o->write_locked || o->readers > 0 || o->pins > 0;
+}
+
+void l1_set_write_lock(struct l1_manager *m, l1_obj *o, bool on) {
+  if (o->write_locked == on) return;
+  o->write_locked = on;
+  if (on)
+    m->n_write_locked++;
+  else
+    m->n_write_locked--;
+}
+
+void l1_add_readers(struct l1_manager *m, l1_obj *o, uint32_t n) {
+  if (o->readers == 0) m->n_read_locked++;
+  o->readers += n;
+}
+
+/* Releases up to n read locks (never below zero); a temporary object goes
+ * with its last reader. */
+void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n) {
+  l1_obj *o = object_at(&m->t, slot);
+  if (o->readers == 0) return;
+  o->readers = o->readers > n ? o->readers - n : 0;
+  if (o->readers > 0) return;
+  m->n_read_locked--;
+  if (o->temporary) l1_remove(m, slot, true);
+}
+
+/* Forgets an object and returns its block to the pool. */
+void l1_remove(struct l1_manager *m, uint32_t slot, bool notify) {
+  l1_obj *o = object_at(&m->t, slot);
+  if (notify) l1_note(m, NOTE_REMOVED, slot, 0);
+  if (o->write_locked) m->n_write_locked--;
+  if (o->readers) m->n_read_locked--;
+  if (o->ptr) pool_free(m->pool, o->ptr);
+  object_table_remove(&m->t, slot);
+}
+
+bool l1_seen(struct l1_manager *m, uint32_t slot) {
+  l1_obj *o = object_at(&m->t, slot);
+  if (o->stamp == m->stamp) return true;
+  o->stamp = m->stamp;
+  return false;
+}
+
+void l1_delete(struct l1_manager *m, l1_req *r) {
+  int ok = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    int st = KVA_OK;
+    if (slot == NO_SLOT)
+      st = KVA_KEY_NOT_EXIST;
+    else if (l1_seen(m, slot))
+      st = KVA_KEY_WRONG_STATE;
+    else if (l1_locked(object_at(&m->t, slot)) && !r->force)
+      st = KVA_KEY_LOCKED;
+    if (st == KVA_OK) {
+      if (l1_locked(object_at(&m->t, slot))) LOG_WARN("l1: force-deleting a locked object");
+      l1_remove(m, slot, true);
+      ok++;
+    }
+    r->status[i] = st;
+  }
+  r->result = ok;
+}
+
+void l1_clear(struct l1_manager *m, l1_req *r) {
+  int removed = 0;
+  for (uint32_t slot = 0; slot < m->t.nslots; slot++) {
+    l1_obj *o = object_at(&m->t, slot);
+    if (o->gen == 0 || (!r->force && l1_locked(o))) continue;
+    l1_remove(m, slot, true);
+    removed++;
+  }
+  r->result = removed;
+}
+
+/* Watermark eviction: unlocked candidates in the controller's order until
+ * `target` bytes are freed. The answer says where it stopped, so the
+ * controller can send the next page when this one ran out. */
+void l1_evict(struct l1_manager *m, const evict_list *l) {
+  evict_done d = {0};
+  uint32_t i = 0;
+  for (; i < l->n && d.freed < l->target; i++) {
+    d.after = l->ids[i];
+    uint32_t slot = object_table_by_id(&m->t, l->ids[i]);
+    if (slot == NO_SLOT || l1_locked(object_at(&m->t, slot))) continue;
+    d.freed += pool_block_bytes(m->pool, object_at(&m->t, slot)->bytes);
+    l1_remove(m, slot, true);
+    m->st.evicted++;
+  }
+  d.exhausted = i == l->n && d.freed < l->target;
+  l1_note_flush(m); /* the removals reach the controller before the answer */
+  if (m->evictor && kva_send(m->evictor, EC_EVICT_DONE, &d, sizeof(d), m->self, 0) != KVA_OK)
+    m->evictor = NULL;
+}
+
+/* Appends the first locked objects to the report. */
+static void report_locked(struct l1_manager *m, char *out, size_t len) {
+  size_t o = strlen(out);
+  unsigned shown = 0;
+  for (uint32_t slot = 0; slot < m->t.nslots && shown < 4; slot++) {
+    l1_obj *ob = object_at(&m->t, slot);
+    if (ob->gen == 0 || !l1_locked(ob)) continue;
+    char k[160];
+    key_format(&ob->key, k, sizeof(k));
+    int w = snprintf(out + o, len - o, "%s%s (%s, %u readers, %u pins)", shown ? "; " : ": ", k,
+                     ob->write_locked ? "write-locked" : "ready", ob->readers, ob->pins);
+    if (w < 0 || (size_t)w >= len - o) return;
+    o += (size_t)w;
+    shown++;
+  }
+}
+
+/* Recounts everything and compares with the maintained counters. */
+static int check_accounting(struct l1_manager *m, char *out, size_t len) {
+  uint64_t objs = 0, blocks = 0, w = 0, rd = 0;
+  for (uint32_t slot = 0; slot < m->t.nslots; slot++) {
+    l1_obj *o = object_at(&m->t, slot);
+    if (o->gen == 0) continue;
+    objs++;
+    blocks += pool_block_bytes(m->pool, o->bytes);
+    w += o->write_locked;
+    rd += o->readers > 0;
+    if (o->write_locked && o->readers) {
+      snprintf(out, len, "l1: an object is write-locked and read-locked at once");
+      return KVA_EIO;
+    }
+  }
+  if (objs != m->t.count || objs != pool_live_blocks(m->pool) || blocks != pool_used(m->pool) ||
+      w != m->n_write_locked || rd != m->n_read_locked) {
+    snprintf(out, len,
+             "l1: accounting mismatch: %lu objects (table %lu, pool blocks %lu), %lu bytes "
+             "(pool %lu), locks %lu/%lu (counted %lu/%lu)",
+             (unsigned long)objs, (unsigned long)m->t.count,
+             (unsigned long)pool_live_blocks(m->pool), (unsigned long)blocks,
+             (unsigned long)pool_used(m->pool), (unsigned long)m->n_write_locked,
+             (unsigned long)m->n_read_locked, (unsigned long)w, (unsigned long)rd);
+    return KVA_EIO;
+  }
+  return KVA_OK;
+}
+
+void l1_memcheck(struct l1_manager *m, l1_req *r) {
+  char tmp[512] = "";
+  char *out = r->report && r->report_len ? r->report : tmp;
+  size_t len = r->report && r->report_len ? r->report_len : sizeof(tmp);
+  out[0] = '\0';
+  int rc = pool_memcheck(m->pool, out, len);
+  if (rc == KVA_OK) rc = check_accounting(m, out, len);
+  if (rc == KVA_OK && (m->n_write_locked || m->n_read_locked)) {
+    snprintf(out, len, "l1: %lu write-locked and %lu read-locked objects",
+             (unsigned long)m->n_write_locked, (unsigned long)m->n_read_locked);
+    report_locked(m, out, len);
+    rc = KVA_EIO;
+  }
+  if (rc == KVA_OK)
+    snprintf(out, len, "ok: %lu objects, %lu bytes used of %lu", (unsigned long)m->t.count,
+             (unsigned long)pool_used(m->pool), (unsigned long)pool_capacity(m->pool));
+  r->result = rc;
+}
+
+void l1_stats(struct l1_manager *m, l1_req *r) {
+  kva_storage_stats *s = r->stats;
+  *s = m->st;
+  s->l1_capacity_bytes = pool_capacity(m->pool);
+  s->l1_used_bytes = pool_used(m->pool);
+  s->l1_objects = m->t.count;
+  s->l1_write_locked = m->n_write_locked;
+  s->l1_read_locked = m->n_read_locked;
+  uint64_t temp = 0;
+  for (uint32_t slot = 0; slot < m->t.nslots; slot++)
+    temp += m->t.objs[slot].gen && m->t.objs[slot].temporary;
+  s->l1_temporary = temp;
+  s->l1_pinned = pool_is_pinned(m->pool);
+  s->l1_numa_node = pool_numa_node(m->pool);
+  r->result = KVA_OK;
+}

@@ -1,0 +1,101 @@
+/*
+ * l1_internal.h — state of the L1 manager actor, shared by its files:
+ *   l1_manager.c  receive loop, lifecycle, notifications, deferral
+ *   l1_write.c    reserve_write (with demand eviction), finish_write
+ *   l1_read.c     reserve/finish read, prefetch, read, touch
+ *   l1_admin.c    delete, clear, evict, memcheck, stats
+ */
+#ifndef KVA_L1_L1_INTERNAL_H
+#define KVA_L1_L1_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvact.h"
+#include "l1/eviction_controller.h"
+#include "l1/l1_manager.h"
+#include "l1/object_table.h"
+#include "l1/pool.h"
+
+#define NO_SLOT UINT32_MAX
+
+/* A message that arrived while a demand eviction was waiting for the
+ * eviction controller: kept, in order, until the demand is over. */
+typedef struct deferred_msg {
+  kva_msg m;
+  struct deferred_msg *next;
+  uint8_t data[];
+} deferred_msg;
+
+/* A reserve_write waiting for eviction candidates (at most one). */
+typedef struct demand {
+  bool active;
+  l1_req *req;
+  kva_actor *reply_to;
+  uint64_t tag;
+  size_t nalloc;    /* blocks the reservation needs (in scratch) */
+  uint64_t deficit; /* bytes the plan must free */
+  uint64_t after;   /* cursor into the policy order */
+  uint32_t *plan;   /* unlocked candidates chosen so far */
+  size_t nplan, cap_plan;
+  uint64_t planned; /* bytes they free */
+} demand;
+
+/* Per-request scratch: which keys need a block, grown on demand. */
+typedef struct scratch {
+  uint32_t *slot;  /* per key: object slot, NO_SLOT if the key failed */
+  uint8_t *fresh;  /* per key: 1 = created by this request, 2 = resized */
+  uint64_t *bytes; /* per allocation */
+  void **ptrs;
+  uint32_t *owner; /* per allocation: key index */
+  size_t cap;
+} scratch;
+
+struct l1_manager {
+  kva_actor *self;
+  kva_actor *evictor; /* eviction controller; NULL = none */
+  pool *pool;
+  object_table t;
+  uint64_t stamp; /* request counter, for duplicate keys */
+  /* notifications of the current request, sent at its end */
+  evict_note *note;
+  size_t note_cap;
+  demand dem;
+  deferred_msg *dq_head, *dq_tail;
+  scratch sc;
+  uint64_t n_write_locked, n_read_locked; /* objects, maintained */
+  kva_storage_stats st;                   /* counters */
+};
+
+/* l1_manager.c */
+void l1_note(struct l1_manager *m, uint32_t op, uint32_t slot, uint64_t bytes);
+void l1_note_flush(struct l1_manager *m);
+void l1_reply(struct l1_manager *m, kva_actor *to, uint64_t tag);
+void l1_dispatch(struct l1_manager *m, const kva_msg *msg);
+int scratch_reserve(scratch *s, size_t n);
+
+/* object helpers (l1_admin.c) */
+bool l1_locked(const l1_obj *o);
+void l1_remove(struct l1_manager *m, uint32_t slot, bool notify);
+void l1_set_write_lock(struct l1_manager *m, l1_obj *o, bool on);
+void l1_add_readers(struct l1_manager *m, l1_obj *o, uint32_t n);
+void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n);
+/* marks keys as seen by this request; true if key i repeats an earlier one */
+bool l1_seen(struct l1_manager *m, uint32_t slot);
+
+/* handlers */
+void l1_reserve_write(struct l1_manager *m, l1_req *r, kva_actor *from, uint64_t tag);
+void l1_demand_candidates(struct l1_manager *m, const evict_list *l);
+void l1_finish_write(struct l1_manager *m, l1_req *r, bool and_read);
+void l1_reserve_read(struct l1_manager *m, l1_req *r);
+void l1_finish_read(struct l1_manager *m, l1_req *r);
+void l1_prefetch(struct l1_manager *m, l1_req *r);
+void l1_read(struct l1_manager *m, l1_req *r);
+void l1_touch(struct l1_manager *m, l1_req *r);
+void l1_delete(struct l1_manager *m, l1_req *r);
+void l1_clear(struct l1_manager *m, l1_req *r);
+void l1_evict(struct l1_manager *m, const evict_list *l);
+void l1_memcheck(struct l1_manager *m, l1_req *r);
+void l1_stats(struct l1_manager *m, l1_req *r);
+
+#endif

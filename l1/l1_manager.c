@@ -1,0 +1,282 @@
+/*
+ * l1_manager.c — the L1 manager actor: owns the host pool and the object
+ * table; every batched request is one message, so each batch is atomic.
+ *
+ * Accepts                               | Sends
+ * --------------------------------------+---------------------------------
+ * L1_RESERVE_WRITE .. L1_STATS (l1_req*) | L1_REPLY to the sender (same tag)
+ * L1_EVICT (evict_list, from EC)        | EC_EVICT_DONE to EC
+ * L1_CANDIDATES (evict_list, from EC)   | EC_DEMAND to EC (demand eviction)
+ *                                       | EC_NOTE to EC after each request
+ *                                       |   that changed anything
+ *
+ * Invariants:
+ *  - an object is write-locked xor readable; a write-locked object has no
+ *    readers; a temporary object is removed when its last reader leaves;
+ *  - locked or pinned objects are never evicted (demand or watermark);
+ *  - notifications leave in the order the changes happened, one message per
+ *    request, after the request is complete: the eviction controller's view
+ *    is exactly the manager's state as of the last note it received;
+ *  - while a demand eviction waits for candidates, every other message is
+ *    deferred (kept in arrival order), so the state the candidates were
+ *    chosen from is the state they are applied to, and the reservation stays
+ *    atomic.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/log.h"
+#include "l1/key.h"
+#include "l1/l1_internal.h"
+
+/* ---- notifications ------------------------------------------------------ */
+
+/* Appends one change to the current request's note (dropped on ENOMEM: the
+ * policy then misses it, which costs eviction quality, never correctness). */
+void l1_note(struct l1_manager *m, uint32_t op, uint32_t slot, uint64_t bytes) {
+  if (!m->evictor) return;
+  evict_note *n = m->note;
+  if (!n || n->n == m->note_cap) {
+    size_t cap = m->note_cap ? m->note_cap * 2 : 256;
+    n = realloc(m->note, sizeof(*n) + cap * sizeof(n->e[0]));
+    if (!n) return;
+    if (!m->note) n->n = 0;
+    m->note = n;
+    m->note_cap = cap;
+  }
+  evict_note_entry *e = &n->e[n->n++];
+  e->id = object_id(&m->t, slot);
+  e->bytes = bytes;
+  e->op = op;
+  e->pad = 0;
+}
+
+/* Sends the changes of the request just handled, with the pool's usage. */
+void l1_note_flush(struct l1_manager *m) {
+  evict_note *n = m->note;
+  if (!m->evictor || !n || n->n == 0) return;
+  n->used = pool_used(m->pool);
+  n->capacity = pool_capacity(m->pool);
+  uint32_t len = (uint32_t)(sizeof(*n) + n->n * sizeof(n->e[0]));
+  if (kva_send(m->evictor, EC_NOTE, n, len, m->self, 0) != KVA_OK) m->evictor = NULL;
+  n->n = 0;
+}
+
+void l1_reply(struct l1_manager *m, kva_actor *to, uint64_t tag) {
+  if (to) kva_send(to, L1_REPLY, NULL, 0, m->self, tag);
+}
+
+/* ---- scratch ------------------------------------------------------------ */
+
+int scratch_reserve(scratch *s, size_t n) {
+  if (n <= s->cap) return KVA_OK;
+  size_t cap = s->cap ? s->cap : 64;
+  while (cap < n) cap *= 2;
+  uint32_t *slot = realloc(s->slot, cap * sizeof(*slot));
+  if (slot) s->slot = slot;
+  uint8_t *fresh = realloc(s->fresh, cap);
+  if (fresh) s->fresh = fresh;
+  uint64_t *bytes = realloc(s->bytes, cap * sizeof(*bytes));
+  if (bytes) s->bytes = bytes;
+  void **ptrs = realloc(s->ptrs, cap * sizeof(*ptrs));
+  if (ptrs) s->ptrs = ptrs;
+  uint32_t *owner = realloc(s->owner, cap * sizeof(*owner));
+  if (owner) s->owner = owner;
+  if (!slot || !fresh || !bytes || !ptrs || !owner) return KVA_ENOMEM;
+  s->cap = cap;
+  return KVA_OK;
+}
+
+static void scratch_free(scratch *s) {
+  free(s->slot);
+  free(s->fresh);
+  free(s->bytes);
+  free(s->ptrs);
+  free(s->owner);
+}
+
+/* ---- deferral ----------------------------------------------------------- */
+
+/* Keeps a message for later (a demand eviction is waiting). */
+static void defer(struct l1_manager *m, const kva_msg *msg) {
+  deferred_msg *d = malloc(sizeof(*d) + msg->len);
+  if (!d) {
+    LOG_ERROR("l1: cannot defer a message of %u bytes: out of memory", msg->len);
+    if (msg->len == sizeof(l1_req *)) {
+      l1_req *r = *(l1_req *const *)msg->data;
+      r->result = KVA_ENOMEM;
+      l1_reply(m, msg->from, msg->tag);
+    }
+    return;
+  }
+  d->m = *msg;
+  if (msg->len) memcpy(d->data, msg->data, msg->len);
+  d->m.data = d->data;
+  d->next = NULL;
+  if (m->dq_tail)
+    m->dq_tail->next = d;
+  else
+    m->dq_head = d;
+  m->dq_tail = d;
+}
+
+/* Replays deferred messages in order until one starts a new demand. */
+static void drain_deferred(struct l1_manager *m) {
+  while (m->dq_head && !m->dem.active) {
+    deferred_msg *d = m->dq_head;
+    m->dq_head = d->next;
+    if (!m->dq_head) m->dq_tail = NULL;
+    l1_dispatch(m, &d->m);
+    free(d);
+  }
+}
+
+/* ---- receive ------------------------------------------------------------ */
+
+static l1_req *req_of(const kva_msg *msg) {
+  if (msg->len != sizeof(l1_req *)) return NULL;
+  l1_req *r;
+  memcpy(&r, msg->data, sizeof(r));
+  return r;
+}
+
+/* Handles one request whose reply is sent at once. */
+static void dispatch_req(struct l1_manager *m, const kva_msg *msg, l1_req *r) {
+  switch (msg->type) {
+  case L1_FINISH_WRITE:
+    l1_finish_write(m, r, false);
+    break;
+  case L1_FINISH_WRITE_AND_RESERVE_READ:
+    l1_finish_write(m, r, true);
+    break;
+  case L1_RESERVE_READ:
+    l1_reserve_read(m, r);
+    break;
+  case L1_FINISH_READ:
+    l1_finish_read(m, r);
+    break;
+  case L1_PREFETCH:
+    l1_prefetch(m, r);
+    break;
+  case L1_READ:
+    l1_read(m, r);
+    break;
+  case L1_TOUCH:
+    l1_touch(m, r);
+    break;
+  case L1_DELETE:
+    l1_delete(m, r);
+    break;
+  case L1_CLEAR:
+    l1_clear(m, r);
+    break;
+  case L1_MEMCHECK:
+    l1_memcheck(m, r);
+    break;
+  case L1_STATS:
+    l1_stats(m, r);
+    break;
+  default:
+    r->result = KVA_EINVAL;
+    break;
+  }
+  l1_note_flush(m);
+  l1_reply(m, msg->from, msg->tag);
+}
+
+void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
+  if (msg->type == L1_EVICT) {
+    if (msg->len >= sizeof(evict_list)) l1_evict(m, msg->data);
+    l1_note_flush(m);
+    return;
+  }
+  l1_req *r = req_of(msg);
+  if (!r) {
+    LOG_WARN("l1: dropped message type %u (%u bytes)", msg->type, msg->len);
+    return;
+  }
+  m->stamp++;
+  if (msg->type == L1_RESERVE_WRITE)
+    l1_reserve_write(m, r, msg->from, msg->tag); /* replies itself */
+  else
+    dispatch_req(m, msg, r);
+}
+
+static void l1_receive(kva_actor *self, void *state, const kva_msg *msg) {
+  struct l1_manager *m = state;
+  if (msg->type == L1_CANDIDATES) {
+    if (m->dem.active && msg->len >= sizeof(evict_list)) l1_demand_candidates(m, msg->data);
+    drain_deferred(m);
+    return;
+  }
+  if (m->dem.active) {
+    defer(m, msg);
+    return;
+  }
+  l1_dispatch(m, msg);
+  drain_deferred(m);
+}
+
+/* Frees everything: the objects' memory goes with the pool. Locks still
+ * held here were never released by their owners; say so once. */
+static void l1_on_stop(kva_actor *self, void *state) {
+  struct l1_manager *m = state;
+  if (m->n_write_locked || m->n_read_locked)
+    LOG_WARN("l1: stopping with %lu write-locked and %lu read-locked objects",
+             (unsigned long)m->n_write_locked, (unsigned long)m->n_read_locked);
+  while (m->dq_head) {
+    deferred_msg *d = m->dq_head;
+    m->dq_head = d->next;
+    free(d);
+  }
+  object_table_destroy(&m->t);
+  pool_destroy(m->pool);
+  scratch_free(&m->sc);
+  free(m->dem.plan);
+  free(m->note);
+  free(m);
+}
+
+static const kva_behavior l1_behavior = {
+    .name = "l1_manager",
+    .receive = l1_receive,
+    .on_stop = l1_on_stop,
+};
+
+l1_manager *l1_manager_spawn(kva_runtime *rt, const l1_manager_opts *o, char *err, size_t errlen) {
+  struct l1_manager *m = calloc(1, sizeof(*m));
+  if (!m) return NULL;
+  pool_opts po = {.size_bytes = o->size_bytes,
+                  .reserve_bytes = o->reserve_bytes,
+                  .align_bytes = o->align_bytes,
+                  .numa_node = o->numa_node,
+                  .hugepages = o->hugepages,
+                  .pinned = o->pinned};
+  if (pool_create(&po, &m->pool, err, errlen) != KVA_OK || object_table_init(&m->t) != KVA_OK) {
+    pool_destroy(m->pool);
+    object_table_destroy(&m->t);
+    free(m);
+    return NULL;
+  }
+  m->st.l1_capacity_bytes = pool_capacity(m->pool);
+  m->self = kva_spawn(rt, &l1_behavior, m, NULL);
+  if (!m->self) {
+    snprintf(err, errlen, "l1: cannot spawn the L1 manager actor");
+    object_table_destroy(&m->t);
+    pool_destroy(m->pool);
+    free(m);
+    return NULL;
+  }
+  return m;
+}
+
+kva_actor *l1_manager_actor(l1_manager *m) {
+  return m->self;
+}
+void l1_manager_set_evictor(l1_manager *m, kva_actor *evictor) {
+  m->evictor = evictor;
+}
+uint64_t l1_manager_capacity(const l1_manager *m) {
+  return pool_capacity(m->pool);
+}

@@ -1,0 +1,146 @@
+/*
+ * l1_read.c — the L1 manager's read side: reserve/finish read, the L1 part
+ * of a prefetch, reading prefetched objects, touch.
+ *
+ * Accesses are reported to the eviction controller in reverse request
+ * order (seed 000 touch_cache): the first chunk of a request ends up the
+ * most recently used, so a prefix outlives its suffix.
+ */
+#include "l1/key.h"
+#include "l1/l1_internal.h"
+
+#define READERS_LIMIT 65535u /* read locks one object may accumulate */
+
+/* Looks up every key into sc.slot; false when a key that exists appears
+ * twice (the calls without per-key status refuse such a batch). */
+static bool lookup_all(struct l1_manager *m, const l1_req *r) {
+  if (scratch_reserve(&m->sc, r->n) != KVA_OK) return false;
+  bool unique = true;
+  for (size_t i = 0; i < r->n; i++) {
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    m->sc.slot[i] = slot;
+    if (slot != NO_SLOT && l1_seen(m, slot)) unique = false;
+  }
+  return unique;
+}
+
+/* Notes an access for each key whose slot is set, last key first. */
+static void note_touched_reversed(struct l1_manager *m, size_t n) {
+  for (size_t i = n; i-- > 0;)
+    if (m->sc.slot[i] != NO_SLOT) l1_note(m, NOTE_TOUCHED, m->sc.slot[i], 0);
+}
+
+static bool can_add_readers(const l1_obj *o, uint32_t n) {
+  return !o->write_locked && o->readers + n <= READERS_LIMIT;
+}
+
+void l1_reserve_read(struct l1_manager *m, l1_req *r) {
+  if (scratch_reserve(&m->sc, r->n) != KVA_OK) {
+    r->result = KVA_ENOMEM;
+    return;
+  }
+  int ok = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    int st = KVA_OK;
+    if (slot == NO_SLOT)
+      st = KVA_KEY_NOT_EXIST;
+    else if (l1_seen(m, slot))
+      st = KVA_KEY_WRONG_STATE;
+    else if (!can_add_readers(object_at(&m->t, slot), r->readers))
+      st = KVA_KEY_NOT_READABLE;
+    m->sc.slot[i] = st == KVA_OK ? slot : NO_SLOT;
+    if (r->bufs) r->bufs[i] = (kva_buf){0};
+    if (st == KVA_OK) {
+      l1_obj *o = object_at(&m->t, slot);
+      l1_add_readers(m, o, r->readers);
+      if (r->bufs) r->bufs[i] = (kva_buf){o->ptr, o->bytes};
+      ok++;
+    }
+    r->status[i] = st;
+  }
+  note_touched_reversed(m, r->n);
+  r->result = ok;
+}
+
+void l1_finish_read(struct l1_manager *m, l1_req *r) {
+  int ok = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    int st = KVA_OK;
+    if (slot == NO_SLOT)
+      st = KVA_KEY_NOT_EXIST;
+    else if (l1_seen(m, slot))
+      st = KVA_KEY_WRONG_STATE;
+    else if (object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers == 0)
+      st = KVA_KEY_WRONG_STATE;
+    if (st == KVA_OK) {
+      l1_drop_readers(m, slot, r->readers);
+      ok++;
+    }
+    if (r->status) r->status[i] = st;
+  }
+  r->result = ok;
+}
+
+/* The L1 part of a prefetch: read-lock the contiguous prefix of keys that
+ * are present and readable; nothing after the first gap is locked. */
+void l1_prefetch(struct l1_manager *m, l1_req *r) {
+  if (!lookup_all(m, r)) {
+    r->result = m->sc.cap < r->n ? KVA_ENOMEM : KVA_EINVAL;
+    return;
+  }
+  size_t hits = 0;
+  while (hits < r->n && m->sc.slot[hits] != NO_SLOT &&
+         can_add_readers(object_at(&m->t, m->sc.slot[hits]), r->readers)) {
+    l1_add_readers(m, object_at(&m->t, m->sc.slot[hits]), r->readers);
+    hits++;
+  }
+  note_touched_reversed(m, hits);
+  m->st.hits += hits;
+  m->st.misses += r->n - hits;
+  r->hits = hits;
+  r->result = KVA_OK;
+}
+
+/* Buffers of prefetched (read-locked) objects. All or nothing: on a
+ * problem, one read lock of every key that holds one is released (the
+ * caller will not read them) and the first problem is returned. */
+void l1_read(struct l1_manager *m, l1_req *r) {
+  if (!lookup_all(m, r)) {
+    r->result = m->sc.cap < r->n ? KVA_ENOMEM : KVA_EINVAL;
+    return;
+  }
+  int problem = KVA_OK;
+  for (size_t i = 0; i < r->n && problem == KVA_OK; i++) {
+    uint32_t slot = m->sc.slot[i];
+    if (slot == NO_SLOT)
+      problem = KVA_KEY_NOT_EXIST;
+    else if (object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers == 0)
+      problem = KVA_KEY_NOT_READABLE;
+    else
+      r->bufs[i] = (kva_buf){object_at(&m->t, slot)->ptr, object_at(&m->t, slot)->bytes};
+  }
+  if (problem != KVA_OK) {
+    for (size_t i = 0; i < r->n; i++) {
+      r->bufs[i] = (kva_buf){0};
+      uint32_t slot = m->sc.slot[i];
+      if (slot != NO_SLOT && !object_at(&m->t, slot)->write_locked) l1_drop_readers(m, slot, 1);
+    }
+  }
+  r->result = problem;
+}
+
+void l1_touch(struct l1_manager *m, l1_req *r) {
+  if (scratch_reserve(&m->sc, r->n) != KVA_OK) {
+    r->result = KVA_ENOMEM;
+    return;
+  }
+  int found = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    m->sc.slot[i] = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    found += m->sc.slot[i] != NO_SLOT;
+  }
+  note_touched_reversed(m, r->n);
+  r->result = found;
+}

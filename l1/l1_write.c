@@ -1,0 +1,199 @@
+/*
+ * l1_write.c — the L1 manager's write side: reserve_write with demand
+ * eviction, finish_write, finish_write_and_reserve_read.
+ *
+ * reserve_write in three steps:
+ *  1. per key: reuse an existing object (modes UPDATE/ALL, when unlocked,
+ *     not temporary and of the same layout) or create a record for a new
+ *     key (modes NEW/ALL) — records first, so a repeated key is seen;
+ *  2. allocate the blocks of the new records all at once;
+ *  3. if that fails, demand eviction: ask the eviction controller for
+ *     candidates in policy order (other messages wait, see l1_manager.c),
+ *     plan unlocked ones until their bytes cover the deficit, and only then
+ *     evict them and allocate again. If the plan cannot cover the deficit
+ *     nothing is evicted and every new key gets KVA_OUT_OF_MEMORY. When the
+ *     free bytes already cover the request (fragmentation), nothing is
+ *     evicted either (LMCache PR #5290 does the same).
+ */
+#include <stdlib.h>
+
+#include "l1/key.h"
+#include "l1/l1_internal.h"
+
+/* Step 1 for one key: its status, or KVA_OK with the slot set up. */
+static int claim_key(struct l1_manager *m, const l1_req *r, size_t i, uint64_t bytes, uint64_t fp,
+                     size_t *nalloc) {
+  const kva_key *k = &r->keys[i];
+  uint64_t h = key_hash(k);
+  uint32_t slot = object_table_find(&m->t, k, h);
+  m->sc.slot[i] = NO_SLOT;
+  m->sc.fresh[i] = 0;
+  if (slot != NO_SLOT) {
+    l1_obj *o = object_at(&m->t, slot);
+    if (l1_seen(m, slot)) return KVA_KEY_WRONG_STATE;
+    if (r->mode == KVA_WRITE_NEW || l1_locked(o) || o->temporary || o->fingerprint != fp)
+      return KVA_KEY_NOT_WRITABLE;
+    l1_set_write_lock(m, o, true);
+    m->sc.slot[i] = slot;
+    return KVA_OK;
+  }
+  if (r->mode == KVA_WRITE_UPDATE) return KVA_KEY_NOT_WRITABLE;
+  slot = object_table_insert(&m->t, k, h);
+  if (slot == NO_SLOT) return KVA_OUT_OF_MEMORY;
+  l1_obj *o = object_at(&m->t, slot);
+  o->stamp = m->stamp;
+  o->bytes = bytes;
+  o->fingerprint = fp;
+  o->layout = *r->layout;
+  o->temporary = r->temporary != 0;
+  m->sc.slot[i] = slot;
+  m->sc.fresh[i] = 1;
+  m->sc.bytes[*nalloc] = bytes;
+  m->sc.owner[*nalloc] = (uint32_t)i;
+  (*nalloc)++;
+  return KVA_OK;
+}
+
+/* Step 2 done (allocated = whether sc.ptrs holds the blocks): settle every
+ * key, notify, reply. */
+static void complete(struct l1_manager *m, l1_req *r, size_t nalloc, bool allocated, kva_actor *to,
+                     uint64_t tag) {
+  for (size_t j = 0; j < nalloc; j++) {
+    uint32_t i = m->sc.owner[j], slot = m->sc.slot[i];
+    if (allocated) {
+      l1_obj *o = object_at(&m->t, slot);
+      o->ptr = m->sc.ptrs[j];
+      l1_set_write_lock(m, o, true);
+    } else {
+      l1_remove(m, slot, false);
+      m->sc.slot[i] = NO_SLOT;
+      r->status[i] = KVA_OUT_OF_MEMORY;
+      m->st.out_of_memory++;
+    }
+  }
+  int ok = 0;
+  for (size_t i = r->n; i-- > 0;) {
+    uint32_t slot = m->sc.slot[i];
+    r->bufs[i] = (kva_buf){0};
+    if (slot == NO_SLOT || r->status[i] != KVA_OK) continue;
+    l1_obj *o = object_at(&m->t, slot);
+    r->bufs[i] = (kva_buf){o->ptr, o->bytes};
+    l1_note(m, m->sc.fresh[i] ? NOTE_CREATED : NOTE_TOUCHED, slot,
+            pool_block_bytes(m->pool, o->bytes));
+    ok++;
+  }
+  m->st.reserved += (uint64_t)ok;
+  r->result = ok;
+  m->dem.active = false;
+  l1_note_flush(m);
+  l1_reply(m, to, tag);
+}
+
+static bool try_alloc(struct l1_manager *m, size_t nalloc) {
+  return pool_alloc_batch(m->pool, m->sc.bytes, nalloc, m->sc.ptrs) == KVA_OK;
+}
+
+/* Asks the eviction controller for the next page of candidates. */
+static bool demand_ask(struct l1_manager *m) {
+  evict_demand d = {.deficit = m->dem.deficit, .after = m->dem.after};
+  if (!m->evictor) return false;
+  if (kva_send(m->evictor, EC_DEMAND, &d, sizeof(d), m->self, 0) == KVA_OK) return true;
+  m->evictor = NULL;
+  return false;
+}
+
+/* Step 3 begins: the batch did not fit. */
+static void demand_start(struct l1_manager *m, l1_req *r, size_t nalloc, kva_actor *to,
+                         uint64_t tag) {
+  uint64_t need = 0;
+  for (size_t j = 0; j < nalloc; j++) need += pool_block_bytes(m->pool, m->sc.bytes[j]);
+  uint64_t free_bytes = pool_free_bytes(m->pool);
+  demand *d = &m->dem;
+  *d = (demand){.active = true,
+                .req = r,
+                .reply_to = to,
+                .tag = tag,
+                .plan = d->plan,
+                .cap_plan = d->cap_plan};
+  d->deficit = need > free_bytes ? need - free_bytes : 0;
+  d->nalloc = nalloc;
+  l1_note_flush(m); /* the controller must know everything before it chooses */
+  if (d->deficit == 0 || !demand_ask(m)) complete(m, r, nalloc, false, to, tag);
+}
+
+void l1_reserve_write(struct l1_manager *m, l1_req *r, kva_actor *from, uint64_t tag) {
+  uint64_t bytes = layout_bytes(r->layout);
+  if (!bytes || scratch_reserve(&m->sc, r->n) != KVA_OK) {
+    r->result = bytes ? KVA_ENOMEM : KVA_EINVAL;
+    l1_reply(m, from, tag);
+    return;
+  }
+  uint64_t fp = layout_fingerprint(r->layout);
+  size_t nalloc = 0;
+  for (size_t i = 0; i < r->n; i++) r->status[i] = claim_key(m, r, i, bytes, fp, &nalloc);
+  if (nalloc == 0 || try_alloc(m, nalloc))
+    complete(m, r, nalloc, true, from, tag);
+  else
+    demand_start(m, r, nalloc, from, tag);
+}
+
+/* Adds one candidate to the plan unless it is gone, locked, or part of the
+ * reservation itself. */
+static void plan_add(struct l1_manager *m, uint64_t id) {
+  demand *d = &m->dem;
+  uint32_t slot = object_table_by_id(&m->t, id);
+  if (slot == NO_SLOT || l1_locked(object_at(&m->t, slot)) || l1_seen(m, slot)) return;
+  if (d->nplan == d->cap_plan) {
+    size_t cap = d->cap_plan ? d->cap_plan * 2 : 64;
+    uint32_t *p = realloc(d->plan, cap * sizeof(*p));
+    if (!p) return;
+    d->plan = p;
+    d->cap_plan = cap;
+  }
+  d->plan[d->nplan++] = slot;
+  d->planned += pool_block_bytes(m->pool, object_at(&m->t, slot)->bytes);
+}
+
+/* A page of candidates arrived for the waiting reservation. */
+void l1_demand_candidates(struct l1_manager *m, const evict_list *l) {
+  demand *d = &m->dem;
+  for (uint32_t i = 0; i < l->n && d->planned < d->deficit; i++) plan_add(m, l->ids[i]);
+  if (d->planned < d->deficit) {
+    if (l->n) d->after = l->ids[l->n - 1];
+    if (!l->end && l->n && demand_ask(m)) return;
+    complete(m, d->req, d->nalloc, false, d->reply_to, d->tag);
+    return;
+  }
+  for (size_t i = 0; i < d->nplan; i++) {
+    l1_remove(m, d->plan[i], true);
+    m->st.evicted_on_demand++;
+  }
+  complete(m, d->req, d->nalloc, try_alloc(m, d->nalloc), d->reply_to, d->tag);
+}
+
+void l1_finish_write(struct l1_manager *m, l1_req *r, bool and_read) {
+  int ok = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    int st = KVA_OK;
+    if (slot == NO_SLOT)
+      st = KVA_KEY_NOT_EXIST;
+    else if (l1_seen(m, slot) || !object_at(&m->t, slot)->write_locked ||
+             object_at(&m->t, slot)->readers)
+      st = KVA_KEY_WRONG_STATE;
+    if (and_read && r->bufs) r->bufs[i] = (kva_buf){0};
+    if (st == KVA_OK) {
+      l1_obj *o = object_at(&m->t, slot);
+      l1_set_write_lock(m, o, false);
+      if (and_read) {
+        l1_add_readers(m, o, r->readers);
+        if (r->bufs) r->bufs[i] = (kva_buf){o->ptr, o->bytes};
+      }
+      l1_note(m, NOTE_WRITE_FINISHED, slot, 0);
+      ok++;
+    }
+    r->status[i] = st;
+  }
+  m->st.finished += (uint64_t)ok;
+  r->result = ok;
+}

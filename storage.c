@@ -1,0 +1,223 @@
+/*
+ * storage.c — the storage manager's life with the runtime, and the pool of
+ * sessions (reply ports) its calls borrow.
+ *
+ * Start: the L1 manager, then the eviction controller (newer actors stop
+ * first, so the controller is gone before the manager frees the pool).
+ * Shutdown: refuse new calls, wait for the calls already past that check
+ * (each is waiting for a reply the manager will still send), then the
+ * runtime stops the actors, then the sessions are freed.
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/log.h"
+#include "actors/runtime_internal.h"
+#include "l1/eviction_controller.h"
+#include "l1/key.h"
+#include "storage_internal.h"
+
+static int64_t cfg_i64(const kva_config *c, const char *path, int64_t dflt) {
+  int64_t v;
+  return kva_config_get_i64(c, path, &v) == KVA_OK ? v : dflt;
+}
+static double cfg_f64(const kva_config *c, const char *path, double dflt) {
+  double v;
+  return kva_config_get_f64(c, path, &v) == KVA_OK ? v : dflt;
+}
+
+static int start_l1(kva_storage *s, const kva_config *c) {
+  char err[256] = "";
+  int pinned = -1, huge = 1;
+  if (kva_config_get_bool(c, "l1.pinned", &pinned) != KVA_OK) pinned = -1;
+  if (kva_config_get_bool(c, "l1.hugepages", &huge) != KVA_OK) huge = 1;
+  l1_manager_opts o = {.size_bytes = (uint64_t)cfg_i64(c, "l1.size_bytes", 1 << 30),
+                       .reserve_bytes = (uint64_t)cfg_i64(c, "l1.reserve_bytes", 0),
+                       .align_bytes = (uint64_t)cfg_i64(c, "l1.align_bytes", 4096),
+                       .numa_node = (int)cfg_i64(c, "l1.numa_node", -1),
+                       .pinned = pinned,
+                       .hugepages = huge};
+  s->l1m = l1_manager_spawn(s->rt, &o, err, sizeof(err));
+  if (!s->l1m) {
+    LOG_ERROR("storage: %s", err[0] ? err : "cannot start the L1 manager");
+    return KVA_ECONFIG;
+  }
+  s->l1 = l1_manager_actor(s->l1m);
+  return KVA_OK;
+}
+
+static int start_evictor(kva_storage *s, const kva_config *c) {
+  char err[256] = "";
+  const char *policy = "lru";
+  if (kva_config_get_str(c, "eviction.policy", &policy) != KVA_OK) policy = "lru";
+  eviction_opts o = {.policy = policy,
+                     .watermark = cfg_f64(c, "eviction.trigger_watermark", 0.8),
+                     .ratio = cfg_f64(c, "eviction.ratio", 0.2),
+                     .interval_ns = (uint64_t)cfg_i64(c, "eviction.interval_ms", 1000) * 1000000u};
+  s->evictor = eviction_controller_spawn(s->rt, s->l1, &o, err, sizeof(err));
+  if (!s->evictor) {
+    LOG_ERROR("storage: %s", err);
+    return KVA_ECONFIG;
+  }
+  l1_manager_set_evictor(s->l1m, s->evictor);
+  return KVA_OK;
+}
+
+int storage_start(kva_runtime *rt, kva_storage **out) {
+  kva_storage *s = calloc(1, sizeof(*s));
+  if (!s) return KVA_ENOMEM;
+  s->rt = rt;
+  pthread_mutex_init(&s->lock, NULL);
+  int rc = start_l1(s, rt->cfg);
+  if (rc == KVA_OK) rc = start_evictor(s, rt->cfg);
+  if (rc != KVA_OK) {
+    /* actors already spawned are stopped and freed by the runtime */
+    storage_free(s);
+    return rc;
+  }
+  *out = s;
+  return KVA_OK;
+}
+
+int storage_enter(kva_storage *s) {
+  /* seq_cst increment, then the closed check: storage_close stores closed,
+   * then reads inflight, so one of the two sees the other (Dekker) */
+  __atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&s->closed, __ATOMIC_SEQ_CST)) {
+    storage_leave(s);
+    return KVA_ESHUTDOWN;
+  }
+  return KVA_OK;
+}
+
+void storage_leave(kva_storage *s) {
+  __atomic_sub_fetch(&s->inflight, 1, __ATOMIC_RELEASE);
+}
+
+void storage_close(kva_storage *s) {
+  __atomic_store_n(&s->closed, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST)) sched_yield();
+}
+
+void storage_free(kva_storage *s) {
+  for (session *ss = s->all, *next; ss; ss = next) {
+    next = ss->next_all;
+    free(ss->keys);
+    free(ss); /* its port is freed with the runtime */
+  }
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+/* A new session with its own small reply port (one reply at a time). */
+static session *session_new(kva_storage *s) {
+  session *ss = aligned_alloc(64, (sizeof(*ss) + 63) & ~(size_t)63);
+  if (!ss) return NULL;
+  memset(ss, 0, sizeof(*ss));
+  ss->s = s;
+  ss->port = port_open_with(s->rt, "storage_port", 4);
+  if (!ss->port) {
+    free(ss);
+    return NULL;
+  }
+  return ss;
+}
+
+/* Sessions are reused oldest-freed first, so a stale prefetch handle meets
+ * a changed generation long before its session could be handed out with
+ * the same one. */
+session *session_take(kva_storage *s) {
+  pthread_mutex_lock(&s->lock);
+  session *ss = s->free_head;
+  if (ss) {
+    s->free_head = ss->next_free;
+    if (!s->free_head) s->free_tail = NULL;
+  } else if (s->nsessions < MAX_SESSIONS && (ss = session_new(s))) {
+    ss->next_all = s->all;
+    s->all = ss;
+    s->nsessions++;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (ss) __atomic_store_n(&ss->state, SESSION_CALL, __ATOMIC_RELAXED);
+  return ss;
+}
+
+void session_put(session *ss) {
+  kva_storage *s = ss->s;
+  /* release: a thread validating a stale handle sees the new generation */
+  __atomic_store_n(&ss->gen, ss->gen + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&ss->state, SESSION_FREE, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&s->lock);
+  ss->next_free = NULL;
+  if (s->free_tail)
+    s->free_tail->next_free = ss;
+  else
+    s->free_head = ss;
+  s->free_tail = ss;
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* Waits on the session's port for the reply with its tag. */
+static int await_reply(session *ss) {
+  for (;;) {
+    kva_msg m;
+    int rc = kva_port_recv(ss->port, &m, NULL, 0, -1);
+    if (rc != KVA_OK) return rc;
+    if (m.type == L1_REPLY && m.tag == ss->tag) return KVA_OK;
+  }
+}
+
+int storage_call(kva_storage *s, uint32_t type, l1_req *r) {
+  int rc = storage_enter(s);
+  if (rc != KVA_OK) return rc;
+  session *ss = session_take(s);
+  if (!ss) {
+    storage_leave(s);
+    return KVA_EAGAIN;
+  }
+  ss->tag++;
+  rc = kva_send(s->l1, type, &r, sizeof(r), kva_port_actor(ss->port), ss->tag);
+  if (rc == KVA_OK) rc = await_reply(ss);
+  session_put(ss);
+  storage_leave(s);
+  return rc == KVA_OK ? r->result : rc;
+}
+
+int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n) {
+  if (!s || !k || n == 0 || n > INT32_MAX) return KVA_EINVAL;
+  for (size_t i = 0; i < n; i++)
+    if (!key_valid(&k[i])) return KVA_EINVAL;
+  return KVA_OK;
+}
+
+/* ---- the runtime with its storage --------------------------------------- */
+
+int kva_runtime_start(const kva_config *cfg, kva_runtime **out) {
+  int rc = runtime_create(cfg, out);
+  if (rc != KVA_OK) return rc;
+  kva_runtime *rt = *out;
+  if (cfg_i64(rt->cfg, "l1.size_bytes", 1 << 30) == 0) return KVA_OK;
+  kva_storage *s = NULL;
+  rc = storage_start(rt, &s);
+  if (rc != KVA_OK) {
+    runtime_destroy(rt);
+    *out = NULL;
+    return rc;
+  }
+  rt->storage = s;
+  return KVA_OK;
+}
+
+void kva_runtime_shutdown(kva_runtime *rt) {
+  if (!rt) return;
+  kva_storage *s = rt->storage;
+  if (s) storage_close(s);
+  runtime_destroy(rt);
+  if (s) storage_free(s);
+}
+
+kva_storage *kva_storage_of(kva_runtime *rt) {
+  return rt ? rt->storage : NULL;
+}

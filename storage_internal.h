@@ -1,0 +1,66 @@
+/*
+ * storage_internal.h — the storage facade (root): the engine-facing calls
+ * of kvact.h, built on ports and messages to the storage actors.
+ *
+ *   storage.c        start/shutdown with the runtime, the session pool
+ *   storage_calls.c  write, delete, touch, clear, memcheck, stats
+ *   storage_read.c   prefetch handles and reads
+ *   chunk_keys.c     kva_chunk_keys
+ */
+#ifndef KVA_STORAGE_INTERNAL_H
+#define KVA_STORAGE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvact.h"
+#include "l1/l1_manager.h"
+
+/* A reply port plus what an asynchronous request needs to outlive the call
+ * that started it. Sessions are pooled: a blocking call borrows one for its
+ * duration, a prefetch holds one until its result is read. */
+typedef struct session {
+  kva_storage *s;
+  kva_port *port;
+  uint64_t tag;   /* tag of the request in flight */
+  uint32_t gen;   /* bumped at every release: stale handles are refused */
+  uint32_t state; /* SESSION_* (atomic) */
+  l1_req req;     /* a prefetch's request */
+  kva_key *keys;  /* a prefetch's copy of its keys */
+  size_t keys_cap;
+  struct session *next_free;
+  struct session *next_all;
+} session;
+
+enum { SESSION_FREE = 0, SESSION_CALL = 1, SESSION_PREFETCH = 2 };
+
+#define MAX_SESSIONS 16384u /* blocking calls + unread prefetches at once */
+
+struct kva_storage {
+  kva_runtime *rt;
+  l1_manager *l1m;
+  kva_actor *l1, *evictor;
+  uint32_t closed;      /* atomic: shutdown began */
+  uint32_t inflight;    /* atomic: calls between their closed check and reply */
+  pthread_mutex_t lock; /* the session lists */
+  session *free_head, *free_tail, *all;
+  uint32_t nsessions;
+};
+
+int storage_start(kva_runtime *rt, kva_storage **out);
+void storage_close(kva_storage *s); /* refuse new calls, wait for those running */
+void storage_free(kva_storage *s);  /* after the runtime has stopped the actors */
+
+/* Borrow/return a session; NULL when MAX_SESSIONS are in use or on ENOMEM. */
+session *session_take(kva_storage *s);
+void session_put(session *ss);
+/* Enter/leave a call: KVA_ESHUTDOWN once shutdown began. */
+int storage_enter(kva_storage *s);
+void storage_leave(kva_storage *s);
+/* Sends a request to the L1 manager and waits for its reply. */
+int storage_call(kva_storage *s, uint32_t type, l1_req *r);
+/* Validation shared by the calls. */
+int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n);
+
+#endif

@@ -1,0 +1,118 @@
+/*
+ * storage_read.c — prefetch handles and reading prefetched objects.
+ *
+ * A handle is its session's address with the session's generation in the
+ * top 16 bits (user-space addresses fit in 47 bits on x86-64 and arm64),
+ * so a handle used after its result was read — its session released or
+ * already serving another prefetch — is recognised and refused with
+ * KVA_EINVAL instead of returning someone else's result. A handle belongs
+ * to one thread at a time.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "l1/key.h"
+#include "storage_internal.h"
+
+#define HANDLE_GEN_SHIFT 48
+#define HANDLE_PTR_MASK ((UINT64_C(1) << HANDLE_GEN_SHIFT) - 1)
+
+static kva_prefetch *handle_of(session *ss) {
+  uint64_t g = ss->gen & 0xffffu;
+  return (kva_prefetch *)(uintptr_t)(((uint64_t)(uintptr_t)ss) | (g << HANDLE_GEN_SHIFT));
+}
+
+/* The session of a live handle, or NULL. */
+static session *session_of(const kva_prefetch *h) {
+  uint64_t v = (uint64_t)(uintptr_t)h;
+  session *ss = (session *)(uintptr_t)(v & HANDLE_PTR_MASK);
+  if (!ss || ((uintptr_t)ss & 63)) return NULL;
+  /* acquire: pairs with session_put's release of gen */
+  if ((__atomic_load_n(&ss->gen, __ATOMIC_ACQUIRE) & 0xffffu) != v >> HANDLE_GEN_SHIFT) return NULL;
+  if (__atomic_load_n(&ss->state, __ATOMIC_ACQUIRE) != SESSION_PREFETCH) return NULL;
+  return ss;
+}
+
+static int copy_keys(session *ss, const kva_key *k, size_t n) {
+  if (n > ss->keys_cap) {
+    kva_key *nk = realloc(ss->keys, n * sizeof(*nk));
+    if (!nk) return KVA_ENOMEM;
+    ss->keys = nk;
+    ss->keys_cap = n;
+  }
+  memcpy(ss->keys, k, n * sizeof(*k));
+  return KVA_OK;
+}
+
+int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
+                        uint32_t extra_readers, kva_prefetch **h) {
+  int rc = storage_check_keys(s, k, n);
+  if (rc != KVA_OK) return rc;
+  if (!h || extra_readers > 127 || (l && layout_bytes(l) == 0)) return KVA_EINVAL;
+  if ((rc = storage_enter(s)) != KVA_OK) return rc;
+  session *ss = session_take(s);
+  if (!ss) {
+    storage_leave(s);
+    return KVA_EAGAIN;
+  }
+  rc = copy_keys(ss, k, n);
+  if (rc == KVA_OK) {
+    ss->req = (l1_req){.keys = ss->keys, .n = n, .layout = l, .readers = 1 + extra_readers};
+    ss->tag++;
+    __atomic_store_n(&ss->state, SESSION_PREFETCH, __ATOMIC_RELEASE);
+    l1_req *r = &ss->req;
+    rc = kva_send(s->l1, L1_PREFETCH, &r, sizeof(r), kva_port_actor(ss->port), ss->tag);
+  }
+  if (rc == KVA_OK)
+    *h = handle_of(ss);
+  else
+    session_put(ss);
+  storage_leave(s);
+  return rc;
+}
+
+/* Takes the result if it has arrived within timeout_ms. */
+static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits) {
+  session *ss = session_of(h);
+  if (!s || !ss || ss->s != s) return KVA_EINVAL;
+  for (;;) {
+    kva_msg m;
+    int rc = kva_port_recv(ss->port, &m, NULL, 0, timeout_ms);
+    if (rc == KVA_ETIMEDOUT) return timeout_ms == 0 ? KVA_EAGAIN : KVA_ETIMEDOUT;
+    if (rc != KVA_OK) return rc;
+    if (m.type != L1_REPLY || m.tag != ss->tag) continue;
+    int result = ss->req.result;
+    if (hits) *hits = result == KVA_OK ? ss->req.hits : 0;
+    session_put(ss);
+    return result;
+  }
+}
+
+int kva_query_prefetch(kva_storage *s, kva_prefetch *h, size_t *hits) {
+  return prefetch_result(s, h, 0, hits);
+}
+
+int kva_wait_prefetch(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits) {
+  return prefetch_result(s, h, timeout_ms < 0 ? -1 : timeout_ms, hits);
+}
+
+int kva_prefetch_eventfd(const kva_prefetch *h) {
+  session *ss = session_of(h);
+  return ss ? kva_port_fd(ss->port) : KVA_EINVAL;
+}
+
+int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs) {
+  int rc = storage_check_keys(s, k, n);
+  if (rc != KVA_OK) return rc;
+  if (!bufs) return KVA_EINVAL;
+  l1_req r = {.keys = k, .n = n, .bufs = bufs};
+  return storage_call(s, L1_READ, &r);
+}
+
+int kva_finish_read_prefetched(kva_storage *s, const kva_key *k, size_t n, uint32_t extra_readers) {
+  int rc = storage_check_keys(s, k, n);
+  if (rc != KVA_OK) return rc;
+  if (extra_readers > 127) return KVA_EINVAL;
+  l1_req r = {.keys = k, .n = n, .readers = 1 + extra_readers};
+  return storage_call(s, L1_FINISH_READ, &r);
+}
