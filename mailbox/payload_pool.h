@@ -2,8 +2,8 @@
  * payload_pool.h — recycled blocks for message payloads too big to travel
  * inline in a mailbox slot.
  *
- * Blocks come in a few size classes, each a lock-free ck_stack (MPMC pop
- * with a generation counter, so no ABA). A sender takes a block, the
+ * Blocks come in a few size classes, each a free list behind a tiny lock
+ * (see payload_pool.c for why not a lock-free stack). A sender takes a block, the
  * receiver returns it after receive: in steady state no malloc at all.
  * Payloads above the largest class are malloc'd and freed each time.
  */
