@@ -23,11 +23,12 @@
 typedef struct session {
   kva_storage *s;
   kva_port *port;
-  uint64_t tag;   /* tag of the request in flight */
-  uint32_t gen;   /* bumped at every release: stale handles are refused */
-  uint32_t state; /* SESSION_* (atomic) */
-  l1_req req;     /* a prefetch's request */
-  kva_key *keys;  /* a prefetch's copy of its keys */
+  uint64_t tag;      /* tag of the request in flight */
+  uint32_t gen;      /* bumped at every release: stale handles are refused */
+  uint32_t state;    /* SESSION_* (atomic) */
+  l1_req req;        /* a prefetch's request */
+  kva_layout layout; /* a prefetch's copy of its layout */
+  kva_key *keys;     /* a prefetch's copy of its keys */
   size_t keys_cap;
   struct session *next_free;
   struct session *next_all;

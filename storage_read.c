@@ -57,7 +57,9 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
   }
   rc = copy_keys(ss, k, n);
   if (rc == KVA_OK) {
-    ss->req = (l1_req){.keys = ss->keys, .n = n, .layout = l, .readers = 1 + extra_readers};
+    if (l) ss->layout = *l;
+    ss->req = (l1_req){
+        .keys = ss->keys, .n = n, .layout = l ? &ss->layout : NULL, .readers = 1 + extra_readers};
     ss->tag++;
     __atomic_store_n(&ss->state, SESSION_PREFETCH, __ATOMIC_RELEASE);
     l1_req *r = &ss->req;

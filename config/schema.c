@@ -60,12 +60,14 @@ static const config_key keys[] = {
     INT(NULL, "l1.numa_node", -1, 1023, "-1", 0, "NUMA node of the pool; -1 = automatic."),
     BOOL(NULL, "l1.hugepages", "true", "Advise transparent huge pages for the pool."),
     INT(NULL, "l1.reserve_bytes", 0, I64MAX, "0", 0,
-        "Bytes of the pool kept free of cached objects."),
+        "Host memory left to the rest of the system: the pool is at most MemAvailable minus this."),
     /* eviction */
     ENUM(NULL, "eviction.policy", "lru fifo lfu mru", "lru", "Cache policy of L1."),
     FLOAT(NULL, "eviction.trigger_watermark", 0, 1, "0.8",
           "Fraction of L1 in use that starts background eviction."),
-    FLOAT(NULL, "eviction.ratio", 0, 1, "0.2", "Fraction of the bytes in L1 one eviction round frees (at least one object)."),
+    FLOAT(NULL, "eviction.ratio", 0, 1, "0.2",
+          "Fraction of the bytes in L1 one eviction round frees (at least one object); 0 = no "
+          "watermark eviction."),
     INT(NULL, "eviction.interval_ms", 1, MAX_MS, "1000", 0,
         "Period of the eviction controller's check."),
     /* storage manager */

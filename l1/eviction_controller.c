@@ -19,7 +19,8 @@
  *  - deletes are never forced: the manager skips objects locked meanwhile;
  *  - at most one watermark round is in flight; a round frees
  *    eviction.ratio of the bytes in use (at least one object), like
- *    LMCache's int(n * ratio) for objects of one size.
+ *    LMCache's int(n * ratio) for objects of one size; ratio 0 turns
+ *    watermark eviction off (demand eviction still works).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -75,7 +76,7 @@ static void send_round_page(evictor *e, uint64_t after) {
 }
 
 static void maybe_start_round(evictor *e) {
-  if (e->round || e->capacity == 0 || e->ops->count(e->pol) == 0) return;
+  if (e->round || e->capacity == 0 || e->ratio <= 0 || e->ops->count(e->pol) == 0) return;
   if ((double)e->used < e->watermark * (double)e->capacity) return;
   e->round_left = (uint64_t)(e->ratio * (double)e->used);
   if (e->round_left == 0) e->round_left = 1; /* at least one object */

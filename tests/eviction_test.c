@@ -1,0 +1,361 @@
+/*
+ * eviction_test.c — L1 eviction through the whole system: watermark rounds
+ * by the eviction controller, each policy's order, the periodic tick, and
+ * demand eviction inside reserve_write (the scenarios of LMCache PR #5290:
+ * plan first, evict only the deficit, never a locked or requested object).
+ *
+ * Deterministic mode (workers = 0) makes the interleaving of the manager
+ * and the controller reproducible; kva_runtime_run_until_idle lets a round
+ * finish.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kvact.h"
+#include "tests/support/fixture.h"
+
+#define PAGE 4096u
+#define MiB (1024ull * 1024ull)
+
+/* Is key i in L1? (a prefetch of it alone, released at once) */
+static int present(kva_storage *s, uint64_t i) {
+  kva_key k = fixture_key(i);
+  kva_prefetch *h;
+  size_t hits = 0;
+  ck_assert_int_eq(kva_submit_prefetch(s, &k, 1, NULL, 0, &h), KVA_OK);
+  ck_assert_int_eq(kva_wait_prefetch(s, h, -1, &hits), KVA_OK);
+  if (hits) ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+  return hits == 1;
+}
+
+static kva_storage_stats stats(kva_storage *s) {
+  kva_storage_stats st;
+  ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
+  return st;
+}
+
+/* One batch reserve of keys [first, first+n) of `bytes` each; returns how
+ * many succeeded and finishes them. */
+static int write_batch(kva_storage *s, uint64_t first, size_t n, uint64_t bytes, int *st) {
+  kva_layout l = fixture_layout_bytes(bytes);
+  kva_key k[64];
+  kva_buf b[64];
+  ck_assert_uint_le(n, 64);
+  for (size_t i = 0; i < n; i++) k[i] = fixture_key(first + i);
+  int ok = kva_reserve_write(s, k, n, &l, KVA_WRITE_NEW, b, st);
+  kva_key done[64];
+  size_t nd = 0;
+  for (size_t i = 0; i < n; i++)
+    if (st[i] == KVA_OK) done[nd++] = k[i];
+  int fst[64];
+  if (nd) ck_assert_int_eq(kva_finish_write(s, done, nd, fst), (int)nd);
+  return ok;
+}
+
+/* Holds one read lock on key i (a prefetch that hit). */
+static void lock_key(kva_storage *s, uint64_t i) {
+  kva_key k = fixture_key(i);
+  kva_prefetch *h;
+  size_t hits = 0;
+  ck_assert_int_eq(kva_submit_prefetch(s, &k, 1, NULL, 0, &h), KVA_OK);
+  ck_assert_int_eq(kva_wait_prefetch(s, h, -1, &hits), KVA_OK);
+  ck_assert_uint_eq(hits, 1);
+}
+
+static void unlock_key(kva_storage *s, uint64_t i) {
+  kva_key k = fixture_key(i);
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+}
+
+/* ---- watermark rounds ----------------------------------------------------- */
+
+START_TEST(crossing_the_watermark_evicts_ratio_of_the_bytes_oldest_first) {
+  kva_runtime *rt = fixture_storage(0, 10 * MiB, "eviction.ratio=0.2", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(MiB);
+  for (int i = 0; i < 7; i++) fixture_write(s, (uint64_t)i, 1, &l);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(stats(s).evicted, 0); /* 70% < 80% */
+  fixture_write(s, 7, 1, &l);             /* 80%: a round frees 0.2 * 8 MiB -> 2 objects */
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(stats(s).evicted, 2);
+  ck_assert(!present(s, 0) && !present(s, 1));
+  for (int i = 2; i < 8; i++) ck_assert(present(s, (uint64_t)i));
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+START_TEST(watermark_eviction_skips_locked_objects) {
+  kva_runtime *rt = fixture_storage(0, 10 * MiB, "eviction.policy=fifo", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(MiB);
+  for (int i = 0; i < 7; i++) fixture_write(s, (uint64_t)i, 1, &l);
+  lock_key(s, 0);
+  lock_key(s, 1);
+  fixture_write(s, 7, 1, &l);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(stats(s).evicted, 2);
+  ck_assert(!present(s, 2) && !present(s, 3)); /* fifo order, 0 and 1 locked */
+  unlock_key(s, 0);
+  unlock_key(s, 1);
+  ck_assert(present(s, 0) && present(s, 1));
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+START_TEST(ratio_zero_turns_watermark_eviction_off) {
+  kva_runtime *rt = fixture_storage(0, 10 * MiB, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(MiB);
+  for (int i = 0; i < 10; i++) fixture_write(s, (uint64_t)i, 1, &l);
+  kva_runtime_advance(rt, 5000000000ull);
+  ck_assert_uint_eq(stats(s).evicted, 0);
+  ck_assert_uint_eq(stats(s).l1_objects, 10);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* Locks held while usage crossed the watermark: the round finds nothing.
+ * Releasing read locks sends no note, so only the tick notices. */
+START_TEST(the_periodic_tick_evicts_once_locks_are_released) {
+  kva_runtime *rt =
+      fixture_storage(0, 10 * MiB, "eviction.policy=fifo", "eviction.interval_ms=100", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(MiB);
+  for (int i = 0; i < 7; i++) fixture_write(s, (uint64_t)i, 1, &l);
+  for (int i = 0; i < 7; i++) lock_key(s, (uint64_t)i);
+  fixture_write(s, 7, 1, &l);
+  lock_key(s, 7);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(stats(s).evicted, 0);
+  for (int i = 0; i < 8; i++) unlock_key(s, (uint64_t)i);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(stats(s).evicted, 0);
+  kva_runtime_advance(rt, 150000000ull);
+  ck_assert_uint_eq(stats(s).evicted, 2);
+  ck_assert(!present(s, 0) && !present(s, 1));
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* 7 objects written one at a time, some touched, then an 8th crosses the
+ * watermark and a round with ratio 0.1 evicts exactly one object. */
+static uint64_t victim_of(const char *policy) {
+  char p[64];
+  snprintf(p, sizeof(p), "eviction.policy=%s", policy);
+  kva_runtime *rt = fixture_storage(0, 10 * MiB, p, "eviction.ratio=0.1", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(MiB);
+  for (int i = 0; i < 7; i++) fixture_write(s, (uint64_t)i, 1, &l);
+  kva_key k0 = fixture_key(0), k1 = fixture_key(1);
+  kva_touch(s, &k0, 1);
+  kva_touch(s, &k0, 1);
+  kva_touch(s, &k1, 1);
+  fixture_write(s, 7, 1, &l);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(stats(s).evicted, 1);
+  uint64_t victim = UINT64_MAX;
+  for (uint64_t i = 0; i < 8; i++) {
+    kva_key k = fixture_key(i);
+    int st;
+    /* a delete probe does not disturb the order of the others */
+    if (kva_delete(s, &k, 1, 0, &st) == 0 && st == KVA_KEY_NOT_EXIST) victim = i;
+  }
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+  return victim;
+}
+
+START_TEST(each_policy_picks_its_victim) {
+  ck_assert_uint_eq(victim_of("lru"), 2);  /* 0 and 1 were touched after 2 */
+  ck_assert_uint_eq(victim_of("fifo"), 0); /* touches do not count */
+  ck_assert_uint_eq(victim_of("mru"), 7);  /* the newest */
+  ck_assert_uint_eq(victim_of("lfu"), 2);  /* counts 0:3 1:2, 2 reached 1 first */
+}
+END_TEST
+
+/* A request's chunks: the suffix is evicted before its prefix. */
+START_TEST(suffix_chunks_are_evicted_before_their_prefix) {
+  kva_runtime *rt = fixture_storage(0, 10 * MiB, "eviction.ratio=0.1", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[8];
+  ck_assert_int_eq(write_batch(s, 0, 8, MiB, st), 8); /* one request of 8 chunks */
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(stats(s).evicted, 1);
+  ck_assert(!present(s, 7));
+  for (int i = 0; i < 7; i++) ck_assert(present(s, (uint64_t)i));
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* ---- demand eviction ------------------------------------------------------ */
+
+START_TEST(demand_eviction_frees_only_the_deficit) {
+  kva_runtime *rt = fixture_storage(0, 28 * PAGE, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[64];
+  ck_assert_int_eq(write_batch(s, 0, 18, PAGE, st), 18);
+  ck_assert_int_eq(write_batch(s, 100, 11, PAGE, st), 11);
+  kva_storage_stats x = stats(s);
+  ck_assert_uint_eq(x.evicted_on_demand, 1);
+  ck_assert_uint_eq(x.l1_used_bytes, 28 * PAGE);
+  ck_assert(!present(s, 17)); /* the suffix of the resident batch */
+  for (int i = 0; i < 17; i++) ck_assert(present(s, (uint64_t)i));
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+START_TEST(a_reservation_that_fits_evicts_nothing) {
+  kva_runtime *rt = fixture_storage(0, 28 * PAGE, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[64];
+  ck_assert_int_eq(write_batch(s, 0, 18, PAGE, st), 18);
+  ck_assert_int_eq(write_batch(s, 100, 10, PAGE, st), 10);
+  ck_assert_uint_eq(stats(s).evicted_on_demand, 0);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* 4 pages, 4 residents with `locked` of them read-locked; a request of
+ * `want` pages cannot be covered: all OOM, nothing resident lost. */
+static void uncoverable(int want, int locked) {
+  kva_runtime *rt = fixture_storage(0, 4 * PAGE, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[64];
+  ck_assert_int_eq(write_batch(s, 0, 4, PAGE, st), 4);
+  for (int i = 0; i < locked; i++) lock_key(s, (uint64_t)i);
+  ck_assert_int_eq(write_batch(s, 100, (size_t)want, PAGE, st), 0);
+  for (int i = 0; i < want; i++) ck_assert_int_eq(st[i], KVA_OUT_OF_MEMORY);
+  kva_storage_stats x = stats(s);
+  ck_assert_uint_eq(x.evicted_on_demand, 0);
+  ck_assert_uint_eq(x.l1_objects, 4);
+  for (int i = 0; i < locked; i++) unlock_key(s, (uint64_t)i);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+
+START_TEST(nothing_is_evicted_when_the_deficit_cannot_be_covered) {
+  uncoverable(5, 0);
+  uncoverable(3, 2);
+  uncoverable(1, 4);
+}
+END_TEST
+
+START_TEST(demand_eviction_counts_whole_blocks) {
+  kva_runtime *rt = fixture_storage(0, 4 * PAGE, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[64];
+  ck_assert_int_eq(write_batch(s, 0, 3, 1, st), 3); /* 1 byte = 1 page each */
+  lock_key(s, 0);
+  ck_assert_int_eq(write_batch(s, 100, 1, PAGE + 1, st), 1);
+  ck_assert(!present(s, 2));
+  ck_assert(present(s, 1));
+  unlock_key(s, 0);
+  ck_assert(present(s, 0));
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+START_TEST(fragmentation_alone_is_out_of_memory_without_eviction) {
+  kva_runtime *rt = fixture_storage(0, 4 * PAGE, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[64];
+  ck_assert_int_eq(write_batch(s, 0, 4, PAGE, st), 4);
+  kva_key k[2] = {fixture_key(0), fixture_key(2)};
+  ck_assert_int_eq(kva_delete(s, k, 2, 0, st), 2);
+  ck_assert_int_eq(write_batch(s, 100, 1, 2 * PAGE, st), 0);
+  ck_assert_int_eq(st[0], KVA_OUT_OF_MEMORY);
+  ck_assert_uint_eq(stats(s).evicted_on_demand, 0);
+  ck_assert_uint_eq(stats(s).l1_objects, 2);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* The plan covers the deficit in bytes but the freed page is not next to
+ * the free one: evict once, retry once, then OOM. */
+START_TEST(a_failed_retry_after_eviction_is_out_of_memory) {
+  kva_runtime *rt = fixture_storage(0, 4 * PAGE, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[64];
+  ck_assert_int_eq(write_batch(s, 0, 3, PAGE, st), 3);
+  lock_key(s, 2);
+  ck_assert_int_eq(write_batch(s, 100, 1, 2 * PAGE, st), 0);
+  ck_assert_int_eq(st[0], KVA_OUT_OF_MEMORY);
+  ck_assert_uint_eq(stats(s).evicted_on_demand, 1);
+  ck_assert_uint_eq(stats(s).l1_used_bytes, 2 * PAGE);
+  ck_assert(present(s, 0));
+  unlock_key(s, 2);
+  ck_assert(present(s, 2));
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* Mode ALL rewrites a resident key while adding new ones that need room:
+ * the rewritten key is part of the request and is never the victim. */
+START_TEST(keys_of_the_request_itself_are_never_evicted) {
+  kva_runtime *rt = fixture_storage(0, 4 * PAGE, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[64];
+  ck_assert_int_eq(write_batch(s, 0, 4, PAGE, st), 4); /* order: 3 2 1 0 */
+  kva_layout l = fixture_layout_bytes(PAGE);
+  kva_key k[2] = {fixture_key(3), fixture_key(100)};
+  kva_buf b[2];
+  ck_assert_int_eq(kva_reserve_write(s, k, 2, &l, KVA_WRITE_ALL, b, st), 2);
+  ck_assert_int_eq(kva_finish_write(s, k, 2, st), 2);
+  ck_assert(present(s, 3));
+  ck_assert(!present(s, 2));
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* Other requests that arrive while a demand waits for candidates are held
+ * back and served afterwards, in order (threaded, many writers). */
+START_TEST(demand_eviction_under_concurrent_writers_stays_consistent) {
+  kva_runtime *rt = fixture_storage(2, 64 * PAGE, "eviction.ratio=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  int st[64];
+  for (uint64_t round = 0; round < 200; round++)
+    ck_assert_int_eq(write_batch(s, round * 8, 8, PAGE, st), 8);
+  kva_storage_stats x = stats(s);
+  ck_assert_uint_eq(x.l1_objects, 64);
+  ck_assert_uint_ge(x.evicted_on_demand, 200 * 8 - 64);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+Suite *kva_test_suite(void) {
+  Suite *s = suite_create("eviction");
+  TCase *w = tcase_create("watermark");
+  tcase_set_timeout(w, 60);
+  tcase_add_test(w, crossing_the_watermark_evicts_ratio_of_the_bytes_oldest_first);
+  tcase_add_test(w, watermark_eviction_skips_locked_objects);
+  tcase_add_test(w, ratio_zero_turns_watermark_eviction_off);
+  tcase_add_test(w, the_periodic_tick_evicts_once_locks_are_released);
+  tcase_add_test(w, each_policy_picks_its_victim);
+  tcase_add_test(w, suffix_chunks_are_evicted_before_their_prefix);
+  suite_add_tcase(s, w);
+  TCase *d = tcase_create("demand");
+  tcase_set_timeout(d, 60);
+  tcase_add_test(d, demand_eviction_frees_only_the_deficit);
+  tcase_add_test(d, a_reservation_that_fits_evicts_nothing);
+  tcase_add_test(d, nothing_is_evicted_when_the_deficit_cannot_be_covered);
+  tcase_add_test(d, demand_eviction_counts_whole_blocks);
+  tcase_add_test(d, fragmentation_alone_is_out_of_memory_without_eviction);
+  tcase_add_test(d, a_failed_retry_after_eviction_is_out_of_memory);
+  tcase_add_test(d, keys_of_the_request_itself_are_never_evicted);
+  tcase_add_test(d, demand_eviction_under_concurrent_writers_stays_consistent);
+  suite_add_tcase(s, d);
+  return s;
+}
