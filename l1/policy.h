@@ -1,0 +1,56 @@
+/*
+ * policy.h — L1 eviction policies, registered by name.
+ *
+ * A policy orders the objects of L1 for eviction. It is a plain data
+ * structure owned by the eviction controller actor and fed by the L1
+ * manager's notifications (created, touched, removed); it never sees lock
+ * state (the L1 manager skips locked candidates itself).
+ *
+ * Objects are named by a 64-bit id: the low 32 bits are a dense slot index
+ * (< 2^32, reused after removal), the high 32 bits a generation. A slot
+ * index is created at most once between two removals.
+ *
+ * Choosing candidates has no side effects: policy_candidates may be called
+ * any number of times and returns the same answer until the next
+ * notification.
+ */
+#ifndef KVA_L1_POLICY_H
+#define KVA_L1_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct policy policy;
+
+typedef struct policy_ops {
+  const char *name;
+  policy *(*create)(void);
+  void (*destroy)(policy *p);
+  /* a new object (never seen, or removed since) */
+  void (*on_created)(policy *p, uint64_t id, uint64_t bytes);
+  /* an access (hit, read, update); unknown ids are ignored */
+  void (*on_touched)(policy *p, uint64_t id);
+  /* the object is gone; unknown ids are ignored */
+  void (*on_removed)(policy *p, uint64_t id);
+  /* Up to max candidates in eviction order (first = evict first), starting
+   * after `after` (0 = from the start; an `after` no longer tracked also
+   * starts from the start). Writes ids and their bytes; returns the count. */
+  size_t (*candidates)(const policy *p, uint64_t after, uint64_t *ids, uint64_t *bytes, size_t max);
+  size_t (*count)(const policy *p);
+} policy_ops;
+
+/* Registry. lru, fifo, lfu and mru are built in. Registering an existing
+ * name replaces it. Not thread-safe with respect to policy_find. */
+int policy_register(const policy_ops *ops);
+const policy_ops *policy_find(const char *name);
+
+/*
+ * Orders:
+ *  lru  — least recently created/touched first.
+ *  mru  — most recently created/touched first.
+ *  fifo — creation order; touches do not reorder.
+ *  lfu  — fewest accesses first (creation counts as one); ties by least
+ *         recent access first.
+ */
+
+#endif
