@@ -236,14 +236,16 @@ kva_storage *kva_storage_of(kva_runtime *rt);
  * in 64 bytes, hash_len 0 or > 32) or layout; KVA_ESHUTDOWN while the
  * runtime shuts down. A key that appears twice in one batch: the first
  * occurrence is processed, every later one gets KVA_KEY_WRONG_STATE and
- * changes nothing.
+ * changes nothing; kva_submit_prefetch and kva_read_prefetched, which have
+ * no per-key status, refuse such a batch with KVA_EINVAL (for a prefetch,
+ * as the handle's result).
  */
 /* Write path. New objects are write-locked; bufs[i] receives the memory to
- * fill (NULL/0 for a key that failed). NEW rejects existing keys
- * (KVA_KEY_NOT_WRITABLE), UPDATE rejects missing keys (KVA_KEY_NOT_EXIST),
- * ALL accepts both; an existing object is reused only when unlocked and not
- * temporary (else KVA_KEY_LOCKED / KVA_KEY_NOT_WRITABLE), and is
- * write-locked again. The new keys of one call are allocated all or
+ * fill (NULL/0 for a key that failed). NEW rejects existing keys, UPDATE
+ * rejects missing keys, ALL accepts both (rejections are
+ * KVA_KEY_NOT_WRITABLE, as in LMCache); an existing object is reused (same
+ * memory, write-locked again) only when it is unlocked, not temporary and
+ * of the same layout, else KVA_KEY_NOT_WRITABLE. The new keys of one call are allocated all or
  * nothing, after demand eviction of unlocked objects: if they do not fit,
  * each gets KVA_OUT_OF_MEMORY and nothing resident is lost. */
 int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,

@@ -37,6 +37,7 @@ struct kva_actor {
   kva_behavior beh; /* copied at spawn */
   void *state;
   int efd;           /* eventfd doorbell */
+  uint32_t rung;     /* atomic: the doorbell was rung and not yet cleared */
   stats_slot *stats; /* counters, in the shared segment when it has room */
   /* Muting (Pony's rule). mute_target is written by this actor's own
    * receive when a send overflowed; parked_on/park_next under rt->mute_lock. */

@@ -71,15 +71,23 @@ static void wake_worker(kva_runtime *rt) {
 
 void doorbell_ring(kva_actor *a) {
   uint64_t one = 1;
+  /* seq_cst before the write: a clearer that sees rung == 0 after our
+   * exchange is ordered before it, and will find the counter non-zero on
+   * its next clear (it reads only when it sees rung == 1) */
+  __atomic_store_n(&a->rung, 1, __ATOMIC_SEQ_CST);
   ssize_t r = write(a->efd, &one, sizeof(one));
   (void)r; /* EAGAIN only at a counter of 2^64-2: already readable */
   ck_pr_inc_64(&a->rt->n_eventfd_writes);
 }
 
+/* Clears the eventfd only if it was rung since the last clear: the common
+ * case (a port that got its reply while spinning) costs no syscall. */
 void doorbell_clear(kva_actor *a) {
+  if (!__atomic_exchange_n(&a->rung, 0, __ATOMIC_SEQ_CST)) return;
   uint64_t v;
-  ssize_t r = read(a->efd, &v, sizeof(v));
-  (void)r; /* EAGAIN: was not rung */
+  /* EAGAIN: the ringer set rung but its write has not landed yet; keep rung
+   * so that the next clear reads what it writes */
+  if (read(a->efd, &v, sizeof(v)) < 0) __atomic_store_n(&a->rung, 1, __ATOMIC_SEQ_CST);
 }
 
 /* The worker running on this thread: its `next` slot holds the actor it

@@ -58,12 +58,12 @@ bool l1_seen(struct l1_manager *m, uint32_t slot) {
 void l1_delete(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
     int st = KVA_OK;
-    if (slot == NO_SLOT)
-      st = KVA_KEY_NOT_EXIST;
-    else if (l1_seen(m, slot))
+    if (m->sc.dup[i])
       st = KVA_KEY_WRONG_STATE;
+    else if (slot == NO_SLOT)
+      st = KVA_KEY_NOT_EXIST;
     else if (l1_locked(object_at(&m->t, slot)) && !r->force)
       st = KVA_KEY_LOCKED;
     if (st == KVA_OK) {

@@ -48,7 +48,11 @@ typedef struct scratch {
   uint64_t *bytes; /* per allocation */
   void **ptrs;
   uint32_t *owner; /* per allocation: key index */
+  uint64_t *hash;  /* per key: key_hash */
+  uint8_t *dup;    /* per key: 1 = repeats an earlier key of the request */
   size_t cap;
+  uint32_t *seen; /* open-addressing set of key indexes, for dup */
+  size_t seen_cap;
 } scratch;
 
 struct l1_manager {
@@ -73,6 +77,9 @@ void l1_note_flush(struct l1_manager *m);
 void l1_reply(struct l1_manager *m, kva_actor *to, uint64_t tag);
 void l1_dispatch(struct l1_manager *m, const kva_msg *msg);
 int scratch_reserve(scratch *s, size_t n);
+/* Hashes the request's keys into sc.hash and marks repeats in sc.dup;
+ * returns whether any key repeats, or -1 on ENOMEM. */
+int l1_scan_keys(struct l1_manager *m, const l1_req *r);
 
 /* object helpers (l1_admin.c) */
 bool l1_locked(const l1_obj *o);
@@ -80,7 +87,7 @@ void l1_remove(struct l1_manager *m, uint32_t slot, bool notify);
 void l1_set_write_lock(struct l1_manager *m, l1_obj *o, bool on);
 void l1_add_readers(struct l1_manager *m, l1_obj *o, uint32_t n);
 void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n);
-/* marks keys as seen by this request; true if key i repeats an earlier one */
+/* marks an object as touched by this request; true if it already was */
 bool l1_seen(struct l1_manager *m, uint32_t slot);
 
 /* handlers */

@@ -83,12 +83,51 @@ int scratch_reserve(scratch *s, size_t n) {
   if (ptrs) s->ptrs = ptrs;
   uint32_t *owner = realloc(s->owner, cap * sizeof(*owner));
   if (owner) s->owner = owner;
-  if (!slot || !fresh || !bytes || !ptrs || !owner) return KVA_ENOMEM;
+  uint64_t *hash = realloc(s->hash, cap * sizeof(*hash));
+  if (hash) s->hash = hash;
+  uint8_t *dup = realloc(s->dup, cap);
+  if (dup) s->dup = dup;
+  uint32_t *seen = realloc(s->seen, 2 * cap * sizeof(*seen));
+  if (seen) {
+    s->seen = seen;
+    s->seen_cap = 2 * cap;
+  }
+  if (!slot || !fresh || !bytes || !ptrs || !owner || !hash || !dup || !seen) return KVA_ENOMEM;
   s->cap = cap;
   return KVA_OK;
 }
 
+int l1_scan_keys(struct l1_manager *m, const l1_req *r) {
+  scratch *s = &m->sc;
+  if (scratch_reserve(s, r->n) != KVA_OK) return -1;
+  size_t mask = 1;
+  while (mask < 2 * r->n) mask <<= 1;
+  mask--; /* a power of two at least twice n, within seen_cap */
+  if (r->n > 1) memset(s->seen, 0xff, (mask + 1) * sizeof(*s->seen));
+  int any = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    uint64_t h = key_hash(&r->keys[i]);
+    s->hash[i] = h;
+    s->dup[i] = 0;
+    if (r->n == 1) break;
+    size_t j = h & mask;
+    for (; s->seen[j] != UINT32_MAX; j = (j + 1) & mask) {
+      uint32_t e = s->seen[j];
+      if (s->hash[e] == h && key_equal(&r->keys[e], &r->keys[i])) {
+        s->dup[i] = 1;
+        any = 1;
+        break;
+      }
+    }
+    if (!s->dup[i]) s->seen[j] = (uint32_t)i;
+  }
+  return any;
+}
+
 static void scratch_free(scratch *s) {
+  free(s->hash);
+  free(s->dup);
+  free(s->seen);
   free(s->slot);
   free(s->fresh);
   free(s->bytes);
@@ -197,6 +236,11 @@ void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
     return;
   }
   m->stamp++;
+  if (r->n && r->keys && l1_scan_keys(m, r) < 0) {
+    r->result = KVA_ENOMEM;
+    l1_reply(m, msg->from, msg->tag);
+    return;
+  }
   if (msg->type == L1_RESERVE_WRITE)
     l1_reserve_write(m, r, msg->from, msg->tag); /* replies itself */
   else

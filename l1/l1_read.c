@@ -11,15 +11,13 @@
 
 #define READERS_LIMIT 65535u /* read locks one object may accumulate */
 
-/* Looks up every key into sc.slot; false when a key that exists appears
- * twice (the calls without per-key status refuse such a batch). */
+/* Looks up every key into sc.slot; false when a key appears twice (the
+ * calls without per-key status refuse such a batch). */
 static bool lookup_all(struct l1_manager *m, const l1_req *r) {
-  if (scratch_reserve(&m->sc, r->n) != KVA_OK) return false;
   bool unique = true;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
-    m->sc.slot[i] = slot;
-    if (slot != NO_SLOT && l1_seen(m, slot)) unique = false;
+    m->sc.slot[i] = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
+    if (m->sc.dup[i]) unique = false;
   }
   return unique;
 }
@@ -35,18 +33,14 @@ static bool can_add_readers(const l1_obj *o, uint32_t n) {
 }
 
 void l1_reserve_read(struct l1_manager *m, l1_req *r) {
-  if (scratch_reserve(&m->sc, r->n) != KVA_OK) {
-    r->result = KVA_ENOMEM;
-    return;
-  }
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
     int st = KVA_OK;
-    if (slot == NO_SLOT)
-      st = KVA_KEY_NOT_EXIST;
-    else if (l1_seen(m, slot))
+    if (m->sc.dup[i])
       st = KVA_KEY_WRONG_STATE;
+    else if (slot == NO_SLOT)
+      st = KVA_KEY_NOT_EXIST;
     else if (!can_add_readers(object_at(&m->t, slot), r->readers))
       st = KVA_KEY_NOT_READABLE;
     m->sc.slot[i] = st == KVA_OK ? slot : NO_SLOT;
@@ -66,12 +60,12 @@ void l1_reserve_read(struct l1_manager *m, l1_req *r) {
 void l1_finish_read(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
     int st = KVA_OK;
-    if (slot == NO_SLOT)
-      st = KVA_KEY_NOT_EXIST;
-    else if (l1_seen(m, slot))
+    if (m->sc.dup[i])
       st = KVA_KEY_WRONG_STATE;
+    else if (slot == NO_SLOT)
+      st = KVA_KEY_NOT_EXIST;
     else if (object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers == 0)
       st = KVA_KEY_WRONG_STATE;
     if (st == KVA_OK) {
@@ -87,7 +81,7 @@ void l1_finish_read(struct l1_manager *m, l1_req *r) {
  * are present and readable; nothing after the first gap is locked. */
 void l1_prefetch(struct l1_manager *m, l1_req *r) {
   if (!lookup_all(m, r)) {
-    r->result = m->sc.cap < r->n ? KVA_ENOMEM : KVA_EINVAL;
+    r->result = KVA_EINVAL;
     return;
   }
   size_t hits = 0;
@@ -108,7 +102,7 @@ void l1_prefetch(struct l1_manager *m, l1_req *r) {
  * caller will not read them) and the first problem is returned. */
 void l1_read(struct l1_manager *m, l1_req *r) {
   if (!lookup_all(m, r)) {
-    r->result = m->sc.cap < r->n ? KVA_ENOMEM : KVA_EINVAL;
+    r->result = KVA_EINVAL;
     return;
   }
   int problem = KVA_OK;
@@ -132,13 +126,9 @@ void l1_read(struct l1_manager *m, l1_req *r) {
 }
 
 void l1_touch(struct l1_manager *m, l1_req *r) {
-  if (scratch_reserve(&m->sc, r->n) != KVA_OK) {
-    r->result = KVA_ENOMEM;
-    return;
-  }
   int found = 0;
   for (size_t i = 0; i < r->n; i++) {
-    m->sc.slot[i] = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    m->sc.slot[i] = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
     found += m->sc.slot[i] != NO_SLOT;
   }
   note_touched_reversed(m, r->n);

@@ -24,13 +24,14 @@
 static int claim_key(struct l1_manager *m, const l1_req *r, size_t i, uint64_t bytes, uint64_t fp,
                      size_t *nalloc) {
   const kva_key *k = &r->keys[i];
-  uint64_t h = key_hash(k);
-  uint32_t slot = object_table_find(&m->t, k, h);
+  uint64_t h = m->sc.hash[i];
   m->sc.slot[i] = NO_SLOT;
   m->sc.fresh[i] = 0;
+  if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
+  uint32_t slot = object_table_find(&m->t, k, h);
   if (slot != NO_SLOT) {
     l1_obj *o = object_at(&m->t, slot);
-    if (l1_seen(m, slot)) return KVA_KEY_WRONG_STATE;
+    l1_seen(m, slot); /* part of this request: never a demand-eviction victim */
     if (r->mode == KVA_WRITE_NEW || l1_locked(o) || o->temporary || o->fingerprint != fp)
       return KVA_KEY_NOT_WRITABLE;
     l1_set_write_lock(m, o, true);
@@ -123,8 +124,8 @@ static void demand_start(struct l1_manager *m, l1_req *r, size_t nalloc, kva_act
 
 void l1_reserve_write(struct l1_manager *m, l1_req *r, kva_actor *from, uint64_t tag) {
   uint64_t bytes = layout_bytes(r->layout);
-  if (!bytes || scratch_reserve(&m->sc, r->n) != KVA_OK) {
-    r->result = bytes ? KVA_ENOMEM : KVA_EINVAL;
+  if (!bytes) {
+    r->result = KVA_EINVAL;
     l1_reply(m, from, tag);
     return;
   }
@@ -174,12 +175,13 @@ void l1_demand_candidates(struct l1_manager *m, const evict_list *l) {
 void l1_finish_write(struct l1_manager *m, l1_req *r, bool and_read) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], key_hash(&r->keys[i]));
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
     int st = KVA_OK;
-    if (slot == NO_SLOT)
+    if (m->sc.dup[i])
+      st = KVA_KEY_WRONG_STATE;
+    else if (slot == NO_SLOT)
       st = KVA_KEY_NOT_EXIST;
-    else if (l1_seen(m, slot) || !object_at(&m->t, slot)->write_locked ||
-             object_at(&m->t, slot)->readers)
+    else if (!object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers)
       st = KVA_KEY_WRONG_STATE;
     if (and_read && r->bufs) r->bufs[i] = (kva_buf){0};
     if (st == KVA_OK) {

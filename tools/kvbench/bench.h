@@ -8,16 +8,20 @@
 #include <stdint.h>
 
 typedef struct bench_opts {
-  int workers;         /* runtime.workers for kvact and the CAF anchor */
-  int reps;            /* repetitions; figures are medians */
-  uint64_t pingpong;   /* round trips */
-  uint64_t fanin;      /* messages, all senders together */
-  uint64_t ring_hops;  /* token-ring hops */
-  uint64_t ring_msgs;  /* raw ck_ring anchor messages */
-  const char *anchors; /* folder holding caf_bench and ring_anchor */
+  int workers;          /* runtime.workers for kvact and the CAF anchor */
+  int reps;             /* repetitions; figures are medians */
+  uint64_t pingpong;    /* round trips */
+  uint64_t fanin;       /* messages, all senders together */
+  uint64_t ring_hops;   /* token-ring hops */
+  uint64_t ring_msgs;   /* raw ck_ring anchor messages */
+  const char *anchors;  /* folder holding caf_bench and ring_anchor */
+  uint64_t cycle_bytes; /* l1: bytes through the write+read cycle per size */
+  uint64_t cp_cycles;   /* l1: 64-key control-plane cycles per thread */
+  uint64_t rtt_samples; /* l1: single-key prefetch round trips */
 } bench_opts;
 
 int suite_runtime(const bench_opts *o);
+int suite_l1(const bench_opts *o);
 
 double bench_median(double *v, int n);
 uint64_t bench_now_ns(void);

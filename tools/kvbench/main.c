@@ -1,12 +1,13 @@
 /*
  * kvbench — kvact's benchmark driver.
  *
- *   kvbench [--suite runtime|all] [--reps N] [--workers N] [--quick] ...
+ *   kvbench [--suite runtime|l1|all] [--reps N] [--workers N] [--quick] ...
  *
  * Until the serving-engine simulation lands (the kvbench issue), running it
  * with no arguments runs the runtime suite.
  */
 #include <getopt.h>
+#include <stdbool.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: kvbench [options]\n"
-             "  --suite NAME      runtime | all (default: runtime)\n"
+             "  --suite NAME      runtime | l1 | all (default: runtime)\n"
              "  --reps N          repetitions per measure, medians reported (5)\n"
              "  --workers N       scheduler threads for kvact and CAF (online CPUs)\n"
              "  --pingpong N      ping-pong round trips (2000000)\n"
@@ -48,7 +49,10 @@ int main(int argc, char **argv) {
                   .fanin = 8000000,
                   .ring_hops = 1000000,
                   .ring_msgs = 10000000,
-                  .anchors = default_anchors()};
+                  .anchors = default_anchors(),
+                  .cycle_bytes = 4ull << 30,
+                  .cp_cycles = 4000,
+                  .rtt_samples = 100000};
   const char *suite = "runtime";
   static const struct option opts[] = {{"suite", 1, 0, 's'},   {"reps", 1, 0, 'r'},
                                        {"workers", 1, 0, 'w'}, {"pingpong", 1, 0, 'p'},
@@ -85,6 +89,9 @@ int main(int argc, char **argv) {
       o.fanin = 80000;
       o.ring_hops = 10000;
       o.ring_msgs = 100000;
+      o.cycle_bytes = 256ull << 20;
+      o.cp_cycles = 100;
+      o.rtt_samples = 2000;
       break;
     case 'H':
       usage(stdout);
@@ -98,7 +105,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kvbench: --reps, --workers and sizes must be positive\n");
     return 2;
   }
-  if (strcmp(suite, "runtime") == 0 || strcmp(suite, "all") == 0) return suite_runtime(&o);
-  fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, all)\n", suite);
-  return 2;
+  bool all = strcmp(suite, "all") == 0;
+  if (!all && strcmp(suite, "runtime") && strcmp(suite, "l1")) {
+    fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, l1, all)\n", suite);
+    return 2;
+  }
+  int rc = 0;
+  if (all || strcmp(suite, "runtime") == 0) rc |= suite_runtime(&o);
+  if (all || strcmp(suite, "l1") == 0) rc |= suite_l1(&o);
+  return rc;
 }

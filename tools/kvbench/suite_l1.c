@@ -1,0 +1,253 @@
+/*
+ * suite_l1.c — kvbench --suite l1: the storage facade over the L1 tier.
+ *
+ *  - cycle-<size>: bandwidth of the full write+read cycle of one chunk
+ *    (reserve_write -> copy in -> finish_write -> prefetch -> read -> copy
+ *    out -> release -> delete), anchored on plain memcpy of the same bytes
+ *    (copy in + copy out through a buffer of the same size) in the same run;
+ *  - control-plane: key-operations per second with 4 KiB objects and 64
+ *    keys per call (reserve, finish, prefetch, release, delete = 5 key-ops
+ *    per key and cycle), one engine thread and two, with mallocs and
+ *    syscall-free-ness per key-op;
+ *  - prefetch-rtt: submit + wait of a single resident key, p50/p99 in us.
+ * Figures are medians over --reps repetitions.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include "kvact.h"
+#include "tools/kvbench/bench.h"
+#include "tools/kvbench/malloc_count.h"
+
+#define MiB (1024ull * 1024ull)
+#define BATCH 64
+
+static kva_runtime *l1_runtime(int workers, uint64_t l1_bytes) {
+  kva_config *c = kva_config_default();
+  char num[32], size[32];
+  snprintf(num, sizeof(num), "%d", workers);
+  snprintf(size, sizeof(size), "%llu", (unsigned long long)l1_bytes);
+  kva_runtime *rt = NULL;
+  if (kva_config_set(c, "runtime.workers", num) != KVA_OK ||
+      kva_config_set(c, "l1.size_bytes", size) != KVA_OK || kva_runtime_start(c, &rt) != KVA_OK) {
+    fprintf(stderr, "kvbench: cannot start a runtime with a %llu-byte L1\n",
+            (unsigned long long)l1_bytes);
+    exit(1);
+  }
+  kva_config_free(c);
+  return rt;
+}
+
+static kva_key bench_key(uint64_t i, uint32_t rank) {
+  kva_key k;
+  memset(&k, 0, sizeof(k));
+  strcpy(k.model, "kvbench");
+  k.kv_rank = rank;
+  k.hash_len = 8;
+  memcpy(k.hash, &i, 8);
+  return k;
+}
+
+static kva_layout bytes_layout(uint64_t bytes) {
+  kva_layout l;
+  memset(&l, 0, sizeof(l));
+  l.ntensors = 1;
+  l.tensor[0].ndim = 1;
+  l.tensor[0].shape[0] = bytes;
+  l.tensor[0].dtype = KVA_DT_U8;
+  return l;
+}
+
+static void must(int rc, int want, const char *what) {
+  if (rc != want) {
+    fprintf(stderr, "kvbench: %s returned %d (%s), expected %d\n", what, rc, kva_strerror(rc),
+            want);
+    exit(1);
+  }
+}
+
+/* ---- bandwidth of the full cycle ------------------------------------------- */
+
+static void one_cycle(kva_storage *s, uint64_t i, const kva_layout *l, const char *src, char *dst,
+                      size_t bytes) {
+  kva_key k = bench_key(i, 0);
+  kva_buf b;
+  int st;
+  must(kva_reserve_write(s, &k, 1, l, KVA_WRITE_NEW, &b, &st), 1, "reserve_write");
+  memcpy(b.ptr, src, bytes);
+  must(kva_finish_write(s, &k, 1, &st), 1, "finish_write");
+  kva_prefetch *h;
+  size_t hits = 0;
+  must(kva_submit_prefetch(s, &k, 1, l, 0, &h), KVA_OK, "submit_prefetch");
+  must(kva_wait_prefetch(s, h, -1, &hits), KVA_OK, "wait_prefetch");
+  must(kva_read_prefetched(s, &k, 1, &b), KVA_OK, "read_prefetched");
+  memcpy(dst, b.ptr, bytes);
+  must(kva_finish_read_prefetched(s, &k, 1, 0), 1, "finish_read_prefetched");
+  must(kva_delete(s, &k, 1, 0, &st), 1, "delete");
+}
+
+/* The anchor's middle buffer lives in memory like the L1 pool's: mmap'd
+ * and huge-page advised, so the ratio compares the facade, not the TLB. */
+static char *huge_buffer(size_t bytes) {
+  char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("kvbench: mmap");
+    exit(1);
+  }
+  madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+
+/* Bytes per second through the cycle, and through memcpy alone. */
+static void run_cycle(int workers, size_t bytes, uint64_t total, double *kv, double *mc) {
+  kva_runtime *rt = l1_runtime(workers, 4 * bytes + 64 * MiB);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = bytes_layout(bytes);
+  char *src = malloc(bytes), *dst = malloc(bytes), *mid = huge_buffer(bytes);
+  memset(src, 7, bytes);
+  memset(dst, 0, bytes);
+  memset(mid, 0, bytes);
+  uint64_t n = total / bytes ? total / bytes : 1;
+  for (uint64_t i = 0; i < 8; i++) one_cycle(s, i, &l, src, dst, bytes); /* fault the pool in */
+  uint64_t t0 = bench_now_ns();
+  for (uint64_t i = 0; i < n; i++) one_cycle(s, i, &l, src, dst, bytes);
+  *kv = (double)(n * bytes) / ((double)(bench_now_ns() - t0) / 1e9);
+  t0 = bench_now_ns();
+  for (uint64_t i = 0; i < n; i++) {
+    memcpy(mid, src, bytes);
+    __asm__ volatile("" ::: "memory"); /* keep both copies */
+    memcpy(dst, mid, bytes);
+  }
+  *mc = (double)(n * bytes) / ((double)(bench_now_ns() - t0) / 1e9);
+  if (dst[bytes - 1] != 7) fprintf(stderr, "kvbench: cycle lost bytes\n");
+  free(src);
+  free(dst);
+  munmap(mid, bytes);
+  kva_runtime_shutdown(rt);
+}
+
+static void bench_cycles(const bench_opts *o) {
+  static const size_t sizes[] = {2 * MiB, 8 * MiB, 32 * MiB};
+  for (int z = 0; z < 3; z++) {
+    double kv[64], mc[64];
+    int reps = o->reps < 64 ? o->reps : 64;
+    for (int r = 0; r < reps; r++) run_cycle(o->workers, sizes[z], o->cycle_bytes, &kv[r], &mc[r]);
+    double k = bench_median(kv, reps), m = bench_median(mc, reps);
+    printf("measure=cycle-%lluMiB kvact=%.4g anchor=memcpy:%.4g ratio=%.2f unit=bytes/s\n",
+           (unsigned long long)(sizes[z] / MiB), k, m, k / m);
+    fflush(stdout);
+  }
+}
+
+/* ---- control plane --------------------------------------------------------- */
+
+typedef struct cp_thread {
+  kva_storage *s;
+  uint32_t rank; /* keeps threads' keys apart */
+  uint64_t cycles;
+  pthread_t th;
+} cp_thread;
+
+/* reserve, finish, prefetch, release, delete of 64 keys = 320 key-ops */
+static void cp_cycle(kva_storage *s, kva_key *k, const kva_layout *l) {
+  kva_buf b[BATCH];
+  int st[BATCH];
+  must(kva_reserve_write(s, k, BATCH, l, KVA_WRITE_NEW, b, st), BATCH, "reserve_write");
+  must(kva_finish_write(s, k, BATCH, st), BATCH, "finish_write");
+  kva_prefetch *h;
+  size_t hits = 0;
+  must(kva_submit_prefetch(s, k, BATCH, l, 0, &h), KVA_OK, "submit_prefetch");
+  must(kva_wait_prefetch(s, h, -1, &hits), KVA_OK, "wait_prefetch");
+  must(kva_finish_read_prefetched(s, k, BATCH, 0), BATCH, "finish_read_prefetched");
+  must(kva_delete(s, k, BATCH, 0, st), BATCH, "delete");
+}
+
+static void *cp_main(void *arg) {
+  cp_thread *t = arg;
+  kva_layout l = bytes_layout(4096);
+  kva_key k[BATCH];
+  for (uint64_t c = 0; c < t->cycles; c++) {
+    for (int i = 0; i < BATCH; i++) k[i] = bench_key(c * BATCH + (uint64_t)i, t->rank);
+    cp_cycle(t->s, k, &l);
+  }
+  return NULL;
+}
+
+/* Key-ops per second with `threads` engine threads; adds mallocs. */
+static double run_cp(int workers, int threads, uint64_t cycles, uint64_t *mallocs,
+                     uint64_t *keyops) {
+  kva_runtime *rt = l1_runtime(workers, 256 * MiB);
+  cp_thread t[8];
+  for (int i = 0; i < threads; i++) t[i] = (cp_thread){kva_storage_of(rt), (uint32_t)i, 20, 0};
+  for (int i = 0; i < threads; i++) cp_main(&t[i]); /* warm-up: sessions, scratch, pools */
+  uint64_t m0 = malloc_count(), t0 = bench_now_ns();
+  for (int i = 0; i < threads; i++) {
+    t[i].cycles = cycles;
+    pthread_create(&t[i].th, NULL, cp_main, &t[i]);
+  }
+  for (int i = 0; i < threads; i++) pthread_join(t[i].th, NULL);
+  double secs = (double)(bench_now_ns() - t0) / 1e9;
+  *mallocs += malloc_count() - m0;
+  uint64_t ops = (uint64_t)threads * cycles * BATCH * 5;
+  *keyops += ops;
+  kva_runtime_shutdown(rt);
+  return (double)ops / secs;
+}
+
+static void bench_control_plane(const bench_opts *o) {
+  for (int threads = 1; threads <= 2; threads++) {
+    double v[64];
+    uint64_t mallocs = 0, keyops = 0;
+    int reps = o->reps < 64 ? o->reps : 64;
+    for (int r = 0; r < reps; r++)
+      v[r] = run_cp(o->workers, threads, o->cp_cycles, &mallocs, &keyops);
+    printf("measure=control-plane-%dthread kvact=%.4g target=1e+06 unit=key-ops/s "
+           "mallocs_per_keyop=%.6f\n",
+           threads, bench_median(v, reps), (double)mallocs / (double)keyops);
+    fflush(stdout);
+  }
+}
+
+/* ---- prefetch round trip --------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void bench_prefetch_rtt(const bench_opts *o) {
+  kva_runtime *rt = l1_runtime(o->workers, 64 * MiB);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = bytes_layout(4096);
+  kva_key k = bench_key(1, 0);
+  kva_buf b;
+  int st;
+  must(kva_reserve_write(s, &k, 1, &l, KVA_WRITE_NEW, &b, &st), 1, "reserve_write");
+  must(kva_finish_write(s, &k, 1, &st), 1, "finish_write");
+  uint64_t n = o->rtt_samples, *lat = malloc(n * sizeof(*lat));
+  for (uint64_t i = 0; i < n + 1000; i++) {
+    kva_prefetch *h;
+    size_t hits;
+    uint64_t t0 = bench_now_ns();
+    must(kva_submit_prefetch(s, &k, 1, &l, 0, &h), KVA_OK, "submit_prefetch");
+    must(kva_wait_prefetch(s, h, -1, &hits), KVA_OK, "wait_prefetch");
+    if (i >= 1000) lat[i - 1000] = bench_now_ns() - t0; /* the first 1000 warm up */
+    must(kva_finish_read_prefetched(s, &k, 1, 0), 1, "finish_read_prefetched");
+  }
+  qsort(lat, n, sizeof(*lat), cmp_u64);
+  printf("measure=prefetch-rtt p50_us=%.2f p99_us=%.2f samples=%llu\n", lat[n / 2] / 1e3,
+         lat[n * 99 / 100] / 1e3, (unsigned long long)n);
+  free(lat);
+  kva_runtime_shutdown(rt);
+}
+
+int suite_l1(const bench_opts *o) {
+  printf("suite=l1 workers=%d reps=%d (medians)\n", o->workers, o->reps);
+  bench_cycles(o);
+  bench_control_plane(o);
+  bench_prefetch_rtt(o);
+  return 0;
+}
