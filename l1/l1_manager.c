@@ -224,6 +224,11 @@ static void dispatch_req(struct l1_manager *m, const kva_msg *msg, l1_req *r) {
   l1_reply(m, msg->from, msg->tag);
 }
 
+static bool uses_readers(uint32_t type) {
+  return type == L1_RESERVE_READ || type == L1_FINISH_READ || type == L1_PREFETCH ||
+         type == L1_FINISH_WRITE_AND_RESERVE_READ;
+}
+
 void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
   if (msg->type == L1_EVICT) {
     if (msg->len >= sizeof(evict_list)) l1_evict(m, msg->data);
@@ -236,6 +241,11 @@ void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
     return;
   }
   m->stamp++;
+  if (uses_readers(msg->type) && (r->readers == 0 || r->readers > L1_MAX_READERS)) {
+    r->result = KVA_EINVAL; /* the facade never sends these: a protocol error */
+    l1_reply(m, msg->from, msg->tag);
+    return;
+  }
   if (r->n && r->keys && l1_scan_keys(m, r) < 0) {
     r->result = KVA_ENOMEM;
     l1_reply(m, msg->from, msg->tag);

@@ -15,7 +15,7 @@
 
 #include "kvact.h"
 
-#define L1_MAX_READERS 128u /* read locks one object may hold at once */
+#define L1_MAX_READERS 128u /* read locks one request may take or release per key */
 
 typedef struct l1_obj {
   kva_key key;
