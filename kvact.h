@@ -259,8 +259,10 @@ int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *statu
  * (1 + extra_readers locks each, extra_readers <= 127), the rest is looked
  * up in L2 when L2 tiers exist. The handle is polled, waited on, or its
  * eventfd watched; the result (the contiguous prefix hit count) is read
- * exactly once, which frees the handle; a handle used after that gets
- * KVA_EINVAL. */
+ * exactly once, which frees the handle; a handle used after that, or any
+ * value that is not a live handle, gets KVA_EINVAL. l may be NULL for an L1
+ * lookup (loads from L2 need it). At most 16384 handles and blocking calls
+ * per storage at once (KVA_EAGAIN beyond). */
 typedef struct kva_prefetch kva_prefetch;
 int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                         uint32_t extra_readers, kva_prefetch **h);

@@ -81,6 +81,8 @@ int storage_start(kva_runtime *rt, kva_storage **out) {
   return KVA_OK;
 }
 
+static void table_remove(session *ss);
+
 int storage_enter(kva_storage *s) {
   /* seq_cst increment, then the closed check: storage_close stores closed,
    * then reads inflight, so one of the two sees the other (Dekker) */
@@ -104,6 +106,7 @@ void storage_close(kva_storage *s) {
 void storage_free(kva_storage *s) {
   for (session *ss = s->all, *next; ss; ss = next) {
     next = ss->next_all;
+    table_remove(ss);
     free(ss->keys);
     free(ss); /* its port is freed with the runtime */
   }
@@ -111,14 +114,44 @@ void storage_free(kva_storage *s) {
   free(s);
 }
 
+/* Every session of the process has an index in one table, and a prefetch
+ * handle names its session by index and generation, never by address: a
+ * made-up or stale handle is looked up, not dereferenced. */
+#define TABLE_SIZE (1u << 16)
+static session *table[TABLE_SIZE]; /* atomic pointers */
+static uint32_t table_free[TABLE_SIZE], table_nfree, table_next;
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool table_add(session *ss) {
+  pthread_mutex_lock(&table_lock);
+  bool ok = table_nfree > 0 || table_next < TABLE_SIZE;
+  if (ok) ss->index = table_nfree ? table_free[--table_nfree] : table_next++;
+  pthread_mutex_unlock(&table_lock);
+  /* release: a reader that finds the pointer sees the session's fields */
+  if (ok) __atomic_store_n(&table[ss->index], ss, __ATOMIC_RELEASE);
+  return ok;
+}
+
+static void table_remove(session *ss) {
+  __atomic_store_n(&table[ss->index], NULL, __ATOMIC_RELEASE);
+  pthread_mutex_lock(&table_lock);
+  table_free[table_nfree++] = ss->index;
+  pthread_mutex_unlock(&table_lock);
+}
+
+session *session_at(uint32_t index) {
+  return index < TABLE_SIZE ? __atomic_load_n(&table[index], __ATOMIC_ACQUIRE) : NULL;
+}
+
 /* A new session with its own small reply port (one reply at a time). */
 static session *session_new(kva_storage *s) {
-  session *ss = aligned_alloc(64, (sizeof(*ss) + 63) & ~(size_t)63);
+  session *ss = calloc(1, sizeof(*ss));
   if (!ss) return NULL;
-  memset(ss, 0, sizeof(*ss));
   ss->s = s;
+  ss->gen = 1;
   ss->port = port_open_with(s->rt, "storage_port", 4);
-  if (!ss->port) {
+  if (!ss->port || !table_add(ss)) {
+    if (ss->port) kva_port_close(ss->port);
     free(ss);
     return NULL;
   }

@@ -26,6 +26,7 @@ typedef struct session {
   uint64_t tag;      /* tag of the request in flight */
   uint32_t gen;      /* bumped at every release: stale handles are refused */
   uint32_t state;    /* SESSION_* (atomic) */
+  uint32_t index;    /* in the process-wide handle table (storage.c) */
   l1_req req;        /* a prefetch's request */
   kva_layout layout; /* a prefetch's copy of its layout */
   kva_key *keys;     /* a prefetch's copy of its keys */
@@ -53,6 +54,8 @@ int storage_start(kva_runtime *rt, kva_storage **out);
 void storage_close(kva_storage *s); /* refuse new calls, wait for those running */
 void storage_free(kva_storage *s);  /* after the runtime has stopped the actors */
 
+/* The session of a handle's table index, or NULL (any index is safe). */
+session *session_at(uint32_t index);
 /* Borrow/return a session; NULL when MAX_SESSIONS are in use or on ENOMEM. */
 session *session_take(kva_storage *s);
 void session_put(session *ss);

@@ -1,12 +1,12 @@
 /*
  * storage_read.c — prefetch handles and reading prefetched objects.
  *
- * A handle is its session's address with the session's generation in the
- * top 16 bits (user-space addresses fit in 47 bits on x86-64 and arm64),
- * so a handle used after its result was read — its session released or
- * already serving another prefetch — is recognised and refused with
- * KVA_EINVAL instead of returning someone else's result. A handle belongs
- * to one thread at a time.
+ * A handle is not an address: it encodes its session's index in the
+ * process-wide session table and the session's generation (bumped at every
+ * release), (gen << 32) | (index + 1). A handle used after its result was
+ * read, one of another runtime, or a made-up value is looked up, found
+ * stale, and refused with KVA_EINVAL; nothing is dereferenced. A handle
+ * belongs to one thread at a time.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,21 +14,18 @@
 #include "l1/key.h"
 #include "storage_internal.h"
 
-#define HANDLE_GEN_SHIFT 48
-#define HANDLE_PTR_MASK ((UINT64_C(1) << HANDLE_GEN_SHIFT) - 1)
-
 static kva_prefetch *handle_of(session *ss) {
-  uint64_t g = ss->gen & 0xffffu;
-  return (kva_prefetch *)(uintptr_t)(((uint64_t)(uintptr_t)ss) | (g << HANDLE_GEN_SHIFT));
+  return (kva_prefetch *)(uintptr_t)(((uint64_t)ss->gen << 32) | (ss->index + 1u));
 }
 
 /* The session of a live handle, or NULL. */
 static session *session_of(const kva_prefetch *h) {
   uint64_t v = (uint64_t)(uintptr_t)h;
-  session *ss = (session *)(uintptr_t)(v & HANDLE_PTR_MASK);
-  if (!ss || ((uintptr_t)ss & 63)) return NULL;
+  uint32_t low = (uint32_t)v;
+  if (low == 0) return NULL;
+  session *ss = session_at(low - 1);
   /* acquire: pairs with session_put's release of gen */
-  if ((__atomic_load_n(&ss->gen, __ATOMIC_ACQUIRE) & 0xffffu) != v >> HANDLE_GEN_SHIFT) return NULL;
+  if (!ss || __atomic_load_n(&ss->gen, __ATOMIC_ACQUIRE) != (uint32_t)(v >> 32)) return NULL;
   if (__atomic_load_n(&ss->state, __ATOMIC_ACQUIRE) != SESSION_PREFETCH) return NULL;
   return ss;
 }

@@ -247,9 +247,19 @@ static bool runq_pop(kva_runtime *rt, kva_actor **a) {
 }
 #endif
 
+/* Spins on the run queue before sleeping, but at most half the workers
+ * (at least one) at a time, as Go does: spinning workers on every core
+ * would starve the engine's own threads (on a 2-core machine, the thread
+ * copying KV bytes between two facade calls). */
 static bool worker_spin(kva_runtime *rt, kva_actor **a) {
   bool found = false;
-  ck_pr_inc_32(&rt->spinning);
+  uint32_t max_spinning = rt->workers > 1 ? rt->workers / 2 : 1;
+  /* faa is a full barrier on x86 (ck_pr); the count pairs with wake_worker,
+   * which skips the futex only when it sees a spinner */
+  if (ck_pr_faa_32(&rt->spinning, 1) >= max_spinning) {
+    ck_pr_dec_32(&rt->spinning);
+    return false;
+  }
   for (uint32_t i = 0; i < rt->spin_iters && !ck_pr_load_32(&rt->stop_workers); i++) {
     if ((found = runq_pop(rt, a))) break;
     ck_pr_stall();
