@@ -15,30 +15,19 @@
 
 #include "actors/log.h"
 #include "actors/runtime_internal.h"
+#include "config/config_internal.h"
 #include "l1/eviction_controller.h"
 #include "l1/key.h"
 #include "storage_internal.h"
 
-static int64_t cfg_i64(const kva_config *c, const char *path, int64_t dflt) {
-  int64_t v;
-  return kva_config_get_i64(c, path, &v) == KVA_OK ? v : dflt;
-}
-static double cfg_f64(const kva_config *c, const char *path, double dflt) {
-  double v;
-  return kva_config_get_f64(c, path, &v) == KVA_OK ? v : dflt;
-}
-
 static int start_l1(kva_storage *s, const kva_config *c) {
   char err[256] = "";
-  int pinned = -1, huge = 1;
-  if (kva_config_get_bool(c, "l1.pinned", &pinned) != KVA_OK) pinned = -1;
-  if (kva_config_get_bool(c, "l1.hugepages", &huge) != KVA_OK) huge = 1;
-  l1_manager_opts o = {.size_bytes = (uint64_t)cfg_i64(c, "l1.size_bytes", 1 << 30),
-                       .reserve_bytes = (uint64_t)cfg_i64(c, "l1.reserve_bytes", 0),
-                       .align_bytes = (uint64_t)cfg_i64(c, "l1.align_bytes", 4096),
-                       .numa_node = (int)cfg_i64(c, "l1.numa_node", -1),
-                       .pinned = pinned,
-                       .hugepages = huge};
+  l1_manager_opts o = {.size_bytes = (uint64_t)config_i64_or(c, "l1.size_bytes", 1 << 30),
+                       .reserve_bytes = (uint64_t)config_i64_or(c, "l1.reserve_bytes", 0),
+                       .align_bytes = (uint64_t)config_i64_or(c, "l1.align_bytes", 4096),
+                       .numa_node = (int)config_i64_or(c, "l1.numa_node", -1),
+                       .pinned = config_bool_or(c, "l1.pinned", -1), /* "auto" = -1 */
+                       .hugepages = config_bool_or(c, "l1.hugepages", 1)};
   s->l1m = l1_manager_spawn(s->rt, &o, err, sizeof(err));
   if (!s->l1m) {
     LOG_ERROR("storage: %s", err[0] ? err : "cannot start the L1 manager");
@@ -50,12 +39,11 @@ static int start_l1(kva_storage *s, const kva_config *c) {
 
 static int start_evictor(kva_storage *s, const kva_config *c) {
   char err[256] = "";
-  const char *policy = "lru";
-  if (kva_config_get_str(c, "eviction.policy", &policy) != KVA_OK) policy = "lru";
-  eviction_opts o = {.policy = policy,
-                     .watermark = cfg_f64(c, "eviction.trigger_watermark", 0.8),
-                     .ratio = cfg_f64(c, "eviction.ratio", 0.2),
-                     .interval_ns = (uint64_t)cfg_i64(c, "eviction.interval_ms", 1000) * 1000000u};
+  eviction_opts o = {.policy = config_str_or(c, "eviction.policy", "lru"),
+                     .watermark = config_f64_or(c, "eviction.trigger_watermark", 0.8),
+                     .ratio = config_f64_or(c, "eviction.ratio", 0.2),
+                     .interval_ns =
+                         (uint64_t)config_i64_or(c, "eviction.interval_ms", 1000) * 1000000u};
   s->evictor = eviction_controller_spawn(s->rt, s->l1, &o, err, sizeof(err));
   if (!s->evictor) {
     LOG_ERROR("storage: %s", err);
@@ -192,11 +180,10 @@ void session_put(session *ss) {
   pthread_mutex_unlock(&s->lock);
 }
 
-/* Waits on the session's port for the reply with its tag. */
-static int await_reply(session *ss) {
+int session_await(session *ss, int timeout_ms) {
   for (;;) {
     kva_msg m;
-    int rc = kva_port_recv(ss->port, &m, NULL, 0, -1);
+    int rc = kva_port_recv(ss->port, &m, NULL, 0, timeout_ms);
     if (rc != KVA_OK) return rc;
     if (m.type == L1_REPLY && m.tag == ss->tag) return KVA_OK;
   }
@@ -212,7 +199,7 @@ int storage_call(kva_storage *s, uint32_t type, l1_req *r) {
   }
   ss->tag++;
   rc = kva_send(s->l1, type, &r, sizeof(r), kva_port_actor(ss->port), ss->tag);
-  if (rc == KVA_OK) rc = await_reply(ss);
+  if (rc == KVA_OK) rc = session_await(ss, -1);
   session_put(ss);
   storage_leave(s);
   return rc == KVA_OK ? r->result : rc;
@@ -231,7 +218,7 @@ int kva_runtime_start(const kva_config *cfg, kva_runtime **out) {
   int rc = runtime_create(cfg, out);
   if (rc != KVA_OK) return rc;
   kva_runtime *rt = *out;
-  if (cfg_i64(rt->cfg, "l1.size_bytes", 1 << 30) == 0) return KVA_OK;
+  if (config_i64_or(rt->cfg, "l1.size_bytes", 1 << 30) == 0) return KVA_OK;
   kva_storage *s = NULL;
   rc = storage_start(rt, &s);
   if (rc != KVA_OK) {

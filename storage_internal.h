@@ -59,6 +59,9 @@ session *session_at(uint32_t index);
 /* Borrow/return a session; NULL when MAX_SESSIONS are in use or on ENOMEM. */
 session *session_take(kva_storage *s);
 void session_put(session *ss);
+/* Waits on the session's port for the reply to its request in flight
+ * (tag ss->tag); KVA_ETIMEDOUT after timeout_ms (< 0: forever). */
+int session_await(session *ss, int timeout_ms);
 /* Enter/leave a call: KVA_ESHUTDOWN once shutdown began. */
 int storage_enter(kva_storage *s);
 void storage_leave(kva_storage *s);

@@ -74,17 +74,13 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
 static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits) {
   session *ss = session_of(h);
   if (!s || !ss || ss->s != s) return KVA_EINVAL;
-  for (;;) {
-    kva_msg m;
-    int rc = kva_port_recv(ss->port, &m, NULL, 0, timeout_ms);
-    if (rc == KVA_ETIMEDOUT) return timeout_ms == 0 ? KVA_EAGAIN : KVA_ETIMEDOUT;
-    if (rc != KVA_OK) return rc;
-    if (m.type != L1_REPLY || m.tag != ss->tag) continue;
-    int result = ss->req.result;
-    if (hits) *hits = result == KVA_OK ? ss->req.hits : 0;
-    session_put(ss);
-    return result;
-  }
+  int rc = session_await(ss, timeout_ms);
+  if (rc == KVA_ETIMEDOUT) return timeout_ms == 0 ? KVA_EAGAIN : KVA_ETIMEDOUT;
+  if (rc != KVA_OK) return rc;
+  int result = ss->req.result;
+  if (hits) *hits = result == KVA_OK ? ss->req.hits : 0;
+  session_put(ss);
+  return result;
 }
 
 int kva_query_prefetch(kva_storage *s, kva_prefetch *h, size_t *hits) {

@@ -27,17 +27,11 @@
 #define STATS_SLOTS 4096u
 #define SPIN_ITERS 2000u
 
-static int64_t cfg_i64(const kva_config *c, const char *path, int64_t dflt) {
-  int64_t v;
-  return kva_config_get_i64(c, path, &v) == KVA_OK ? v : dflt;
-}
-
 static int runtime_init(kva_runtime *rt) {
-  int stats_on = 1;
-  if (kva_config_get_bool(rt->cfg, "runtime.stats", &stats_on) != KVA_OK) stats_on = 1;
-  rt->workers = (uint32_t)cfg_i64(rt->cfg, "runtime.workers", sysconf(_SC_NPROCESSORS_ONLN));
-  rt->batch = (uint32_t)cfg_i64(rt->cfg, "runtime.batch", 64);
-  rt->mailbox_capacity = (uint32_t)cfg_i64(rt->cfg, "runtime.mailbox_capacity", 1024);
+  int stats_on = config_bool_or(rt->cfg, "runtime.stats", 1);
+  rt->workers = (uint32_t)config_i64_or(rt->cfg, "runtime.workers", sysconf(_SC_NPROCESSORS_ONLN));
+  rt->batch = (uint32_t)config_i64_or(rt->cfg, "runtime.batch", 64);
+  rt->mailbox_capacity = (uint32_t)config_i64_or(rt->cfg, "runtime.mailbox_capacity", 1024);
   rt->runq_cap = RUNQ_CAP;
   rt->spin_iters = SPIN_ITERS;
   pthread_mutex_init(&rt->reg_lock, NULL);
@@ -47,7 +41,7 @@ static int runtime_init(kva_runtime *rt) {
   rt->pool = payload_pool_create();
   if (!rt->stats || !rt->pool) return KVA_ENOMEM;
   if (rt->workers == 0) {
-    int rc = det_create(rt, (uint64_t)cfg_i64(rt->cfg, "runtime.seed", 0));
+    int rc = det_create(rt, (uint64_t)config_i64_or(rt->cfg, "runtime.seed", 0));
     if (rc != KVA_OK) return rc;
   }
   int rc = poller_create(rt);

@@ -230,6 +230,10 @@ const config_value *config_effective_root(const kva_config *c);
 /* The effective value at a dotted path, or NULL. */
 const config_value *config_get(const kva_config *c, const char *path);
 int config_get_u64(const kva_config *c, const char *path, uint64_t *out);
+int64_t config_i64_or(const kva_config *c, const char *path, int64_t dflt);
+double config_f64_or(const kva_config *c, const char *path, double dflt);
+int config_bool_or(const kva_config *c, const char *path, int dflt); /* "auto" -> dflt */
+const char *config_str_or(const kva_config *c, const char *path, const char *dflt);
 
 /* Plug-in view: each l2 entry (effective: per-type defaults filled in). */
 size_t config_l2_count(const kva_config *c);

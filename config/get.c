@@ -80,6 +80,25 @@ int config_get_u64(const kva_config *c, const char *path, uint64_t *out) {
   return as_u64(config_get(c, path), out);
 }
 
+/* Effective values with a fallback, for the runtime's own reads (the
+ * effective tree has every default, so the fallback is only a safety net). */
+int64_t config_i64_or(const kva_config *c, const char *path, int64_t dflt) {
+  int64_t v;
+  return kva_config_get_i64(c, path, &v) == KVA_OK ? v : dflt;
+}
+double config_f64_or(const kva_config *c, const char *path, double dflt) {
+  double v;
+  return kva_config_get_f64(c, path, &v) == KVA_OK ? v : dflt;
+}
+int config_bool_or(const kva_config *c, const char *path, int dflt) {
+  int v;
+  return kva_config_get_bool(c, path, &v) == KVA_OK ? v : dflt;
+}
+const char *config_str_or(const kva_config *c, const char *path, const char *dflt) {
+  const char *v;
+  return kva_config_get_str(c, path, &v) == KVA_OK ? v : dflt;
+}
+
 int kva_config_node_str(const kva_config_node *n, const char *key, const char **out) {
   return as_str(config_node_get(n, key), out);
 }

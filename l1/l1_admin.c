@@ -44,6 +44,7 @@ void l1_remove(struct l1_manager *m, uint32_t slot, bool notify) {
   if (notify) l1_note(m, NOTE_REMOVED, slot, 0);
   if (o->write_locked) m->n_write_locked--;
   if (o->readers) m->n_read_locked--;
+  if (o->temporary) m->n_temporary--;
   if (o->ptr) pool_free(m->pool, o->ptr);
   object_table_remove(&m->t, slot);
 }
@@ -55,17 +56,18 @@ bool l1_seen(struct l1_manager *m, uint32_t slot) {
   return false;
 }
 
+int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot) {
+  *slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
+  if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
+  return *slot == NO_SLOT ? KVA_KEY_NOT_EXIST : KVA_OK;
+}
+
 void l1_delete(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
-    int st = KVA_OK;
-    if (m->sc.dup[i])
-      st = KVA_KEY_WRONG_STATE;
-    else if (slot == NO_SLOT)
-      st = KVA_KEY_NOT_EXIST;
-    else if (l1_locked(object_at(&m->t, slot)) && !r->force)
-      st = KVA_KEY_LOCKED;
+    uint32_t slot;
+    int st = l1_key_slot(m, r, i, &slot);
+    if (st == KVA_OK && l1_locked(object_at(&m->t, slot)) && !r->force) st = KVA_KEY_LOCKED;
     if (st == KVA_OK) {
       if (l1_locked(object_at(&m->t, slot))) LOG_WARN("l1: force-deleting a locked object");
       l1_remove(m, slot, true);
@@ -126,7 +128,7 @@ static void report_locked(struct l1_manager *m, char *out, size_t len) {
 
 /* Recounts everything and compares with the maintained counters. */
 static int check_accounting(struct l1_manager *m, char *out, size_t len) {
-  uint64_t objs = 0, blocks = 0, w = 0, rd = 0;
+  uint64_t objs = 0, blocks = 0, w = 0, rd = 0, tmp = 0;
   for (uint32_t slot = 0; slot < m->t.nslots; slot++) {
     l1_obj *o = object_at(&m->t, slot);
     if (o->gen == 0) continue;
@@ -134,20 +136,22 @@ static int check_accounting(struct l1_manager *m, char *out, size_t len) {
     blocks += pool_block_bytes(m->pool, o->bytes);
     w += o->write_locked;
     rd += o->readers > 0;
+    tmp += o->temporary;
     if (o->write_locked && o->readers) {
       snprintf(out, len, "l1: an object is write-locked and read-locked at once");
       return KVA_EIO;
     }
   }
   if (objs != m->t.count || objs != pool_live_blocks(m->pool) || blocks != pool_used(m->pool) ||
-      w != m->n_write_locked || rd != m->n_read_locked) {
+      w != m->n_write_locked || rd != m->n_read_locked || tmp != m->n_temporary) {
     snprintf(out, len,
              "l1: accounting mismatch: %lu objects (table %lu, pool blocks %lu), %lu bytes "
-             "(pool %lu), locks %lu/%lu (counted %lu/%lu)",
+             "(pool %lu), locks %lu/%lu (counted %lu/%lu), temporary %lu (counted %lu)",
              (unsigned long)objs, (unsigned long)m->t.count,
              (unsigned long)pool_live_blocks(m->pool), (unsigned long)blocks,
              (unsigned long)pool_used(m->pool), (unsigned long)m->n_write_locked,
-             (unsigned long)m->n_read_locked, (unsigned long)w, (unsigned long)rd);
+             (unsigned long)m->n_read_locked, (unsigned long)w, (unsigned long)rd,
+             (unsigned long)m->n_temporary, (unsigned long)tmp);
     return KVA_EIO;
   }
   return KVA_OK;
@@ -180,10 +184,7 @@ void l1_stats(struct l1_manager *m, l1_req *r) {
   s->l1_objects = m->t.count;
   s->l1_write_locked = m->n_write_locked;
   s->l1_read_locked = m->n_read_locked;
-  uint64_t temp = 0;
-  for (uint32_t slot = 0; slot < m->t.nslots; slot++)
-    temp += m->t.objs[slot].gen && m->t.objs[slot].temporary;
-  s->l1_temporary = temp;
+  s->l1_temporary = m->n_temporary;
   s->l1_pinned = pool_is_pinned(m->pool);
   s->l1_numa_node = pool_numa_node(m->pool);
   r->result = KVA_OK;

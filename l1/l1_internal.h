@@ -67,7 +67,7 @@ struct l1_manager {
   demand dem;
   deferred_msg *dq_head, *dq_tail;
   scratch sc;
-  uint64_t n_write_locked, n_read_locked; /* objects, maintained */
+  uint64_t n_write_locked, n_read_locked, n_temporary; /* objects, maintained */
   kva_storage_stats st;                   /* counters */
 };
 
@@ -87,6 +87,10 @@ void l1_remove(struct l1_manager *m, uint32_t slot, bool notify);
 void l1_set_write_lock(struct l1_manager *m, l1_obj *o, bool on);
 void l1_add_readers(struct l1_manager *m, l1_obj *o, uint32_t n);
 void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n);
+/* Key i of the request: sets *slot (NO_SLOT when absent) and returns
+ * KVA_OK, KVA_KEY_WRONG_STATE for a repeat of an earlier key, or
+ * KVA_KEY_NOT_EXIST. */
+int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot);
 /* marks an object as touched by this request; true if it already was */
 bool l1_seen(struct l1_manager *m, uint32_t slot);
 

@@ -35,13 +35,9 @@ static bool can_add_readers(const l1_obj *o, uint32_t n) {
 void l1_reserve_read(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
-    int st = KVA_OK;
-    if (m->sc.dup[i])
-      st = KVA_KEY_WRONG_STATE;
-    else if (slot == NO_SLOT)
-      st = KVA_KEY_NOT_EXIST;
-    else if (!can_add_readers(object_at(&m->t, slot), r->readers))
+    uint32_t slot;
+    int st = l1_key_slot(m, r, i, &slot);
+    if (st == KVA_OK && !can_add_readers(object_at(&m->t, slot), r->readers))
       st = KVA_KEY_NOT_READABLE;
     m->sc.slot[i] = st == KVA_OK ? slot : NO_SLOT;
     if (r->bufs) r->bufs[i] = (kva_buf){0};
@@ -60,13 +56,9 @@ void l1_reserve_read(struct l1_manager *m, l1_req *r) {
 void l1_finish_read(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
-    int st = KVA_OK;
-    if (m->sc.dup[i])
-      st = KVA_KEY_WRONG_STATE;
-    else if (slot == NO_SLOT)
-      st = KVA_KEY_NOT_EXIST;
-    else if (object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers == 0)
+    uint32_t slot;
+    int st = l1_key_slot(m, r, i, &slot);
+    if (st == KVA_OK && (object_at(&m->t, slot)->write_locked || !object_at(&m->t, slot)->readers))
       st = KVA_KEY_WRONG_STATE;
     if (st == KVA_OK) {
       l1_drop_readers(m, slot, r->readers);

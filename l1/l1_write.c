@@ -47,6 +47,7 @@ static int claim_key(struct l1_manager *m, const l1_req *r, size_t i, uint64_t b
   o->fingerprint = fp;
   o->layout = *r->layout;
   o->temporary = r->temporary != 0;
+  m->n_temporary += o->temporary;
   m->sc.slot[i] = slot;
   m->sc.fresh[i] = 1;
   m->sc.bytes[*nalloc] = bytes;
@@ -175,13 +176,9 @@ void l1_demand_candidates(struct l1_manager *m, const evict_list *l) {
 void l1_finish_write(struct l1_manager *m, l1_req *r, bool and_read) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
-    int st = KVA_OK;
-    if (m->sc.dup[i])
-      st = KVA_KEY_WRONG_STATE;
-    else if (slot == NO_SLOT)
-      st = KVA_KEY_NOT_EXIST;
-    else if (!object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers)
+    uint32_t slot;
+    int st = l1_key_slot(m, r, i, &slot);
+    if (st == KVA_OK && (!object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers))
       st = KVA_KEY_WRONG_STATE;
     if (and_read && r->bufs) r->bufs[i] = (kva_buf){0};
     if (st == KVA_OK) {

@@ -9,27 +9,38 @@
 #include <string.h>
 #include <time.h>
 
-kva_runtime *fixture_runtime(int workers, ...) {
+/* Applies one "key=value" setting, failing the test when it is refused. */
+static void set_kv(kva_config *c, const char *kv) {
+  char key[128], err[256];
+  const char *eq = strchr(kv, '=');
+  ck_assert_ptr_nonnull(eq);
+  snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+  int rc = kva_config_set_err(c, key, eq + 1, err, sizeof(err));
+  ck_assert_msg(rc == KVA_OK, "config %s: %s", kv, err);
+}
+
+/* Starts a runtime from the default config, `base` settings, then the
+ * caller's NULL-terminated list. */
+static kva_runtime *start_with(const char *const *base, size_t nbase, va_list ap) {
   kva_config *c = kva_config_default();
   ck_assert_ptr_nonnull(c);
-  char num[32], err[256];
-  snprintf(num, sizeof(num), "%d", workers);
-  ck_assert_int_eq(kva_config_set_err(c, "runtime.workers", num, err, sizeof(err)), KVA_OK);
-  ck_assert_int_eq(kva_config_set_err(c, "l1.size_bytes", "0", err, sizeof(err)), KVA_OK);
+  for (size_t i = 0; i < nbase; i++) set_kv(c, base[i]);
+  for (const char *kv; (kv = va_arg(ap, const char *)) != NULL;) set_kv(c, kv);
+  kva_runtime *rt = NULL;
+  int rc = kva_runtime_start(c, &rt);
+  ck_assert_msg(rc == KVA_OK, "runtime start: %s", kva_strerror(rc));
+  kva_config_free(c);
+  return rt;
+}
+
+kva_runtime *fixture_runtime(int workers, ...) {
+  char w[48];
+  snprintf(w, sizeof(w), "runtime.workers=%d", workers);
+  const char *base[] = {w, "l1.size_bytes=0"};
   va_list ap;
   va_start(ap, workers);
-  for (const char *kv; (kv = va_arg(ap, const char *)) != NULL;) {
-    char key[128];
-    const char *eq = strchr(kv, '=');
-    ck_assert_ptr_nonnull(eq);
-    snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
-    int rc = kva_config_set_err(c, key, eq + 1, err, sizeof(err));
-    ck_assert_msg(rc == KVA_OK, "config %s: %s", kv, err);
-  }
+  kva_runtime *rt = start_with(base, 2, ap);
   va_end(ap);
-  kva_runtime *rt = NULL;
-  ck_assert_int_eq(kva_runtime_start(c, &rt), KVA_OK);
-  kva_config_free(c);
   return rt;
 }
 
@@ -47,33 +58,15 @@ uint64_t fixture_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void set_kv(kva_config *c, const char *kv) {
-  char key[128], err[256];
-  const char *eq = strchr(kv, '=');
-  ck_assert_ptr_nonnull(eq);
-  snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
-  int rc = kva_config_set_err(c, key, eq + 1, err, sizeof(err));
-  ck_assert_msg(rc == KVA_OK, "config %s: %s", kv, err);
-}
-
 kva_runtime *fixture_storage(int workers, uint64_t l1_bytes, ...) {
-  kva_config *c = kva_config_default();
-  ck_assert_ptr_nonnull(c);
-  char kv[96];
-  snprintf(kv, sizeof(kv), "runtime.workers=%d", workers);
-  set_kv(c, kv);
-  snprintf(kv, sizeof(kv), "l1.size_bytes=%lu", (unsigned long)l1_bytes);
-  set_kv(c, kv);
-  set_kv(c, "l1.hugepages=false");
-  set_kv(c, "l1.pinned=false");
+  char w[48], size[64];
+  snprintf(w, sizeof(w), "runtime.workers=%d", workers);
+  snprintf(size, sizeof(size), "l1.size_bytes=%lu", (unsigned long)l1_bytes);
+  const char *base[] = {w, size, "l1.hugepages=false", "l1.pinned=false"};
   va_list ap;
   va_start(ap, l1_bytes);
-  for (const char *x; (x = va_arg(ap, const char *)) != NULL;) set_kv(c, x);
+  kva_runtime *rt = start_with(base, 4, ap);
   va_end(ap);
-  kva_runtime *rt = NULL;
-  int rc = kva_runtime_start(c, &rt);
-  ck_assert_msg(rc == KVA_OK, "runtime start: %s", kva_strerror(rc));
-  kva_config_free(c);
   ck_assert_ptr_nonnull(kva_storage_of(rt));
   return rt;
 }

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvact.h"
+
 typedef struct bench_opts {
   int workers;          /* runtime.workers for kvact and the CAF anchor */
   int reps;             /* repetitions; figures are medians */
@@ -24,6 +26,9 @@ int suite_runtime(const bench_opts *o);
 int suite_l1(const bench_opts *o);
 
 double bench_median(double *v, int n);
+/* A runtime with `workers` workers and an L1 of l1_bytes (0 = no storage);
+ * exits on failure. */
+kva_runtime *bench_start(int workers, uint64_t l1_bytes);
 uint64_t bench_now_ns(void);
 /* Runs cmd and keeps its stdout; -1 if it could not run or failed. */
 int bench_capture(const char *cmd, char *out, size_t cap);

@@ -1,5 +1,5 @@
 /*
- * bench_util.c — medians, clocks and anchor subprocesses.
+ * bench_util.c — medians, clocks, anchor subprocesses, runtimes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,4 +46,20 @@ double bench_parse(const char *out, const char *measure) {
   const char *x = m ? strstr(m, "msgs_per_s=") : NULL;
   if (!x || (eol && x > eol)) return -1;
   return strtod(x + strlen("msgs_per_s="), NULL);
+}
+
+kva_runtime *bench_start(int workers, uint64_t l1_bytes) {
+  kva_config *c = kva_config_default();
+  char num[32], size[32];
+  snprintf(num, sizeof(num), "%d", workers);
+  snprintf(size, sizeof(size), "%llu", (unsigned long long)l1_bytes);
+  kva_runtime *rt = NULL;
+  if (!c || kva_config_set(c, "runtime.workers", num) != KVA_OK ||
+      kva_config_set(c, "l1.size_bytes", size) != KVA_OK || kva_runtime_start(c, &rt) != KVA_OK) {
+    fprintf(stderr, "kvbench: cannot start a runtime (workers %d, L1 %llu bytes)\n", workers,
+            (unsigned long long)l1_bytes);
+    exit(1);
+  }
+  kva_config_free(c);
+  return rt;
 }

@@ -25,22 +25,6 @@
 #define MiB (1024ull * 1024ull)
 #define BATCH 64
 
-static kva_runtime *l1_runtime(int workers, uint64_t l1_bytes) {
-  kva_config *c = kva_config_default();
-  char num[32], size[32];
-  snprintf(num, sizeof(num), "%d", workers);
-  snprintf(size, sizeof(size), "%llu", (unsigned long long)l1_bytes);
-  kva_runtime *rt = NULL;
-  if (kva_config_set(c, "runtime.workers", num) != KVA_OK ||
-      kva_config_set(c, "l1.size_bytes", size) != KVA_OK || kva_runtime_start(c, &rt) != KVA_OK) {
-    fprintf(stderr, "kvbench: cannot start a runtime with a %llu-byte L1\n",
-            (unsigned long long)l1_bytes);
-    exit(1);
-  }
-  kva_config_free(c);
-  return rt;
-}
-
 static kva_key bench_key(uint64_t i, uint32_t rank) {
   kva_key k;
   memset(&k, 0, sizeof(k));
@@ -103,7 +87,7 @@ static char *huge_buffer(size_t bytes) {
 
 /* Bytes per second through the cycle, and through memcpy alone. */
 static void run_cycle(int workers, size_t bytes, uint64_t total, double *kv, double *mc) {
-  kva_runtime *rt = l1_runtime(workers, 4 * bytes + 64 * MiB);
+  kva_runtime *rt = bench_start(workers, 4 * bytes + 64 * MiB);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = bytes_layout(bytes);
   char *src = malloc(bytes), *dst = malloc(bytes), *mid = huge_buffer(bytes);
@@ -179,7 +163,7 @@ static void *cp_main(void *arg) {
 /* Key-ops per second with `threads` engine threads; adds mallocs. */
 static double run_cp(int workers, int threads, uint64_t cycles, uint64_t *mallocs,
                      uint64_t *keyops) {
-  kva_runtime *rt = l1_runtime(workers, 256 * MiB);
+  kva_runtime *rt = bench_start(workers, 256 * MiB);
   cp_thread t[8];
   for (int i = 0; i < threads; i++) t[i] = (cp_thread){kva_storage_of(rt), (uint32_t)i, 20, 0};
   for (int i = 0; i < threads; i++) cp_main(&t[i]); /* warm-up: sessions, scratch, pools */
@@ -219,7 +203,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 static void bench_prefetch_rtt(const bench_opts *o) {
-  kva_runtime *rt = l1_runtime(o->workers, 64 * MiB);
+  kva_runtime *rt = bench_start(o->workers, 64 * MiB);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = bytes_layout(4096);
   kva_key k = bench_key(1, 0);

@@ -24,20 +24,6 @@ typedef struct cost {
   uint64_t messages, mallocs, eventfd_writes, wakes, overflowed, mutes;
 } cost;
 
-static kva_runtime *bench_runtime(int workers) {
-  kva_config *c = kva_config_default();
-  char num[16];
-  snprintf(num, sizeof(num), "%d", workers);
-  kva_runtime *rt = NULL;
-  if (kva_config_set(c, "runtime.workers", num) != KVA_OK ||
-      kva_config_set(c, "l1.size_bytes", "0") != KVA_OK || kva_runtime_start(c, &rt) != KVA_OK) {
-    fprintf(stderr, "kvbench: cannot start a runtime\n");
-    exit(1);
-  }
-  kva_config_free(c);
-  return rt;
-}
-
 /* Starts the clock and the counters. */
 typedef struct measure {
   kva_runtime *rt;
@@ -91,7 +77,7 @@ static void pp_receive(kva_actor *self, void *state, const kva_msg *m) {
 static const kva_behavior pp_behavior = {"bench.pingpong", pp_receive, NULL};
 
 static double run_pingpong(int workers, uint64_t n, cost *c) {
-  kva_runtime *rt = bench_runtime(workers);
+  kva_runtime *rt = bench_start(workers, 0);
   kva_port *done = kva_port_open(rt, "bench.done");
   pp a = {.done = done, .left = n}, b = {.done = done};
   kva_actor *pa = kva_spawn(rt, &pp_behavior, &a, NULL),
@@ -143,7 +129,7 @@ static void fanin_round(sink *k, sender *s, kva_actor **sa, kva_port *done, uint
 }
 
 static double run_fanin(int workers, uint64_t n, cost *c) {
-  kva_runtime *rt = bench_runtime(workers);
+  kva_runtime *rt = bench_start(workers, 0);
   kva_port *done = kva_port_open(rt, "bench.done");
   sink k = {.done = done};
   kva_actor *ka = kva_spawn(rt, &sink_behavior, &k, NULL);
@@ -184,7 +170,7 @@ static void ring_receive(kva_actor *self, void *state, const kva_msg *m) {
 static const kva_behavior ring_behavior = {"bench.ring", ring_receive, NULL};
 
 static double run_ring(int workers, uint64_t hops, cost *c) {
-  kva_runtime *rt = bench_runtime(workers);
+  kva_runtime *rt = bench_start(workers, 0);
   kva_port *done = kva_port_open(rt, "bench.done");
   ring_node nodes[RING_ACTORS];
   kva_actor *actors[RING_ACTORS];
