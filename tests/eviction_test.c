@@ -14,25 +14,16 @@
 
 #include "kvact.h"
 #include "tests/support/fixture.h"
+#include "tests/support/storage_client.h"
 
 #define PAGE 4096u
-#define MiB (1024ull * 1024ull)
 
 /* Is key i in L1? (a prefetch of it alone, released at once) */
 static int present(kva_storage *s, uint64_t i) {
   kva_key k = fixture_key(i);
-  kva_prefetch *h;
-  size_t hits = 0;
-  ck_assert_int_eq(kva_submit_prefetch(s, &k, 1, NULL, 0, &h), KVA_OK);
-  ck_assert_int_eq(kva_wait_prefetch(s, h, -1, &hits), KVA_OK);
+  size_t hits = prefetch_l(s, &k, 1, NULL, 0);
   if (hits) ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
   return hits == 1;
-}
-
-static kva_storage_stats stats(kva_storage *s) {
-  kva_storage_stats st;
-  ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
-  return st;
 }
 
 /* One batch reserve of keys [first, first+n) of `bytes` each; returns how
@@ -42,7 +33,7 @@ static int write_batch(kva_storage *s, uint64_t first, size_t n, uint64_t bytes,
   kva_key k[64];
   kva_buf b[64];
   ck_assert_uint_le(n, 64);
-  for (size_t i = 0; i < n; i++) k[i] = fixture_key(first + i);
+  key_range(k, first, n);
   int ok = kva_reserve_write(s, k, n, &l, KVA_WRITE_NEW, b, st);
   kva_key done[64];
   size_t nd = 0;
@@ -56,11 +47,7 @@ static int write_batch(kva_storage *s, uint64_t first, size_t n, uint64_t bytes,
 /* Holds one read lock on key i (a prefetch that hit). */
 static void lock_key(kva_storage *s, uint64_t i) {
   kva_key k = fixture_key(i);
-  kva_prefetch *h;
-  size_t hits = 0;
-  ck_assert_int_eq(kva_submit_prefetch(s, &k, 1, NULL, 0, &h), KVA_OK);
-  ck_assert_int_eq(kva_wait_prefetch(s, h, -1, &hits), KVA_OK);
-  ck_assert_uint_eq(hits, 1);
+  ck_assert_uint_eq(prefetch_l(s, &k, 1, NULL, 0), 1);
 }
 
 static void unlock_key(kva_storage *s, uint64_t i) {
@@ -76,10 +63,10 @@ START_TEST(crossing_the_watermark_evicts_ratio_of_the_bytes_oldest_first) {
   kva_layout l = fixture_layout_bytes(MiB);
   for (int i = 0; i < 7; i++) fixture_write(s, (uint64_t)i, 1, &l);
   kva_runtime_run_until_idle(rt);
-  ck_assert_uint_eq(stats(s).evicted, 0); /* 70% < 80% */
-  fixture_write(s, 7, 1, &l);             /* 80%: a round frees 0.2 * 8 MiB -> 2 objects */
+  ck_assert_uint_eq(stats_of(s).evicted, 0); /* 70% < 80% */
+  fixture_write(s, 7, 1, &l);                /* 80%: a round frees 0.2 * 8 MiB -> 2 objects */
   kva_runtime_run_until_idle(rt);
-  ck_assert_uint_eq(stats(s).evicted, 2);
+  ck_assert_uint_eq(stats_of(s).evicted, 2);
   ck_assert(!present(s, 0) && !present(s, 1));
   for (int i = 2; i < 8; i++) ck_assert(present(s, (uint64_t)i));
   fixture_memcheck_clean(s);
@@ -96,7 +83,7 @@ START_TEST(watermark_eviction_skips_locked_objects) {
   lock_key(s, 1);
   fixture_write(s, 7, 1, &l);
   kva_runtime_run_until_idle(rt);
-  ck_assert_uint_eq(stats(s).evicted, 2);
+  ck_assert_uint_eq(stats_of(s).evicted, 2);
   ck_assert(!present(s, 2) && !present(s, 3)); /* fifo order, 0 and 1 locked */
   unlock_key(s, 0);
   unlock_key(s, 1);
@@ -112,8 +99,8 @@ START_TEST(ratio_zero_turns_watermark_eviction_off) {
   kva_layout l = fixture_layout_bytes(MiB);
   for (int i = 0; i < 10; i++) fixture_write(s, (uint64_t)i, 1, &l);
   kva_runtime_advance(rt, 5000000000ull);
-  ck_assert_uint_eq(stats(s).evicted, 0);
-  ck_assert_uint_eq(stats(s).l1_objects, 10);
+  ck_assert_uint_eq(stats_of(s).evicted, 0);
+  ck_assert_uint_eq(stats_of(s).l1_objects, 10);
   kva_runtime_shutdown(rt);
 }
 END_TEST
@@ -130,12 +117,12 @@ START_TEST(the_periodic_tick_evicts_once_locks_are_released) {
   fixture_write(s, 7, 1, &l);
   lock_key(s, 7);
   kva_runtime_run_until_idle(rt);
-  ck_assert_uint_eq(stats(s).evicted, 0);
+  ck_assert_uint_eq(stats_of(s).evicted, 0);
   for (int i = 0; i < 8; i++) unlock_key(s, (uint64_t)i);
   kva_runtime_run_until_idle(rt);
-  ck_assert_uint_eq(stats(s).evicted, 0);
+  ck_assert_uint_eq(stats_of(s).evicted, 0);
   kva_runtime_advance(rt, 150000000ull);
-  ck_assert_uint_eq(stats(s).evicted, 2);
+  ck_assert_uint_eq(stats_of(s).evicted, 2);
   ck_assert(!present(s, 0) && !present(s, 1));
   fixture_memcheck_clean(s);
   kva_runtime_shutdown(rt);
@@ -157,7 +144,7 @@ static uint64_t victim_of(const char *policy) {
   kva_touch(s, &k1, 1);
   fixture_write(s, 7, 1, &l);
   kva_runtime_run_until_idle(rt);
-  ck_assert_uint_eq(stats(s).evicted, 1);
+  ck_assert_uint_eq(stats_of(s).evicted, 1);
   uint64_t victim = UINT64_MAX;
   for (uint64_t i = 0; i < 8; i++) {
     kva_key k = fixture_key(i);
@@ -185,7 +172,7 @@ START_TEST(suffix_chunks_are_evicted_before_their_prefix) {
   int st[8];
   ck_assert_int_eq(write_batch(s, 0, 8, MiB, st), 8); /* one request of 8 chunks */
   kva_runtime_run_until_idle(rt);
-  ck_assert_uint_eq(stats(s).evicted, 1);
+  ck_assert_uint_eq(stats_of(s).evicted, 1);
   ck_assert(!present(s, 7));
   for (int i = 0; i < 7; i++) ck_assert(present(s, (uint64_t)i));
   fixture_memcheck_clean(s);
@@ -201,7 +188,7 @@ START_TEST(demand_eviction_frees_only_the_deficit) {
   int st[64];
   ck_assert_int_eq(write_batch(s, 0, 18, PAGE, st), 18);
   ck_assert_int_eq(write_batch(s, 100, 11, PAGE, st), 11);
-  kva_storage_stats x = stats(s);
+  kva_storage_stats x = stats_of(s);
   ck_assert_uint_eq(x.evicted_on_demand, 1);
   ck_assert_uint_eq(x.l1_used_bytes, 28 * PAGE);
   ck_assert(!present(s, 17)); /* the suffix of the resident batch */
@@ -217,7 +204,7 @@ START_TEST(a_reservation_that_fits_evicts_nothing) {
   int st[64];
   ck_assert_int_eq(write_batch(s, 0, 18, PAGE, st), 18);
   ck_assert_int_eq(write_batch(s, 100, 10, PAGE, st), 10);
-  ck_assert_uint_eq(stats(s).evicted_on_demand, 0);
+  ck_assert_uint_eq(stats_of(s).evicted_on_demand, 0);
   fixture_memcheck_clean(s);
   kva_runtime_shutdown(rt);
 }
@@ -233,7 +220,7 @@ static void uncoverable(int want, int locked) {
   for (int i = 0; i < locked; i++) lock_key(s, (uint64_t)i);
   ck_assert_int_eq(write_batch(s, 100, (size_t)want, PAGE, st), 0);
   for (int i = 0; i < want; i++) ck_assert_int_eq(st[i], KVA_OUT_OF_MEMORY);
-  kva_storage_stats x = stats(s);
+  kva_storage_stats x = stats_of(s);
   ck_assert_uint_eq(x.evicted_on_demand, 0);
   ck_assert_uint_eq(x.l1_objects, 4);
   for (int i = 0; i < locked; i++) unlock_key(s, (uint64_t)i);
@@ -273,8 +260,8 @@ START_TEST(fragmentation_alone_is_out_of_memory_without_eviction) {
   ck_assert_int_eq(kva_delete(s, k, 2, 0, st), 2);
   ck_assert_int_eq(write_batch(s, 100, 1, 2 * PAGE, st), 0);
   ck_assert_int_eq(st[0], KVA_OUT_OF_MEMORY);
-  ck_assert_uint_eq(stats(s).evicted_on_demand, 0);
-  ck_assert_uint_eq(stats(s).l1_objects, 2);
+  ck_assert_uint_eq(stats_of(s).evicted_on_demand, 0);
+  ck_assert_uint_eq(stats_of(s).l1_objects, 2);
   fixture_memcheck_clean(s);
   kva_runtime_shutdown(rt);
 }
@@ -290,8 +277,8 @@ START_TEST(a_failed_retry_after_eviction_is_out_of_memory) {
   lock_key(s, 2);
   ck_assert_int_eq(write_batch(s, 100, 1, 2 * PAGE, st), 0);
   ck_assert_int_eq(st[0], KVA_OUT_OF_MEMORY);
-  ck_assert_uint_eq(stats(s).evicted_on_demand, 1);
-  ck_assert_uint_eq(stats(s).l1_used_bytes, 2 * PAGE);
+  ck_assert_uint_eq(stats_of(s).evicted_on_demand, 1);
+  ck_assert_uint_eq(stats_of(s).l1_used_bytes, 2 * PAGE);
   ck_assert(present(s, 0));
   unlock_key(s, 2);
   ck_assert(present(s, 2));
@@ -327,7 +314,7 @@ START_TEST(demand_eviction_under_concurrent_writers_stays_consistent) {
   int st[64];
   for (uint64_t round = 0; round < 200; round++)
     ck_assert_int_eq(write_batch(s, round * 8, 8, PAGE, st), 8);
-  kva_storage_stats x = stats(s);
+  kva_storage_stats x = stats_of(s);
   ck_assert_uint_eq(x.l1_objects, 64);
   ck_assert_uint_ge(x.evicted_on_demand, 200 * 8 - 64);
   fixture_memcheck_clean(s);
