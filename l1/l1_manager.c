@@ -224,6 +224,13 @@ static void dispatch_req(struct l1_manager *m, const kva_msg *msg, l1_req *r) {
   l1_reply(m, msg->from, msg->tag);
 }
 
+/* An evict_list whose ids all lie inside the payload. */
+static bool evict_list_ok(const kva_msg *msg) {
+  if (msg->len < sizeof(evict_list)) return false;
+  const evict_list *l = msg->data;
+  return (msg->len - sizeof(evict_list)) / sizeof(l->ids[0]) >= l->n;
+}
+
 static bool uses_readers(uint32_t type) {
   return type == L1_RESERVE_READ || type == L1_FINISH_READ || type == L1_PREFETCH ||
          type == L1_FINISH_WRITE_AND_RESERVE_READ;
@@ -231,8 +238,7 @@ static bool uses_readers(uint32_t type) {
 
 void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
   if (msg->type == L1_EVICT) {
-    if (msg->len >= sizeof(evict_list)) l1_evict(m, msg->data);
-    l1_note_flush(m);
+    if (evict_list_ok(msg)) l1_evict(m, msg->data); /* flushes its own notes */
     return;
   }
   l1_req *r = req_of(msg);
@@ -260,7 +266,7 @@ void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
 static void l1_receive(kva_actor *self, void *state, const kva_msg *msg) {
   struct l1_manager *m = state;
   if (msg->type == L1_CANDIDATES) {
-    if (m->dem.active && msg->len >= sizeof(evict_list)) l1_demand_candidates(m, msg->data);
+    if (m->dem.active && evict_list_ok(msg)) l1_demand_candidates(m, msg->data);
     drain_deferred(m);
     return;
   }
