@@ -294,6 +294,40 @@ typedef struct kva_storage_stats {
 } kva_storage_stats;
 int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out);
 
+/* v1 lookups and modes (seed 000). kva_lookup walks the tiers in order (L1,
+ * then l2[] in config order) and reports, per tier, how many keys of the
+ * contiguous prefix it holds: L1 gets k[0..), each L2 tier the keys after
+ * the hits of the tiers before it; total is their sum. Bypassed tiers are
+ * skipped (hits 0); while frozen only L1 is asked. pin keeps the L1 hits
+ * from eviction (they stay readable by others) until kva_unpin. */
+typedef struct kva_tier_hits {
+  size_t total;
+  uint32_t ntiers;
+  struct {
+    char name[32];
+    size_t hits;
+  } tier[8]; /* tier 0 is "L1", then l2[] in order */
+} kva_tier_hits;
+int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hits *out);
+/* Drops one pin of each key; returns the number of keys unpinned. */
+int kva_unpin(kva_storage *s, const kva_key *k, size_t n);
+/* Freeze: nothing is stored to L2 and prefetches do not consult L2. */
+int kva_set_freeze(kva_storage *s, int on);
+/* Bypass: the named L2 tier is skipped for store, lookup and load until
+ * turned off. A tier whose operations fail l2_bypass_failures times in a
+ * row is bypassed automatically and probed every l2_probe_interval_ms; the
+ * first probe it answers clears that automatic bypass (a manual one stays
+ * until turned off). KVA_EINVAL for an unknown tier or "L1". */
+int kva_set_tier_bypass(kva_storage *s, const char *tier, int on);
+/* 1 = bypassed (manually or automatically), 0 = not, or KVA_EINVAL. */
+int kva_tier_bypassed(kva_storage *s, const char *tier);
+/* Waits until every L1->L2 store queued before the call is done (stored or
+ * failed); KVA_ETIMEDOUT after timeout_ms (< 0 waits forever). */
+int kva_flush(kva_storage *s, int timeout_ms);
+/* Whether the named L2 tier holds the key: 1, 0, or a negative error
+ * (KVA_EINVAL for an unknown tier, KVA_EIO when the tier fails). */
+int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k);
+
 /* Prefix-chained chunk keys: key i depends on tokens [0, (i+1)*chunk_tokens)
  * and on salt (may be NULL), through xxh3-128. A trailing partial chunk
  * gets a key only when include_partial. Returns the number of keys written
@@ -308,6 +342,117 @@ size_t kva_chunk_keys(const char *model, uint32_t kv_rank, const char *salt, con
 typedef struct kva_config_node kva_config_node;
 int kva_config_node_str(const kva_config_node *n, const char *key, const char **out);
 int kva_config_node_u64(const kva_config_node *n, const char *key, uint64_t *out);
+int kva_config_node_f64(const kva_config_node *n, const char *key, double *out);
+
+/* ------------------------------------------------------------------------
+ * L2 adapters: the message protocol (seed 002, "L2 adapter interface")
+ *
+ * An L2 adapter is an ordinary actor. The store and prefetch controllers
+ * (and the facade, for kva_lookup and kva_l2_contains) send it requests;
+ * a request's payload is one pointer to a kva_l2_req that the sender owns
+ * and keeps unchanged until the reply:
+ *
+ *   kva_send(adapter, KVA_L2_LOAD, &req_ptr, sizeof req_ptr, self, tag);
+ *
+ * The adapter answers every STORE, LOOKUP_AND_LOCK, LOAD and STATS exactly
+ * once with KVA_L2_DONE to msg->from, the same tag, and the same pointer as
+ * payload, and does not touch the request after that. Replies may come in
+ * any order; the sender matches them by tag (task ids are per sender and
+ * per adapter, never global). Results:
+ *
+ *  STORE            keys[i] <- bufs[i] (the bytes of an L1 object of
+ *                   `layout`, read-locked in L1 until the reply: read them,
+ *                   never write them). All or nothing: result KVA_OK = every
+ *                   key stored, a negative error = the task failed (what it
+ *                   stored may stay, but must not be served as another
+ *                   key's bytes). Storing a key that exists replaces it,
+ *                   unless it is locked (then the task may fail).
+ *  LOOKUP_AND_LOCK  bit i of `bits` = keys[i] is present and now locked:
+ *                   the adapter keeps it (no eviction, no replacement) until
+ *                   as many UNLOCKs as LOCKs arrived. result < 0 = the tier
+ *                   failed (bits still tell what was locked).
+ *  LOAD             bufs[i] <- keys[i] for keys the sender holds locks on;
+ *                   bit i = bufs[i] now holds exactly the bytes stored under
+ *                   keys[i] with this layout (a size or layout mismatch, a
+ *                   checksum error or an I/O error leaves the bit clear:
+ *                   never wrong bytes). bufs are L1 memory, write-locked by
+ *                   the sender until the reply.
+ *  UNLOCK           payload = kva_key[n] copied into the message (len =
+ *                   n * sizeof(kva_key)), no reply: one lock of each key is
+ *                   released. Fire and forget: the adapter must make it
+ *                   succeed eventually (retrying inside); the sender never
+ *                   retries. Keys not locked are ignored.
+ *  STATS            *stats is filled; result KVA_OK.
+ *
+ * `bits` has (n + 7) / 8 bytes, zeroed by the sender; use kva_bit_*.
+ * Adapters stop after the controllers (newest actors stop first), so every
+ * UNLOCK a controller sends while shutting down reaches its adapter.
+ * ------------------------------------------------------------------------ */
+enum {
+  KVA_L2_STORE = 256,
+  KVA_L2_LOOKUP_AND_LOCK = 257,
+  KVA_L2_LOAD = 258,
+  KVA_L2_UNLOCK = 259,
+  KVA_L2_STATS = 260,
+  KVA_L2_DONE = 271, /* the reply to every request but UNLOCK */
+};
+typedef struct kva_l2_stats {
+  uint64_t objects, bytes, capacity_bytes; /* held now; capacity 0 = unbounded */
+  uint64_t keys_locked;                    /* lookup locks held now (must be 0 when idle) */
+  uint64_t stores, store_failures, loads, load_failures, lookups, evictions; /* since start */
+} kva_l2_stats;
+typedef struct kva_l2_req {
+  const kva_key *keys;
+  size_t n;
+  const kva_layout *layout; /* STORE, LOAD: the layout of every object */
+  kva_buf *bufs;            /* STORE: bytes to store; LOAD: L1 buffers to fill */
+  uint8_t *bits;            /* LOOKUP_AND_LOCK, LOAD: out, per key */
+  kva_l2_stats *stats;      /* STATS: out */
+  int result;               /* out: KVA_OK or a negative error */
+} kva_l2_req;
+static inline int kva_bit_get(const uint8_t *bits, size_t i) {
+  return (bits[i >> 3] >> (i & 7)) & 1;
+}
+static inline void kva_bit_set(uint8_t *bits, size_t i) {
+  bits[i >> 3] = (uint8_t)(bits[i >> 3] | (1u << (i & 7)));
+}
+
+/* Adapter types by name. A factory spawns the adapter actor for one l2[]
+ * entry (cfg: its map, defaults filled in); NULL with err set on failure.
+ * "mock" is built in ("disk" and "redis" arrive with their issues).
+ * KVA_EINVAL for a bad name, a NULL factory or a name already registered.
+ * Register before kva_runtime_start. */
+typedef kva_actor *(*kva_l2_factory)(kva_runtime *rt, const kva_config_node *cfg, char *err,
+                                     size_t errlen);
+int kva_l2_register(const char *type, kva_l2_factory f);
+
+/* Store policies (config store_policy): which tiers store which keys, and
+ * which keys leave L1 once stored. Built in: "default" (every key to every
+ * tier, nothing deleted) and "skip_l1" (every key to every tier, deleted
+ * from L1 once a tier stored it). targets[i] is a bit mask of tier indexes
+ * (bit t = l2[t]), zeroed by the caller; del[i] = 1 deletes keys[i]. */
+typedef struct kva_store_policy {
+  const char *name;
+  void (*select_targets)(void *arg, const kva_key *keys, size_t n, uint32_t ntiers,
+                         uint8_t *targets);
+  void (*select_l1_deletions)(void *arg, uint32_t tier, const kva_key *keys, size_t n,
+                              uint8_t *del);
+  void *arg;
+} kva_store_policy;
+/* Prefetch policies (config prefetch_policy): given found[t] (tier t's
+ * lookup bitmap over the n keys), choose at most one tier per key:
+ * plan[i] = tier index, or -1 = not loaded. Built in: "default" (the
+ * lowest-index tier that has the key). */
+typedef struct kva_prefetch_policy {
+  const char *name;
+  void (*select_load_plan)(void *arg, size_t n, uint32_t ntiers, const uint8_t *const *found,
+                           int8_t *plan);
+  void *arg;
+} kva_prefetch_policy;
+/* The struct is copied (name up to 31 bytes). KVA_EINVAL for a bad or
+ * taken name. Register before kva_runtime_start. */
+int kva_store_policy_register(const kva_store_policy *p);
+int kva_prefetch_policy_register(const kva_prefetch_policy *p);
 
 /* ------------------------------------------------------------------------
  * Logging: library code prints only through this. Default: warnings and

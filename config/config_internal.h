@@ -240,6 +240,5 @@ size_t config_l2_count(const kva_config *c);
 const kva_config_node *config_l2_node(const kva_config *c, size_t i);
 const config_value *config_node_get(const kva_config_node *n, const char *key);
 int config_node_bool(const kva_config_node *n, const char *key, int *out);
-int config_node_f64(const kva_config_node *n, const char *key, double *out);
 
 #endif /* KVACT_CONFIG_INTERNAL_H */

@@ -111,6 +111,6 @@ int config_node_bool(const kva_config_node *n, const char *key, int *out) {
   return as_bool(config_node_get(n, key), out);
 }
 
-int config_node_f64(const kva_config_node *n, const char *key, double *out) {
+int kva_config_node_f64(const kva_config_node *n, const char *key, double *out) {
   return as_f64(config_node_get(n, key), out);
 }
