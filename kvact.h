@@ -282,13 +282,20 @@ int kva_touch(kva_storage *s, const kva_key *k, size_t n);
 
 /* Maintenance and introspection */
 int kva_clear(kva_storage *s, int force); /* L1 only; returns objects removed */
-/* 0 = no lock held and the pool accounting is consistent; otherwise
- * KVA_EIO and a report naming the first locked objects or the problem. */
+/* 0 = no lock held (no L1 read, write or pin lock, no L2 lookup lock) and
+ * the pool accounting is consistent; otherwise KVA_EIO and a report naming
+ * the first locked objects, the tier holding locks, or the problem. */
 int kva_memcheck(kva_storage *s, char *report, size_t len);
 typedef struct kva_storage_stats {
   uint64_t l1_capacity_bytes, l1_used_bytes, l1_objects;
   uint64_t l1_write_locked, l1_read_locked, l1_temporary;
   uint64_t reserved, finished, hits, misses, evicted, evicted_on_demand, out_of_memory;
+  /* L2 (since start): store tasks run (one per batch, layout and tier),
+   * keys stored, failed tasks, keys not stored (gone from L1 first,
+   * frozen, shutdown), prefetches handed to L2, keys loaded, keys whose
+   * load failed */
+  uint64_t l2_store_tasks, l2_stored_keys, l2_store_failures, l2_store_skipped;
+  uint64_t l2_prefetches, l2_loaded_keys, l2_load_failures;
   int l1_pinned;    /* page-locked for DMA */
   int l1_numa_node; /* -1 if not bound */
 } kva_storage_stats;

@@ -60,6 +60,7 @@ int storage_start(kva_runtime *rt, kva_storage **out) {
   pthread_mutex_init(&s->lock, NULL);
   int rc = start_l1(s, rt->cfg);
   if (rc == KVA_OK) rc = start_evictor(s, rt->cfg);
+  if (rc == KVA_OK) rc = storage_start_l2(s, rt->cfg);
   if (rc != KVA_OK) {
     /* actors already spawned are stopped and freed by the runtime */
     storage_free(s);
@@ -89,6 +90,7 @@ void storage_leave(kva_storage *s) {
 void storage_close(kva_storage *s) {
   __atomic_store_n(&s->closed, 1, __ATOMIC_SEQ_CST);
   while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST)) sched_yield();
+  storage_drain(s);
 }
 
 void storage_free(kva_storage *s) {
@@ -98,6 +100,7 @@ void storage_free(kva_storage *s) {
     free(ss->keys);
     free(ss); /* its port is freed with the runtime */
   }
+  prober_free(s->prober);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }
@@ -180,13 +183,20 @@ void session_put(session *ss) {
   pthread_mutex_unlock(&s->lock);
 }
 
+/* Replies to earlier requests that timed out carry older tags: skipped. */
 int session_await(session *ss, int timeout_ms) {
   for (;;) {
     kva_msg m;
     int rc = kva_port_recv(ss->port, &m, NULL, 0, timeout_ms);
     if (rc != KVA_OK) return rc;
-    if (m.type == L1_REPLY && m.tag == ss->tag) return KVA_OK;
+    if (m.tag == ss->tag) return KVA_OK;
   }
+}
+
+int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int timeout_ms) {
+  ss->tag++;
+  int rc = kva_send(to, type, &ptr, ptr ? sizeof(ptr) : 0, kva_port_actor(ss->port), ss->tag);
+  return rc == KVA_OK ? session_await(ss, timeout_ms) : rc;
 }
 
 int storage_call(kva_storage *s, uint32_t type, l1_req *r) {

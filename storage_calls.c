@@ -3,6 +3,7 @@
  * calls: validate in the caller's thread, then one message to the L1
  * manager with the request on the caller's stack (it waits for the reply).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "l1/key.h"
@@ -47,14 +48,50 @@ int kva_clear(kva_storage *s, int force) {
   return storage_call(s, L1_CLEAR, &r);
 }
 
+/* Asks every tier for its lock count; the first tier holding locks makes
+ * the check fail. */
+static int memcheck_tiers(kva_storage *s, char *report, size_t len) {
+  int rc = storage_enter(s);
+  if (rc != KVA_OK) return rc;
+  session *ss = session_take(s);
+  if (!ss) {
+    storage_leave(s);
+    return KVA_EAGAIN;
+  }
+  for (uint32_t t = 0; t < s->tiers.n && rc == KVA_OK; t++) {
+    kva_l2_stats st = {0};
+    kva_l2_req r = {.stats = &st};
+    rc = session_ask(ss, s->tiers.t[t].actor, KVA_L2_STATS, &r, -1);
+    if (rc == KVA_OK && r.result == KVA_OK && st.keys_locked) {
+      if (len) snprintf(report, len, "l2 tier %s: %lu keys locked", s->tiers.t[t].name,
+                        (unsigned long)st.keys_locked);
+      rc = KVA_EIO;
+    }
+  }
+  session_put(ss);
+  storage_leave(s);
+  return rc;
+}
+
 int kva_memcheck(kva_storage *s, char *report, size_t len) {
   if (!s || (len && !report)) return KVA_EINVAL;
   l1_req r = {.report = report, .report_len = len};
-  return storage_call(s, L1_MEMCHECK, &r);
+  int rc = storage_call(s, L1_MEMCHECK, &r);
+  return rc == KVA_OK ? memcheck_tiers(s, report, len) : rc;
 }
 
 int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out) {
   if (!s || !out) return KVA_EINVAL;
   l1_req r = {.stats = out};
-  return storage_call(s, L1_STATS, &r);
+  int rc = storage_call(s, L1_STATS, &r);
+  if (rc != KVA_OK) return rc;
+  const l2_tiers *t = &s->tiers;
+  out->l2_store_tasks = __atomic_load_n(&t->store_tasks, __ATOMIC_RELAXED);
+  out->l2_stored_keys = __atomic_load_n(&t->stored_keys, __ATOMIC_RELAXED);
+  out->l2_store_failures = __atomic_load_n(&t->store_failures, __ATOMIC_RELAXED);
+  out->l2_store_skipped = __atomic_load_n(&t->store_skipped, __ATOMIC_RELAXED);
+  out->l2_prefetches = __atomic_load_n(&t->prefetch_requests, __ATOMIC_RELAXED);
+  out->l2_loaded_keys = __atomic_load_n(&t->loaded_keys, __ATOMIC_RELAXED);
+  out->l2_load_failures = __atomic_load_n(&t->load_failures, __ATOMIC_RELAXED);
+  return KVA_OK;
 }

@@ -5,6 +5,8 @@
  *   storage.c        start/shutdown with the runtime, the session pool
  *   storage_calls.c  write, delete, touch, clear, memcheck, stats
  *   storage_read.c   prefetch handles and reads
+ *   storage_l2.c     start and drain of the L2 tiers and controllers
+ *   storage_tiers.c  lookup, pins, freeze, bypass, flush, l2_contains
  *   chunk_keys.c     kva_chunk_keys
  */
 #ifndef KVA_STORAGE_INTERNAL_H
@@ -16,6 +18,8 @@
 
 #include "kvact.h"
 #include "l1/l1_manager.h"
+#include "l2/prober.h"
+#include "l2/tiers.h"
 
 /* A reply port plus what an asynchronous request needs to outlive the call
  * that started it. Sessions are pooled: a blocking call borrows one for its
@@ -43,6 +47,9 @@ struct kva_storage {
   kva_runtime *rt;
   l1_manager *l1m;
   kva_actor *l1, *evictor;
+  l2_tiers tiers;                  /* n = 0: no L2 */
+  kva_actor *store, *prefetcher;   /* the controllers; NULL without L2 */
+  prober *prober;
   uint32_t closed;      /* atomic: shutdown began */
   uint32_t inflight;    /* atomic: calls between their closed check and reply */
   pthread_mutex_t lock; /* the session lists */
@@ -67,6 +74,14 @@ int storage_enter(kva_storage *s);
 void storage_leave(kva_storage *s);
 /* Sends a request to the L1 manager and waits for its reply. */
 int storage_call(kva_storage *s, uint32_t type, l1_req *r);
+/* Sends `type` with payload &ptr to `to` from the session's port and waits
+ * for the reply (any type, same tag). */
+int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int timeout_ms);
+/* storage_l2.c: spawn adapters, controllers and prober after L1; at
+ * shutdown, drain the controllers and release the read locks of prefetches
+ * nobody read. */
+int storage_start_l2(kva_storage *s, const kva_config *c);
+void storage_drain(kva_storage *s);
 /* Validation shared by the calls. */
 int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n);
 

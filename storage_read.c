@@ -55,8 +55,11 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
   rc = copy_keys(ss, k, n);
   if (rc == KVA_OK) {
     if (l) ss->layout = *l;
-    ss->req = (l1_req){
-        .keys = ss->keys, .n = n, .layout = l ? &ss->layout : NULL, .readers = 1 + extra_readers};
+    ss->req = (l1_req){.keys = ss->keys,
+                       .n = n,
+                       .layout = l ? &ss->layout : NULL,
+                       .readers = 1 + extra_readers,
+                       .l2 = l && s->prefetcher && !l2_frozen(&s->tiers)};
     ss->tag++;
     __atomic_store_n(&ss->state, SESSION_PREFETCH, __ATOMIC_RELEASE);
     l1_req *r = &ss->req;
@@ -72,14 +75,23 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
 
 /* Takes the result if it has arrived within timeout_ms. */
 static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits) {
-  session *ss = session_of(h);
-  if (!s || !ss || ss->s != s) return KVA_EINVAL;
-  int rc = session_await(ss, timeout_ms);
-  if (rc == KVA_ETIMEDOUT) return timeout_ms == 0 ? KVA_EAGAIN : KVA_ETIMEDOUT;
+  if (!s) return KVA_EINVAL;
+  int rc = storage_enter(s); /* shutdown waits for us, then owns the handles */
   if (rc != KVA_OK) return rc;
+  session *ss = session_of(h);
+  if (!ss || ss->s != s) {
+    storage_leave(s);
+    return KVA_EINVAL;
+  }
+  rc = session_await(ss, timeout_ms);
+  if (rc != KVA_OK) {
+    storage_leave(s);
+    return rc == KVA_ETIMEDOUT && timeout_ms == 0 ? KVA_EAGAIN : rc;
+  }
   int result = ss->req.result;
   if (hits) *hits = result == KVA_OK ? ss->req.hits : 0;
   session_put(ss);
+  storage_leave(s);
   return result;
 }
 

@@ -71,15 +71,20 @@ static const config_key keys[] = {
     INT(NULL, "eviction.interval_ms", 1, MAX_MS, "1000", 0,
         "Period of the eviction controller's check."),
     /* storage manager */
-    ENUM(NULL, "store_policy", "default skip_l1", "default",
-         "Store policy: default keeps written objects in L1 and stores them to L2; "
-         "skip_l1 stores them to L2 only."),
+    STR(NULL, "store_policy", "default",
+        "Store policy, by registered name: default keeps written objects in L1 and stores them "
+        "to every L2 tier; skip_l1 deletes them from L1 once a tier stored them."),
     STR(NULL, "prefetch_policy", "default", "Prefetch policy, by registered name."),
     INT(NULL, "prefetch_max_in_flight", 1, 4096, "8", 0,
         "Prefetch requests the prefetch controller runs at once."),
     BOOL(NULL, "prefetch_writeback", "true",
          "Objects loaded from L2 stay in L1 as ordinary objects; false = temporary, freed at "
          "their last release."),
+    INT(NULL, "l2_bypass_failures", 0, 1000000, "3", 0,
+        "Failed operations in a row after which an L2 tier is bypassed until it answers a "
+        "probe; 0 = never."),
+    INT(NULL, "l2_probe_interval_ms", 1, MAX_MS, "1000", 0,
+        "Period of the health probe of automatically bypassed L2 tiers."),
     {.path = "l2",
      .type = CONFIG_T_TIERS,
      .def = "[]",

@@ -58,6 +58,11 @@ typedef struct scratch {
 struct l1_manager {
   kva_actor *self;
   kva_actor *evictor; /* eviction controller; NULL = none */
+  kva_actor *store;      /* store controller; NULL = none */
+  kva_actor *prefetcher; /* prefetch controller; NULL = none */
+  /* the current request's finished writes, for the store controller */
+  uint8_t *written;
+  size_t written_len, written_cap;
   pool *pool;
   object_table t;
   uint64_t stamp; /* request counter, for duplicate keys */
@@ -74,6 +79,10 @@ struct l1_manager {
 /* l1_manager.c */
 void l1_note(struct l1_manager *m, uint32_t op, uint32_t slot, uint64_t bytes);
 void l1_note_flush(struct l1_manager *m);
+/* Finished writes of the current request, sent to the store controller as
+ * one SC_WRITTEN at its end. */
+void l1_written_add(struct l1_manager *m, uint32_t slot);
+void l1_written_flush(struct l1_manager *m);
 void l1_reply(struct l1_manager *m, kva_actor *to, uint64_t tag);
 void l1_dispatch(struct l1_manager *m, const kva_msg *msg);
 int scratch_reserve(scratch *s, size_t n);
@@ -98,11 +107,15 @@ bool l1_seen(struct l1_manager *m, uint32_t slot);
 void l1_reserve_write(struct l1_manager *m, l1_req *r, kva_actor *from, uint64_t tag);
 void l1_demand_candidates(struct l1_manager *m, const evict_list *l);
 void l1_finish_write(struct l1_manager *m, l1_req *r, bool and_read);
+void l1_abort_write(struct l1_manager *m, l1_req *r);
 void l1_reserve_read(struct l1_manager *m, l1_req *r);
 void l1_finish_read(struct l1_manager *m, l1_req *r);
 void l1_prefetch(struct l1_manager *m, l1_req *r);
 void l1_read(struct l1_manager *m, l1_req *r);
 void l1_touch(struct l1_manager *m, l1_req *r);
+void l1_lookup(struct l1_manager *m, l1_req *r);
+void l1_unpin(struct l1_manager *m, l1_req *r);
+void l1_inspect(struct l1_manager *m, l1_req *r);
 void l1_delete(struct l1_manager *m, l1_req *r);
 void l1_clear(struct l1_manager *m, l1_req *r);
 void l1_evict(struct l1_manager *m, const evict_list *l);

@@ -63,6 +63,56 @@ void l1_note_flush(struct l1_manager *m) {
   n->n = 0;
 }
 
+/* Appends one finished write: the layouts of a request are listed once
+ * each (a request usually has one), the keys after them. Dropped on ENOMEM
+ * with a warning: that object is then not stored to L2, nothing else. */
+void l1_written_add(struct l1_manager *m, uint32_t slot) {
+  if (!m->store) return;
+  l1_obj *o = object_at(&m->t, slot);
+  size_t need = m->written_len + sizeof(kva_layout) + sizeof(l1_written_entry);
+  if (m->written_len == 0) need += sizeof(l1_written);
+  if (need > m->written_cap) {
+    size_t cap = m->written_cap ? m->written_cap * 2 : 4096;
+    while (cap < need) cap *= 2;
+    uint8_t *b = realloc(m->written, cap);
+    if (!b) {
+      LOG_WARN("l1: out of memory: a finished write is not stored to L2");
+      return;
+    }
+    m->written = b;
+    m->written_cap = cap;
+  }
+  if (m->written_len == 0) {
+    memset(m->written, 0, sizeof(l1_written));
+    m->written_len = sizeof(l1_written);
+  }
+  /* keys are appended at the end, layouts are kept in front of them: a
+   * new layout shifts the keys (rare: one layout per request is usual) */
+  l1_written *h = (l1_written *)m->written;
+  kva_layout *lay = (kva_layout *)(m->written + sizeof(*h));
+  l1_written_entry *e = (l1_written_entry *)(lay + h->nlayouts);
+  uint32_t li = 0;
+  while (li < h->nlayouts && memcmp(&lay[li], &o->layout, sizeof(kva_layout)) != 0) li++;
+  if (li == h->nlayouts) {
+    memmove((uint8_t *)e + sizeof(kva_layout), e, h->n * sizeof(*e));
+    lay[li] = o->layout;
+    h->nlayouts++;
+    e = (l1_written_entry *)(lay + h->nlayouts);
+  }
+  memset(&e[h->n], 0, sizeof(e[h->n]));
+  e[h->n].key = o->key;
+  e[h->n].layout = li;
+  h->n++;
+  m->written_len = sizeof(*h) + h->nlayouts * sizeof(kva_layout) + h->n * sizeof(*e);
+}
+
+void l1_written_flush(struct l1_manager *m) {
+  if (!m->store || m->written_len == 0) return;
+  if (kva_send(m->store, L1_WRITTEN, m->written, (uint32_t)m->written_len, m->self, 0) != KVA_OK)
+    m->store = NULL;
+  m->written_len = 0;
+}
+
 void l1_reply(struct l1_manager *m, kva_actor *to, uint64_t tag) {
   if (to) kva_send(to, L1_REPLY, NULL, 0, m->self, tag);
 }
@@ -180,6 +230,14 @@ static l1_req *req_of(const kva_msg *msg) {
   return r;
 }
 
+/* A prefetch that missed in L1 and may be found in L2 goes on to the
+ * prefetch controller, which replies in our place. */
+static bool handoff(struct l1_manager *m, const kva_msg *msg, l1_req *r) {
+  if (!r->l2 || !m->prefetcher || r->result != KVA_OK || r->hits == r->n) return false;
+  l1_handoff h = {.r = r, .reply_to = msg->from, .tag = msg->tag};
+  return kva_send(m->prefetcher, L1_HANDOFF, &h, sizeof(h), m->self, 0) == KVA_OK;
+}
+
 /* Handles one request whose reply is sent at once. */
 static void dispatch_req(struct l1_manager *m, const kva_msg *msg, l1_req *r) {
   switch (msg->type) {
@@ -216,11 +274,25 @@ static void dispatch_req(struct l1_manager *m, const kva_msg *msg, l1_req *r) {
   case L1_STATS:
     l1_stats(m, r);
     break;
+  case L1_LOOKUP:
+    l1_lookup(m, r);
+    break;
+  case L1_UNPIN:
+    l1_unpin(m, r);
+    break;
+  case L1_INSPECT:
+    l1_inspect(m, r);
+    break;
+  case L1_ABORT_WRITE:
+    l1_abort_write(m, r);
+    break;
   default:
     r->result = KVA_EINVAL;
     break;
   }
   l1_note_flush(m);
+  l1_written_flush(m);
+  if (msg->type == L1_PREFETCH && handoff(m, msg, r)) return;
   l1_reply(m, msg->from, msg->tag);
 }
 
@@ -295,6 +367,7 @@ static void l1_on_stop(kva_actor *self, void *state) {
   scratch_free(&m->sc);
   free(m->dem.plan);
   free(m->note);
+  free(m->written);
   free(m);
 }
 
@@ -336,6 +409,12 @@ kva_actor *l1_manager_actor(l1_manager *m) {
 }
 void l1_manager_set_evictor(l1_manager *m, kva_actor *evictor) {
   m->evictor = evictor;
+}
+void l1_manager_set_store(l1_manager *m, kva_actor *store) {
+  m->store = store;
+}
+void l1_manager_set_prefetcher(l1_manager *m, kva_actor *prefetcher) {
+  m->prefetcher = prefetcher;
 }
 uint64_t l1_manager_capacity(const l1_manager *m) {
   return pool_capacity(m->pool);

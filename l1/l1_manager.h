@@ -33,11 +33,20 @@ enum {
   L1_READ,                          /* keys, n -> bufs; result KVA_OK or the first key's problem */
   L1_MEMCHECK,                      /* report, report_len -> result */
   L1_STATS,                         /* stats */
+  L1_LOOKUP,                        /* keys, n, pin -> hits (contiguous prefix present and
+                                       readable; pin: each gets one pin) */
+  L1_UNPIN,                         /* keys, n -> result = keys unpinned */
+  L1_INSPECT,                       /* keys, n -> status: L1_ABSENT, or readers | L1_WRITE_LOCKED |
+                                       L1_TEMPORARY (tests and tools; changes nothing) */
+  L1_ABORT_WRITE,                   /* keys, n -> status: write-locked objects removed unseen
+                                       (a failed load's buffers; never stored to L2) */
   /* from the eviction controller: payload = l1_evict (+ ids) */
   L1_EVICT,
   L1_CANDIDATES,
   L1_REPLY = 127,
 };
+
+enum { L1_ABSENT = -1, L1_WRITE_LOCKED = 1 << 24, L1_TEMPORARY = 1 << 25, L1_PINNED = 1 << 26 };
 
 typedef struct l1_req {
   const kva_key *keys;
@@ -54,7 +63,34 @@ typedef struct l1_req {
   char *report;             /* MEMCHECK */
   size_t report_len;
   kva_storage_stats *stats; /* STATS */
+  int pin;                  /* LOOKUP */
+  int l2;                   /* PREFETCH: hand a partial hit to the prefetch controller */
 } l1_req;
+
+/* Notifications the L1 manager sends to the controllers. */
+enum {
+  /* L1 -> store controller, after a request that finished writes of
+   * ordinary (not temporary, not prefetched) objects: l1_written, then
+   * kva_layout[nlayouts], then l1_written_entry[n]; no reply */
+  L1_WRITTEN = 120,
+  /* L1 -> prefetch controller: a PREFETCH with the l2 flag whose L1 prefix
+   * (r->hits, read-locked) is shorter than r->n; payload l1_handoff. The
+   * prefetch controller replies L1_REPLY to reply_to with tag when the
+   * request is complete (r->hits then counts L1 and L2 hits). */
+  L1_HANDOFF = 121,
+};
+typedef struct l1_written {
+  uint32_t n, nlayouts;
+} l1_written;
+typedef struct l1_written_entry {
+  kva_key key;
+  uint32_t layout; /* index into the message's layouts */
+} l1_written_entry;
+typedef struct l1_handoff {
+  l1_req *r;
+  kva_actor *reply_to;
+  uint64_t tag;
+} l1_handoff;
 
 /* Spawned by the storage facade. Returns NULL with err set on failure. */
 typedef struct l1_manager_opts {
@@ -66,6 +102,12 @@ kva_actor *l1_manager_actor(l1_manager *m);
 /* The eviction controller the manager notifies: set once, before the first
  * message is sent to the manager (the send publishes it). */
 void l1_manager_set_evictor(l1_manager *m, kva_actor *evictor);
+/* The store controller (told about finished writes of ordinary objects)
+ * and the prefetch controller (continues a PREFETCH whose l2 flag is set
+ * past its L1 prefix): set once, before the first message, like the
+ * evictor. */
+void l1_manager_set_store(l1_manager *m, kva_actor *store);
+void l1_manager_set_prefetcher(l1_manager *m, kva_actor *prefetcher);
 /* Effective pool figures, readable before the first message. */
 uint64_t l1_manager_capacity(const l1_manager *m);
 

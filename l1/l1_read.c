@@ -126,3 +126,53 @@ void l1_touch(struct l1_manager *m, l1_req *r) {
   note_touched_reversed(m, r->n);
   r->result = found;
 }
+
+/* kva_lookup's L1 tier: the contiguous prefix of keys present and
+ * readable; with pin, each of them gets one pin (not evictable, still
+ * readable) until L1_UNPIN. */
+void l1_lookup(struct l1_manager *m, l1_req *r) {
+  if (!lookup_all(m, r)) {
+    r->result = KVA_EINVAL;
+    return;
+  }
+  size_t hits = 0;
+  while (hits < r->n && m->sc.slot[hits] != NO_SLOT &&
+         !object_at(&m->t, m->sc.slot[hits])->write_locked) {
+    l1_obj *o = object_at(&m->t, m->sc.slot[hits]);
+    if (r->pin && o->pins == UINT32_MAX) break;
+    if (r->pin) o->pins++;
+    hits++;
+  }
+  note_touched_reversed(m, hits);
+  r->hits = hits;
+  r->result = KVA_OK;
+}
+
+void l1_unpin(struct l1_manager *m, l1_req *r) {
+  int ok = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    uint32_t slot;
+    int st = l1_key_slot(m, r, i, &slot);
+    if (st == KVA_OK && object_at(&m->t, slot)->pins == 0) st = KVA_KEY_WRONG_STATE;
+    if (st == KVA_OK) {
+      object_at(&m->t, slot)->pins--;
+      ok++;
+    }
+    if (r->status) r->status[i] = st;
+  }
+  r->result = ok;
+}
+
+void l1_inspect(struct l1_manager *m, l1_req *r) {
+  for (size_t i = 0; i < r->n; i++) {
+    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
+    if (slot == NO_SLOT) {
+      r->status[i] = L1_ABSENT;
+      continue;
+    }
+    const l1_obj *o = object_at(&m->t, slot);
+    r->status[i] = (int)(o->readers & 0xffffff) | (o->write_locked ? L1_WRITE_LOCKED : 0) |
+                   (o->temporary ? L1_TEMPORARY : 0) | (o->pins ? L1_PINNED : 0);
+  }
+  r->result = KVA_OK;
+}

@@ -189,10 +189,29 @@ void l1_finish_write(struct l1_manager *m, l1_req *r, bool and_read) {
         if (r->bufs) r->bufs[i] = (kva_buf){o->ptr, o->bytes};
       }
       l1_note(m, NOTE_WRITE_FINISHED, slot, 0);
+      if (!and_read && !o->temporary) l1_written_add(m, slot);
       ok++;
     }
     r->status[i] = st;
   }
   m->st.finished += (uint64_t)ok;
+  r->result = ok;
+}
+
+/* Removes objects that are still write-locked: the buffers of a load that
+ * failed or lies past a gap. Nobody ever read them, so nothing is stored
+ * to L2 and nothing is reported but their removal. */
+void l1_abort_write(struct l1_manager *m, l1_req *r) {
+  int ok = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    uint32_t slot;
+    int st = l1_key_slot(m, r, i, &slot);
+    if (st == KVA_OK && !object_at(&m->t, slot)->write_locked) st = KVA_KEY_WRONG_STATE;
+    if (st == KVA_OK) {
+      l1_remove(m, slot, true);
+      ok++;
+    }
+    if (r->status) r->status[i] = st;
+  }
   r->result = ok;
 }

@@ -220,11 +220,6 @@ START_TEST(enum_value_outside_the_choices_is_listed) {
   mp *m = mp_section_key("eviction", "policy");
   mp_str(m, "lfru");
   load_fails(m, "eviction.policy: \"lfru\" is not one of lru, fifo, lfu, mru");
-  m = mp_new();
-  mp_map(m, 1);
-  mp_str(m, "store_policy");
-  mp_str(m, "always");
-  load_fails(m, "store_policy: \"always\" is not one of default, skip_l1");
 }
 END_TEST
 

@@ -62,10 +62,10 @@ kva_runtime *fixture_storage(int workers, uint64_t l1_bytes, ...) {
   char w[48], size[64];
   snprintf(w, sizeof(w), "runtime.workers=%d", workers);
   snprintf(size, sizeof(size), "l1.size_bytes=%lu", (unsigned long)l1_bytes);
-  const char *base[] = {w, size, "l1.hugepages=false", "l1.pinned=false"};
+  const char *base[] = {w, size, "l1.hugepages=false", "l1.pinned=false", "l2=[]"};
   va_list ap;
   va_start(ap, l1_bytes);
-  kva_runtime *rt = start_with(base, 4, ap);
+  kva_runtime *rt = start_with(base, 5, ap);
   va_end(ap);
   ck_assert_ptr_nonnull(kva_storage_of(rt));
   return rt;

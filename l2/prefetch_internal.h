@@ -1,0 +1,81 @@
+/*
+ * prefetch_internal.h — state of the prefetch controller, shared by
+ *   prefetch_controller.c  the actor: hand-offs, pending queue, slots, drain
+ *   prefetch_request.c     one request's state machine (seed 002)
+ */
+#ifndef KVA_L2_PREFETCH_INTERNAL_H
+#define KVA_L2_PREFETCH_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "l1/l1_manager.h"
+#include "l2/prefetch_controller.h"
+
+/* Steps of a request; each waits for one kind of reply. */
+enum {
+  PF_QUEUED = 0,
+  PF_LOOKUP,  /* KVA_L2_DONE of every tier asked */
+  PF_RESERVE, /* L1_REPLY: write buffers of the plan's prefix */
+  PF_DROP,    /* L1_REPLY: reserved buffers past the reservation gap removed */
+  PF_LOAD,    /* KVA_L2_DONE of every tier loading */
+  PF_COMMIT,  /* L1_REPLY: loaded prefix write -> read locked */
+  PF_UNREAD,  /* L1_REPLY: read locks past a commit gap released */
+  PF_ABORT,   /* L1_REPLY: buffers of failed loads and loads past the gap removed */
+};
+
+typedef struct pf_req {
+  struct pf_req *next; /* pending queue or free list */
+  /* the facade's request, answered with L1_REPLY when done */
+  l1_req *user;
+  kva_actor *reply_to;
+  uint64_t reply_tag;
+  size_t base;         /* its L1 hits: keys[0, base) are read-locked already */
+  const kva_key *keys; /* user->keys + base */
+  size_t n;
+  uint32_t slot, state, waiting;
+  uint32_t asked; /* tiers sent a lookup (bit mask) */
+  size_t p;       /* keys [0, p) planned: contiguous, one tier each */
+  size_t q;       /* keys [0, q) reserved in L1 (q <= p) */
+  size_t r;       /* keys [0, r) loaded (r <= q) */
+  size_t hits;    /* keys [0, hits) read-locked for the caller (hits <= r) */
+  kva_l2_req look[L2_MAX_TIERS], load[L2_MAX_TIERS];
+  l1_req l1;
+  /* arrays of n entries (cap allocated), in one block */
+  size_t cap;
+  void *block;
+  uint8_t *found[L2_MAX_TIERS]; /* lookup bitmaps */
+  uint8_t *lbits[L2_MAX_TIERS]; /* load bitmaps */
+  int8_t *plan;                 /* tier per key, -1 = not loaded */
+  uint8_t *loaded;              /* per key */
+  int *status;
+  kva_buf *bufs;  /* L1 write buffers, per key */
+  kva_key *lkeys; /* keys grouped by tier for loads; scratch for unlocks */
+  kva_buf *lbufs;
+  uint32_t *lidx; /* lkeys[j] is keys[lidx[j]] */
+} pf_req;
+
+typedef struct pc {
+  kva_actor *self, *l1;
+  l2_tiers *tiers;
+  prefetch_opts o;
+  pf_req *head, *tail, *free_reqs; /* pending (FIFO), recycled */
+  pf_req **slots;                  /* o.max_in_flight entries */
+  uint32_t *gen, ninflight;
+  bool draining;
+  kva_actor *drain_to;
+  uint64_t drain_tag;
+} pc;
+
+/* prefetch_controller.c */
+uint64_t pf_tag(const pc *c, const pf_req *q);
+/* Answers the facade with hits (base + q->hits) and frees the slot. */
+void pf_finish(pc *c, pf_req *q);
+void pf_send_l1(pc *c, pf_req *q, uint32_t type);
+
+/* prefetch_request.c */
+void pf_start(pc *c, pf_req *q);                      /* PF_LOOKUP */
+void pf_on_l2(pc *c, pf_req *q, const kva_l2_req *r); /* a KVA_L2_DONE */
+void pf_on_l1(pc *c, pf_req *q);                      /* an L1_REPLY */
+
+#endif

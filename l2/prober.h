@@ -1,0 +1,22 @@
+/*
+ * prober.h — the prober actor (prober.c): every l2_probe_interval_ms it
+ * asks each automatically bypassed tier to look up a key kvact never
+ * stores; the first answer without error clears that tier's bypass.
+ */
+#ifndef KVA_L2_PROBER_H
+#define KVA_L2_PROBER_H
+
+#include "kvact.h"
+#include "l2/tiers.h"
+
+enum { PROBE_START = 384 }; /* facade -> prober: start the tick (no payload) */
+
+/* The prober's state is owned by the caller and freed with prober_free
+ * after the runtime has stopped (an adapter may still be reading a probe
+ * request while the prober itself stops). NULL on ENOMEM. */
+typedef struct prober prober;
+prober *prober_new(l2_tiers *tiers, uint64_t interval_ns);
+kva_actor *prober_spawn(kva_runtime *rt, prober *p);
+void prober_free(prober *p);
+
+#endif

@@ -1,0 +1,443 @@
+/*
+ * store_controller.c — the store controller actor: every finished write of
+ * an ordinary L1 object is copied to the L2 tiers its store policy names.
+ *
+ * One store task = the keys of one L1_WRITTEN message that share a layout
+ * and a target tier. Its steps, one message each:
+ *
+ *   RESERVING  L1_RESERVE_READ    read-lock the objects (gone ones are skipped)
+ *   STORING    KVA_L2_STORE       the tier copies the bytes
+ *   RELEASING  L1_FINISH_READ     always, whatever the store's result
+ *   DELETING   L1_DELETE          on success, the policy's L1 deletions
+ *
+ * Lock invariant (seed 002): an object is read-locked exactly while a task
+ * holds it between RESERVING and RELEASING; every task reaches RELEASING
+ * (a failed or refused store included), and at shutdown (SC_DRAIN) queued
+ * tasks are dropped before they lock anything while tasks in flight run to
+ * the end, so no read lock outlives the controller.
+ *
+ * At most MAX_INFLIGHT tasks hold locks at once; the rest wait, unlocked
+ * (evictable: an object evicted before its task starts is simply not
+ * stored). Temporary objects and objects loaded by prefetches never reach
+ * here: the L1 manager reports only finish_write of ordinary objects.
+ */
+#include "l2/store_controller.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "actors/log.h"
+#include "l1/l1_manager.h"
+
+#define MAX_INFLIGHT 64u
+#define MAX_WAITERS 64u
+
+enum { RESERVING = 1, STORING, RELEASING, DELETING };
+
+typedef struct store_task {
+  struct store_task *next; /* queue or free list */
+  uint64_t seq;            /* of the L1_WRITTEN it came from */
+  uint32_t tier, state, slot;
+  int stored; /* the tier's result */
+  kva_layout layout;
+  kva_key *keys;
+  kva_buf *bufs;
+  int *status;
+  uint8_t *del;
+  size_t n, cap;
+  l1_req l1;
+  kva_l2_req l2;
+} store_task;
+
+typedef struct waiter {
+  kva_actor *to;
+  uint64_t tag, upto; /* replies once every task of seq <= upto is done */
+} waiter;
+
+typedef struct sc {
+  kva_actor *self, *l1;
+  l2_tiers *tiers;
+  kva_store_policy policy;
+  uint64_t seq;
+  store_task *head, *tail, *free_tasks; /* queued, recycled */
+  store_task *slots[MAX_INFLIGHT];
+  uint32_t gen[MAX_INFLIGHT], ninflight;
+  waiter waiters[MAX_WAITERS];
+  uint32_t nwaiters;
+  kva_actor *drain_to;
+  uint64_t drain_tag;
+  bool draining;
+  /* scratch for grouping one message */
+  uint8_t *targets;
+  kva_key *group;
+  size_t scratch_cap;
+} sc;
+
+/* ---- tasks -------------------------------------------------------------- */
+
+static store_task *task_get(sc *c, size_t n) {
+  store_task *t = c->free_tasks;
+  if (t)
+    c->free_tasks = t->next;
+  else if (!(t = calloc(1, sizeof(*t))))
+    return NULL;
+  if (n > t->cap) {
+    kva_key *k = realloc(t->keys, n * sizeof(*k));
+    if (k) t->keys = k;
+    kva_buf *b = realloc(t->bufs, n * sizeof(*b));
+    if (b) t->bufs = b;
+    int *st = realloc(t->status, n * sizeof(*st));
+    if (st) t->status = st;
+    uint8_t *d = realloc(t->del, n);
+    if (d) t->del = d;
+    if (!k || !b || !st || !d) {
+      t->next = c->free_tasks;
+      c->free_tasks = t;
+      return NULL;
+    }
+    t->cap = n;
+  }
+  t->n = 0;
+  t->next = NULL;
+  return t;
+}
+
+static void task_free(store_task *t) {
+  free(t->keys);
+  free(t->bufs);
+  free(t->status);
+  free(t->del);
+  free(t);
+}
+
+static uint64_t tag_of(const sc *c, const store_task *t) {
+  return ((uint64_t)c->gen[t->slot] << 16) | t->slot;
+}
+
+/* The in-flight task a reply's tag names, or NULL for a stale tag. */
+static store_task *task_of(sc *c, uint64_t tag) {
+  uint32_t slot = (uint32_t)(tag & 0xffff);
+  if (slot >= MAX_INFLIGHT || !c->slots[slot] || c->gen[slot] != (uint32_t)(tag >> 16)) return NULL;
+  return c->slots[slot];
+}
+
+static void send_l1(sc *c, store_task *t, uint32_t type) {
+  l1_req *r = &t->l1;
+  if (kva_send(c->l1, type, &r, sizeof(r), c->self, tag_of(c, t)) != KVA_OK)
+    LOG_ERROR("store: the L1 manager is gone; a store task is abandoned");
+}
+
+/* ---- flush and drain ---------------------------------------------------- */
+
+static uint64_t oldest_open(const sc *c) {
+  uint64_t min = UINT64_MAX;
+  for (const store_task *t = c->head; t; t = t->next)
+    if (t->seq < min) min = t->seq;
+  for (uint32_t i = 0; i < MAX_INFLIGHT; i++)
+    if (c->slots[i] && c->slots[i]->seq < min) min = c->slots[i]->seq;
+  return min;
+}
+
+static void answer_waiters(sc *c) {
+  if (c->nwaiters == 0) return;
+  uint64_t open = oldest_open(c);
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < c->nwaiters; i++) {
+    waiter *w = &c->waiters[i];
+    if (w->upto < open || c->draining)
+      kva_send(w->to, SC_DONE, NULL, 0, c->self, w->tag);
+    else
+      c->waiters[kept++] = *w;
+  }
+  c->nwaiters = kept;
+}
+
+static void check_drained(sc *c) {
+  if (!c->draining || c->ninflight || !c->drain_to) return;
+  kva_send(c->drain_to, SC_DONE, NULL, 0, c->self, c->drain_tag);
+  c->drain_to = NULL;
+}
+
+/* ---- the pipeline ------------------------------------------------------- */
+
+static void start_next(sc *c);
+
+static void task_done(sc *c, store_task *t) {
+  c->slots[t->slot] = NULL;
+  c->gen[t->slot]++;
+  c->ninflight--;
+  t->next = c->free_tasks;
+  c->free_tasks = t;
+  start_next(c);
+  answer_waiters(c);
+  check_drained(c);
+}
+
+static void start_task(sc *c, store_task *t) {
+  uint32_t slot = 0;
+  while (c->slots[slot]) slot++; /* ninflight < MAX_INFLIGHT: one is free */
+  c->slots[slot] = t;
+  t->slot = slot;
+  c->ninflight++;
+  t->state = RESERVING;
+  t->l1 = (l1_req){.keys = t->keys, .n = t->n, .readers = 1, .bufs = t->bufs, .status = t->status};
+  send_l1(c, t, L1_RESERVE_READ);
+}
+
+static void start_next(sc *c) {
+  while (c->head && c->ninflight < MAX_INFLIGHT) {
+    store_task *t = c->head;
+    c->head = t->next;
+    if (!c->head) c->tail = NULL;
+    start_task(c, t);
+  }
+}
+
+/* The objects are read-locked (those still there): hand them to the tier. */
+static void on_reserved(sc *c, store_task *t) {
+  size_t k = 0;
+  for (size_t i = 0; i < t->n; i++) {
+    if (t->status[i] != KVA_OK) continue;
+    t->keys[k] = t->keys[i];
+    t->bufs[k] = t->bufs[i];
+    k++;
+  }
+  l2_count(&c->tiers->store_skipped, t->n - k);
+  t->n = k;
+  if (k == 0) {
+    task_done(c, t);
+    return;
+  }
+  t->state = STORING;
+  t->l2 = (kva_l2_req){.keys = t->keys, .n = t->n, .layout = &t->layout, .bufs = t->bufs};
+  kva_l2_req *r = &t->l2;
+  int rc = kva_send(c->tiers->t[t->tier].actor, KVA_L2_STORE, &r, sizeof(r), c->self, tag_of(c, t));
+  if (rc != KVA_OK) { /* the tier is gone: release what we hold */
+    t->l2.result = rc;
+    t->state = RELEASING;
+    t->stored = rc;
+    t->l1 = (l1_req){.keys = t->keys, .n = t->n, .readers = 1, .status = t->status};
+    send_l1(c, t, L1_FINISH_READ);
+  }
+}
+
+static void on_stored(sc *c, store_task *t) {
+  t->stored = t->l2.result;
+  l2_health(c->tiers, t->tier, t->stored);
+  l2_count(&c->tiers->store_tasks, 1);
+  if (t->stored == KVA_OK)
+    l2_count(&c->tiers->stored_keys, t->n);
+  else
+    l2_count(&c->tiers->store_failures, 1);
+  t->state = RELEASING;
+  t->l1 = (l1_req){.keys = t->keys, .n = t->n, .readers = 1, .status = t->status};
+  send_l1(c, t, L1_FINISH_READ);
+}
+
+/* Read locks released; on success, the policy may delete from L1. */
+static void on_released(sc *c, store_task *t) {
+  if (t->stored != KVA_OK) {
+    task_done(c, t);
+    return;
+  }
+  memset(t->del, 0, t->n);
+  c->policy.select_l1_deletions(c->policy.arg, t->tier, t->keys, t->n, t->del);
+  size_t k = 0;
+  for (size_t i = 0; i < t->n; i++)
+    if (t->del[i]) t->keys[k++] = t->keys[i];
+  if (k == 0) {
+    task_done(c, t);
+    return;
+  }
+  t->state = DELETING;
+  t->l1 = (l1_req){.keys = t->keys, .n = k, .status = t->status};
+  send_l1(c, t, L1_DELETE);
+}
+
+static void on_l1_reply(sc *c, store_task *t) {
+  switch (t->state) {
+  case RESERVING:
+    on_reserved(c, t);
+    break;
+  case RELEASING:
+    on_released(c, t);
+    break;
+  case DELETING:
+    task_done(c, t);
+    break;
+  default:
+    LOG_WARN("store: unexpected L1 reply in state %u", t->state);
+  }
+}
+
+/* ---- new writes --------------------------------------------------------- */
+
+static bool grow_scratch(sc *c, size_t n) {
+  if (n <= c->scratch_cap) return true;
+  uint8_t *t = realloc(c->targets, n);
+  if (t) c->targets = t;
+  kva_key *g = realloc(c->group, n * sizeof(*g));
+  if (g) c->group = g;
+  if (!t || !g) return false;
+  c->scratch_cap = n;
+  return true;
+}
+
+static void enqueue(sc *c, store_task *t) {
+  if (c->tail)
+    c->tail->next = t;
+  else
+    c->head = t;
+  c->tail = t;
+}
+
+/* One layout's keys: the policy picks tiers, one task per usable tier. */
+static void plan_group(sc *c, const kva_layout *layout, size_t n) {
+  memset(c->targets, 0, n);
+  c->policy.select_targets(c->policy.arg, c->group, n, c->tiers->n, c->targets);
+  for (uint32_t tier = 0; tier < c->tiers->n; tier++) {
+    if (!l2_usable(c->tiers, tier)) continue;
+    store_task *t = NULL;
+    for (size_t i = 0; i < n; i++) {
+      if (!(c->targets[i] >> tier & 1)) continue;
+      if (!t && !(t = task_get(c, n))) {
+        LOG_WARN("store: out of memory; %zu keys not stored to %s", n, c->tiers->t[tier].name);
+        break;
+      }
+      t->keys[t->n++] = c->group[i];
+    }
+    if (!t) continue;
+    t->seq = c->seq;
+    t->tier = tier;
+    t->layout = *layout;
+    enqueue(c, t);
+  }
+}
+
+static void on_written(sc *c, const kva_msg *msg) {
+  const l1_written *h = msg->data;
+  if (msg->len < sizeof(*h)) return;
+  size_t need = sizeof(*h) + (size_t)h->nlayouts * sizeof(kva_layout) +
+                (size_t)h->n * sizeof(l1_written_entry);
+  if (msg->len != need) {
+    LOG_WARN("store: dropped a malformed L1_WRITTEN (%u bytes)", msg->len);
+    return;
+  }
+  if (c->draining || c->tiers->n == 0) return;
+  if (l2_frozen(c->tiers)) {
+    l2_count(&c->tiers->store_skipped, h->n);
+    return;
+  }
+  const kva_layout *layouts = (const kva_layout *)(h + 1);
+  const l1_written_entry *e = (const l1_written_entry *)(layouts + h->nlayouts);
+  if (!grow_scratch(c, h->n)) {
+    LOG_WARN("store: out of memory; %u keys not stored", h->n);
+    return;
+  }
+  c->seq++;
+  for (uint32_t li = 0; li < h->nlayouts; li++) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < h->n; i++)
+      if (e[i].layout == li) c->group[n++] = e[i].key;
+    if (n) plan_group(c, &layouts[li], n);
+  }
+  start_next(c);
+}
+
+/* ---- receive ------------------------------------------------------------ */
+
+static void on_flush(sc *c, const kva_msg *msg) {
+  if (!msg->from) return;
+  if (c->nwaiters == MAX_WAITERS) { /* answer early rather than drop */
+    kva_send(msg->from, SC_DONE, NULL, 0, c->self, msg->tag);
+    return;
+  }
+  c->waiters[c->nwaiters++] = (waiter){msg->from, msg->tag, c->seq};
+  answer_waiters(c);
+}
+
+static void on_drain(sc *c, const kva_msg *msg) {
+  c->draining = true;
+  while (c->head) {
+    store_task *t = c->head;
+    c->head = t->next;
+    l2_count(&c->tiers->store_skipped, t->n);
+    t->next = c->free_tasks;
+    c->free_tasks = t;
+  }
+  c->tail = NULL;
+  c->drain_to = msg->from;
+  c->drain_tag = msg->tag;
+  answer_waiters(c);
+  check_drained(c);
+}
+
+static void sc_receive(kva_actor *self, void *state, const kva_msg *msg) {
+  sc *c = state;
+  store_task *t;
+  switch (msg->type) {
+  case L1_WRITTEN:
+    on_written(c, msg);
+    break;
+  case L1_REPLY:
+    if ((t = task_of(c, msg->tag))) on_l1_reply(c, t);
+    break;
+  case KVA_L2_DONE:
+    t = task_of(c, msg->tag);
+    if (t && t->state == STORING && msg->len == sizeof(void *) &&
+        *(kva_l2_req *const *)msg->data == &t->l2)
+      on_stored(c, t);
+    else
+      LOG_WARN("store: dropped a reply that matches no store in flight");
+    break;
+  case SC_FLUSH:
+    on_flush(c, msg);
+    break;
+  case SC_DRAIN:
+    on_drain(c, msg);
+    break;
+  default:
+    LOG_WARN("store: dropped message type %u", msg->type);
+  }
+}
+
+static void sc_on_stop(kva_actor *self, void *state) {
+  sc *c = state;
+  if (c->ninflight)
+    LOG_WARN("store: stopping with %u stores in flight (their read locks stay)", c->ninflight);
+  for (uint32_t i = 0; i < MAX_INFLIGHT; i++)
+    if (c->slots[i]) task_free(c->slots[i]);
+  for (store_task *t = c->head, *next; t; t = next) {
+    next = t->next;
+    task_free(t);
+  }
+  for (store_task *t = c->free_tasks, *next; t; t = next) {
+    next = t->next;
+    task_free(t);
+  }
+  free(c->targets);
+  free(c->group);
+  free(c);
+}
+
+static const kva_behavior sc_behavior = {
+    .name = "store_controller",
+    .receive = sc_receive,
+    .on_stop = sc_on_stop,
+};
+
+kva_actor *store_controller_spawn(kva_runtime *rt, kva_actor *l1, l2_tiers *tiers,
+                                  const kva_store_policy *policy) {
+  sc *c = calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->l1 = l1;
+  c->tiers = tiers;
+  c->policy = *policy;
+  kva_actor *a = kva_spawn(rt, &sc_behavior, c, NULL);
+  if (!a) {
+    free(c);
+    return NULL;
+  }
+  c->self = a; /* before any message: nobody knows the actor yet */
+  return a;
+}

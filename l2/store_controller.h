@@ -1,0 +1,29 @@
+/*
+ * store_controller.h — the store controller actor (store_controller.c):
+ * copies finished L1 writes to the L2 tiers (seed 002, StoreController).
+ *
+ * Accepts                          | Sends
+ * ---------------------------------+------------------------------------
+ * L1_WRITTEN (from the L1 manager) | L1_RESERVE_READ / L1_FINISH_READ /
+ * L1_REPLY, KVA_L2_DONE            |   L1_DELETE to the L1 manager
+ * SC_FLUSH, SC_DRAIN (facade)      | KVA_L2_STORE to the tiers
+ *                                  |
+ *                                  | SC_DONE to the facade
+ */
+#ifndef KVA_L2_STORE_CONTROLLER_H
+#define KVA_L2_STORE_CONTROLLER_H
+
+#include "kvact.h"
+#include "l2/tiers.h"
+
+enum {
+  SC_FLUSH = 320, /* no payload; SC_DONE (same tag) once every store queued before it is done */
+  SC_DRAIN,       /* shutdown: drop queued stores, finish those in flight, then SC_DONE */
+  SC_DONE = 335,
+};
+
+/* NULL on ENOMEM. tiers outlives the actor. */
+kva_actor *store_controller_spawn(kva_runtime *rt, kva_actor *l1, l2_tiers *tiers,
+                                  const kva_store_policy *policy);
+
+#endif

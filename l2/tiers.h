@@ -1,0 +1,58 @@
+/*
+ * tiers.h — the L2 tiers of one storage manager, shared by the facade and
+ * the two controllers: each tier's adapter actor and name, its bypass
+ * flags and health, the freeze flag, and the L2 counters.
+ *
+ * Only flags and counters live here, all atomic: no lock invariant depends
+ * on them (a store or prefetch that starts just before a bypass or freeze
+ * is set finishes normally, holding and releasing its locks as usual).
+ */
+#ifndef KVA_L2_TIERS_H
+#define KVA_L2_TIERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvact.h"
+
+#define L2_MAX_TIERS 8u
+
+typedef struct l2_tier {
+  char name[32];
+  kva_actor *actor;
+  uint32_t bypass_manual; /* atomic: kva_set_tier_bypass */
+  uint32_t bypass_auto;   /* atomic: set after bypass_after failures in a row */
+  uint32_t failures;      /* atomic: consecutive failed operations */
+} l2_tier;
+
+typedef struct l2_tiers {
+  uint32_t n;
+  l2_tier t[L2_MAX_TIERS];
+  uint32_t frozen;       /* atomic: kva_set_freeze */
+  uint32_t bypass_after; /* failures in a row that bypass a tier; 0 = never */
+  /* counters (atomic) */
+  uint64_t store_tasks, stored_keys, store_failures, store_skipped;
+  uint64_t prefetch_requests, loaded_keys, load_failures;
+} l2_tiers;
+
+static inline bool l2_frozen(const l2_tiers *t) {
+  return __atomic_load_n(&t->frozen, __ATOMIC_RELAXED) != 0;
+}
+static inline bool l2_usable(const l2_tiers *t, uint32_t i) {
+  return !__atomic_load_n(&t->t[i].bypass_manual, __ATOMIC_RELAXED) &&
+         !__atomic_load_n(&t->t[i].bypass_auto, __ATOMIC_RELAXED);
+}
+static inline void l2_count(uint64_t *counter, uint64_t n) {
+  __atomic_add_fetch(counter, n, __ATOMIC_RELAXED);
+}
+/* Records the outcome of one operation on tier i: a failure that is the
+ * bypass_after-th in a row bypasses the tier (with a warning); a success
+ * resets the count. Errors that say "full" or "busy" (KVA_ENOMEM,
+ * KVA_EAGAIN) are not health failures. */
+void l2_health(l2_tiers *t, uint32_t i, int result);
+/* A probe of an automatically bypassed tier was answered: clears it. */
+void l2_recovered(l2_tiers *t, uint32_t i);
+/* Index of the tier called name, or -1. */
+int l2_tier_index(const l2_tiers *t, const char *name);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * l2_client.h — helpers of the L2 suites: a storage runtime with mock
+ * tiers, direct requests to a tier (seed it, read its counters, steer its
+ * faults), byte patterns that name their key, and checks that an object is
+ * served with exactly the bytes written for it.
+ */
+#ifndef KVA_TESTS_L2_CLIENT_H
+#define KVA_TESTS_L2_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvact.h"
+#include "l2/mock.h"
+
+/* A storage runtime (l1_bytes of L1) with `ntiers` mock tiers named
+ * mock0.., each with the given extra JSON members (may be "" or NULL),
+ * plus the NULL-terminated "k=v" settings. */
+kva_runtime *l2_start(int workers, uint64_t l1_bytes, int ntiers, const char *mock_json, ...);
+kva_actor *l2_tier_actor(kva_storage *s, uint32_t tier);
+
+/* The byte at offset o of the object written for key id, version v. */
+static inline uint8_t l2_pattern(uint64_t id, uint32_t v, size_t o) {
+  return (uint8_t)(id * 131u + v * 29u + o * 7u + (o >> 12));
+}
+void l2_fill(void *p, size_t len, uint64_t id, uint32_t v);
+bool l2_matches(const void *p, size_t len, uint64_t id, uint32_t v);
+
+/* Writes keys fixture_key(ids[i]) into L1 with version v bytes, finishes
+ * them (so the store controller copies them to L2), asserts all succeed. */
+void l2_write(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l, uint32_t v);
+/* Stores keys straight into one tier (bypassing L1), version v bytes. */
+void l2_seed(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n, const kva_layout *l,
+             uint32_t v);
+void l2_seed_range(kva_storage *s, uint32_t tier, uint64_t first, size_t n, const kva_layout *l);
+
+kva_l2_stats l2_stats(kva_storage *s, uint32_t tier);
+/* Sends a MOCK_CONTROL and waits until it is in effect. */
+void l2_control(kva_storage *s, uint32_t tier, const mock_control *c);
+void l2_fail_loads(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n);
+void l2_set_down(kva_storage *s, uint32_t tier, bool down);
+/* Waits (up to 5 s) until every tier holds no lock, and asserts it. */
+void l2_assert_unlocked(kva_storage *s);
+
+/* submit + wait; returns the hit count. */
+size_t l2_prefetch(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l,
+                   uint32_t extra);
+size_t l2_prefetch_range(kva_storage *s, uint64_t first, size_t n, const kva_layout *l);
+/* Reads the prefetched keys, checks their bytes are version v, releases. */
+void l2_read_release(kva_storage *s, const uint64_t *ids, size_t n, uint32_t v, uint32_t extra);
+void l2_read_release_range(kva_storage *s, uint64_t first, size_t n, uint32_t v);
+
+/* L1's view of key id: L1_ABSENT, or its read-lock count | L1_WRITE_LOCKED
+ * | L1_TEMPORARY | L1_PINNED (l1/l1_manager.h). */
+int l2_l1_state(kva_storage *s, uint64_t id);
+
+#endif
