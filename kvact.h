@@ -456,10 +456,32 @@ typedef struct kva_prefetch_policy {
                            int8_t *plan);
   void *arg;
 } kva_prefetch_policy;
+/* Eviction policies (config eviction.policy) order L1's objects for
+ * eviction. The policy sees no lock state (L1 skips locked objects itself)
+ * and is fed by the eviction controller actor, one call at a time:
+ * on_created (a new object, `bytes` in the pool), on_touched (an access),
+ * on_removed. Objects are named by 64-bit ids (low 32 bits a reused slot,
+ * high 32 bits a generation). candidates writes up to max ids (and their
+ * bytes) in eviction order starting after `after` (0, or an id no longer
+ * tracked = from the start), without side effects. Built in: lru, fifo,
+ * lfu, mru. */
+typedef struct kva_policy_state kva_policy_state; /* the policy's own */
+typedef struct kva_eviction_policy {
+  const char *name;
+  kva_policy_state *(*create)(void);
+  void (*destroy)(kva_policy_state *p);
+  void (*on_created)(kva_policy_state *p, uint64_t id, uint64_t bytes);
+  void (*on_touched)(kva_policy_state *p, uint64_t id);
+  void (*on_removed)(kva_policy_state *p, uint64_t id);
+  size_t (*candidates)(const kva_policy_state *p, uint64_t after, uint64_t *ids,
+                       uint64_t *bytes, size_t max);
+  size_t (*count)(const kva_policy_state *p);
+} kva_eviction_policy;
 /* The struct is copied (name up to 31 bytes). KVA_EINVAL for a bad or
- * taken name. Register before kva_runtime_start. */
+ * taken name or a missing function. Register before kva_runtime_start. */
 int kva_store_policy_register(const kva_store_policy *p);
 int kva_prefetch_policy_register(const kva_prefetch_policy *p);
+int kva_eviction_policy_register(const kva_eviction_policy *p);
 
 /* ------------------------------------------------------------------------
  * Logging: library code prints only through this. Default: warnings and

@@ -62,7 +62,9 @@ static const config_key keys[] = {
     INT(NULL, "l1.reserve_bytes", 0, I64MAX, "0", 0,
         "Host memory left to the rest of the system: the pool is at most MemAvailable minus this."),
     /* eviction */
-    ENUM(NULL, "eviction.policy", "lru fifo lfu mru", "lru", "Cache policy of L1."),
+    STR(NULL, "eviction.policy", "lru",
+        "Cache policy of L1, by registered name: lru, fifo, lfu, mru, or one registered with "
+        "kva_eviction_policy_register."),
     FLOAT(NULL, "eviction.trigger_watermark", 0, 1, "0.8",
           "Fraction of L1 in use that starts background eviction."),
     FLOAT(NULL, "eviction.ratio", 0, 1, "0.2",

@@ -17,7 +17,6 @@
 #include "kvact.h"
 
 typedef struct l1_manager l1_manager;
-typedef struct policy_ops policy_ops;
 
 enum {
   /* requests: payload = l1_req * */

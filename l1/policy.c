@@ -88,3 +88,26 @@ const policy_ops *policy_find(const char *name) {
   pthread_mutex_unlock(&policy_table_lock);
   return ops;
 }
+
+/* The public registration: a copy, kept for the process's life; names are
+ * never replaced (built-ins included). */
+int kva_eviction_policy_register(const kva_eviction_policy *p) {
+  static kva_eviction_policy copies[POLICY_TABLE_MAX];
+  static char names[POLICY_TABLE_MAX][32];
+  static size_t ncopies;
+  if (!policy_ops_valid(p) || strnlen(p->name, 32) > 31) return KVA_EINVAL;
+  pthread_once(&policy_builtins_once, policy_builtins_register);
+  pthread_mutex_lock(&policy_table_lock);
+  int rc = KVA_EINVAL;
+  if (policy_table_index(p->name) < 0 && ncopies < POLICY_TABLE_MAX &&
+      policy_table_len < POLICY_TABLE_MAX) {
+    kva_eviction_policy *c = &copies[ncopies];
+    *c = *p;
+    strcpy(names[ncopies], p->name);
+    c->name = names[ncopies++];
+    policy_table[policy_table_len++] = c;
+    rc = KVA_OK;
+  }
+  pthread_mutex_unlock(&policy_table_lock);
+  return rc;
+}

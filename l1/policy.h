@@ -20,24 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct policy policy;
+#include "kvact.h"
 
-typedef struct policy_ops {
-  const char *name;
-  policy *(*create)(void);
-  void (*destroy)(policy *p);
-  /* a new object (never seen, or removed since) */
-  void (*on_created)(policy *p, uint64_t id, uint64_t bytes);
-  /* an access (hit, read, update); unknown ids are ignored */
-  void (*on_touched)(policy *p, uint64_t id);
-  /* the object is gone; unknown ids are ignored */
-  void (*on_removed)(policy *p, uint64_t id);
-  /* Up to max candidates in eviction order (first = evict first), starting
-   * after `after` (0 = from the start; an `after` no longer tracked also
-   * starts from the start). Writes ids and their bytes; returns the count. */
-  size_t (*candidates)(const policy *p, uint64_t after, uint64_t *ids, uint64_t *bytes, size_t max);
-  size_t (*count)(const policy *p);
-} policy_ops;
+/* The public kva_eviction_policy of kvact.h, under its internal names. */
+typedef kva_policy_state policy;
+typedef kva_eviction_policy policy_ops;
 
 /* Registry. lru, fifo, lfu and mru are built in. Registering an existing
  * name replaces it. Not thread-safe with respect to policy_find. */

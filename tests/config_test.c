@@ -216,13 +216,6 @@ START_TEST(align_bytes_must_be_a_power_of_two) {
 }
 END_TEST
 
-START_TEST(enum_value_outside_the_choices_is_listed) {
-  mp *m = mp_section_key("eviction", "policy");
-  mp_str(m, "lfru");
-  load_fails(m, "eviction.policy: \"lfru\" is not one of lru, fifo, lfu, mru");
-}
-END_TEST
-
 START_TEST(pinned_takes_true_false_or_auto) {
   mp *m = mp_section_key("l1", "pinned");
   mp_str(m, "sometimes");
@@ -540,7 +533,6 @@ TCase *config_errors_tcase(void) {
   tcase_add_test(tc, float_out_of_range_is_printed_as_float);
   tcase_add_test(tc, integer_out_of_range_is_printed_as_integer);
   tcase_add_test(tc, align_bytes_must_be_a_power_of_two);
-  tcase_add_test(tc, enum_value_outside_the_choices_is_listed);
   tcase_add_test(tc, pinned_takes_true_false_or_auto);
   tcase_add_test(tc, gpu_devices_takes_all_or_ordinals);
   tcase_add_test(tc, tier_without_type_is_missing_a_required_key);

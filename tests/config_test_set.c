@@ -274,8 +274,6 @@ START_TEST(failed_set_leaves_the_config_unchanged) {
   set_fails(c, "l1.size_bytes", "99999999999999999999", KVA_ECONFIG,
             "l1.size_bytes: 99999999999999999999 does not fit in 64 bits");
   set_fails(c, "eviction.ratio", "2", KVA_ECONFIG, "eviction.ratio: 2 is out of range [0, 1]");
-  set_fails(c, "eviction.policy", "lfru", KVA_ECONFIG,
-            "eviction.policy: \"lfru\" is not one of lru, fifo, lfu, mru");
   set_fails(c, "runtime.stats", "yes", KVA_ECONFIG,
             "runtime.stats: expected true, false, 1 or 0, got \"yes\"");
   set_fails(c, "runtime.workerz", "3", KVA_ECONFIG,

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kvact.h"
+#include "l1/policy.h"
 #include "tests/support/fixture.h"
 #include "tests/support/storage_client.h"
 
@@ -322,6 +323,49 @@ START_TEST(demand_eviction_under_concurrent_writers_stays_consistent) {
 }
 END_TEST
 
+/* A policy registered through the public call is selected by name: a copy
+ * of mru under another name evicts the newest objects first. */
+START_TEST(a_registered_eviction_policy_is_selected_by_config) {
+  kva_eviction_policy p = *policy_find("mru");
+  p.name = "user_newest_first";
+  int rc = kva_eviction_policy_register(&p);
+  ck_assert(rc == KVA_OK || rc == KVA_EINVAL); /* EINVAL: a forked earlier test registered it */
+  kva_runtime *rt =
+      fixture_storage(0, 10 * MiB, "eviction.policy=user_newest_first", "eviction.ratio=0.2", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(MiB);
+  for (int i = 0; i < 8; i++) fixture_write(s, (uint64_t)i, 1, &l);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(stats_of(s).evicted, 2);
+  ck_assert(!present(s, 7) && !present(s, 6));
+  for (int i = 0; i < 6; i++) ck_assert(present(s, (uint64_t)i));
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+START_TEST(eviction_policy_registration_refuses_bad_input) {
+  kva_eviction_policy p = *policy_find("lru");
+  ck_assert_int_eq(kva_eviction_policy_register(NULL), KVA_EINVAL);
+  ck_assert_int_eq(kva_eviction_policy_register(&p), KVA_EINVAL); /* "lru" is taken */
+  p.name = "";
+  ck_assert_int_eq(kva_eviction_policy_register(&p), KVA_EINVAL);
+  p.name = "incomplete";
+  p.candidates = NULL;
+  ck_assert_int_eq(kva_eviction_policy_register(&p), KVA_EINVAL);
+}
+END_TEST
+
+START_TEST(an_unknown_eviction_policy_stops_the_start) {
+  kva_config *c = kva_config_default();
+  ck_assert_int_eq(kva_config_set(c, "eviction.policy", "lfru"), KVA_OK);
+  ck_assert_int_eq(kva_config_set(c, "l2", "[]"), KVA_OK);
+  kva_runtime *rt = NULL;
+  ck_assert_int_eq(kva_runtime_start(c, &rt), KVA_ECONFIG);
+  ck_assert_ptr_null(rt);
+  kva_config_free(c);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *s = suite_create("eviction");
   TCase *w = tcase_create("watermark");
@@ -343,6 +387,9 @@ Suite *kva_test_suite(void) {
   tcase_add_test(d, a_failed_retry_after_eviction_is_out_of_memory);
   tcase_add_test(d, keys_of_the_request_itself_are_never_evicted);
   tcase_add_test(d, demand_eviction_under_concurrent_writers_stays_consistent);
+  tcase_add_test(d, a_registered_eviction_policy_is_selected_by_config);
+  tcase_add_test(d, eviction_policy_registration_refuses_bad_input);
+  tcase_add_test(d, an_unknown_eviction_policy_stops_the_start);
   suite_add_tcase(s, d);
   return s;
 }
