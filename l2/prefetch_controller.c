@@ -45,12 +45,12 @@ static bool req_reserve(pf_req *q, size_t n) {
   q->block = b;
   q->cap = n;
   /* the widest members first, so each stays aligned */
-  q->lkeys = (kva_key *)b;
-  b += n * sizeof(kva_key);
   q->bufs = (kva_buf *)b;
   b += n * sizeof(kva_buf);
   q->lbufs = (kva_buf *)b;
   b += n * sizeof(kva_buf);
+  q->lkeys = (kva_key *)b; /* 4-byte aligned, like everything after it */
+  b += n * sizeof(kva_key);
   q->status = (int *)b;
   b += n * sizeof(int);
   q->lidx = (uint32_t *)b;
