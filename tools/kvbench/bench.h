@@ -24,11 +24,15 @@ typedef struct bench_opts {
 
 int suite_runtime(const bench_opts *o);
 int suite_l1(const bench_opts *o);
+int suite_l2_mock(const bench_opts *o);
 
 double bench_median(double *v, int n);
 /* A runtime with `workers` workers and an L1 of l1_bytes (0 = no storage);
  * exits on failure. */
 kva_runtime *bench_start(int workers, uint64_t l1_bytes);
+/* The same with more settings: path, value, path, value, ..., NULL (as
+ * kva_config_set takes them); settings may be NULL. */
+kva_runtime *bench_start_with(int workers, uint64_t l1_bytes, const char *const *settings);
 uint64_t bench_now_ns(void);
 /* Runs cmd and keeps its stdout; -1 if it could not run or failed. */
 int bench_capture(const char *cmd, char *out, size_t cap);

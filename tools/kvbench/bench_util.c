@@ -49,15 +49,23 @@ double bench_parse(const char *out, const char *measure) {
 }
 
 kva_runtime *bench_start(int workers, uint64_t l1_bytes) {
+  return bench_start_with(workers, l1_bytes, NULL);
+}
+
+kva_runtime *bench_start_with(int workers, uint64_t l1_bytes, const char *const *settings) {
   kva_config *c = kva_config_default();
-  char num[32], size[32];
+  char num[32], size[32], err[256] = "";
   snprintf(num, sizeof(num), "%d", workers);
   snprintf(size, sizeof(size), "%llu", (unsigned long long)l1_bytes);
+  int rc = !c ? KVA_ENOMEM : kva_config_set_err(c, "runtime.workers", num, err, sizeof(err));
+  if (rc == KVA_OK) rc = kva_config_set_err(c, "l1.size_bytes", size, err, sizeof(err));
+  for (size_t i = 0; rc == KVA_OK && settings && settings[i]; i += 2)
+    rc = kva_config_set_err(c, settings[i], settings[i + 1], err, sizeof(err));
   kva_runtime *rt = NULL;
-  if (!c || kva_config_set(c, "runtime.workers", num) != KVA_OK ||
-      kva_config_set(c, "l1.size_bytes", size) != KVA_OK || kva_runtime_start(c, &rt) != KVA_OK) {
-    fprintf(stderr, "kvbench: cannot start a runtime (workers %d, L1 %llu bytes)\n", workers,
-            (unsigned long long)l1_bytes);
+  if (rc == KVA_OK) rc = kva_runtime_start(c, &rt);
+  if (rc != KVA_OK) {
+    fprintf(stderr, "kvbench: cannot start a runtime (workers %d, L1 %llu bytes): %s%s%s\n",
+            workers, (unsigned long long)l1_bytes, kva_strerror(rc), err[0] ? ": " : "", err);
     exit(1);
   }
   kva_config_free(c);
