@@ -406,7 +406,10 @@ enum {
 typedef struct kva_l2_stats {
   uint64_t objects, bytes, capacity_bytes; /* held now; capacity 0 = unbounded */
   uint64_t keys_locked;                    /* lookup locks held now (must be 0 when idle) */
-  uint64_t stores, store_failures, loads, load_failures, lookups, evictions; /* since start */
+  /* since start: stores and store_failures count tasks; loads, load_failures
+   * and lookups count keys; evictions count objects dropped for room (not
+   * replaced ones) */
+  uint64_t stores, store_failures, loads, load_failures, lookups, evictions;
 } kva_l2_stats;
 typedef struct kva_l2_req {
   const kva_key *keys;

@@ -197,3 +197,198 @@ int l2_l1_state(kva_storage *s, uint64_t id) {
   ck_assert_int_eq(storage_call(s, L1_INSPECT, &r), KVA_OK);
   return st;
 }
+
+/* ---- added for the store / lookup / modes suites ------------------------ */
+
+void l2_fail_stores(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n) {
+  mock_control c;
+  memset(&c, 0, sizeof(c));
+  ck_assert_uint_le(n, MOCK_FAIL_KEYS_MAX);
+  c.set = MOCK_SET_FAIL_STORE_KEYS;
+  c.nfail_store = (uint32_t)n;
+  for (size_t i = 0; i < n; i++) c.fail_store[i] = fixture_key(ids[i]);
+  l2_control(s, tier, &c);
+}
+
+void l2_set_latency(kva_storage *s, uint32_t tier, uint64_t latency_us) {
+  mock_control c;
+  memset(&c, 0, sizeof(c));
+  c.set = MOCK_SET_LATENCY;
+  c.latency_us = latency_us;
+  l2_control(s, tier, &c);
+}
+
+size_t l2_lock(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n) {
+  kva_key *k = calloc(n, sizeof(*k));
+  uint8_t *bits = calloc((n + 7) / 8, 1);
+  ck_assert(k && bits);
+  for (size_t i = 0; i < n; i++) k[i] = fixture_key(ids[i]);
+  kva_l2_req r = {.keys = k, .n = n, .bits = bits};
+  ask(s, tier, KVA_L2_LOOKUP_AND_LOCK, &r);
+  ck_assert_int_eq(r.result, KVA_OK);
+  size_t found = 0;
+  for (size_t i = 0; i < n; i++) found += (size_t)kva_bit_get(bits, i);
+  free(k);
+  free(bits);
+  return found;
+}
+
+void l2_unlock(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n) {
+  kva_key *k = calloc(n, sizeof(*k));
+  ck_assert_ptr_nonnull(k);
+  for (size_t i = 0; i < n; i++) k[i] = fixture_key(ids[i]);
+  ck_assert_int_eq(
+      kva_send(l2_tier_actor(s, tier), KVA_L2_UNLOCK, k, (uint32_t)(n * sizeof(*k)), NULL, 0), 0);
+  free(k);
+}
+
+void l2_write_temporary(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l) {
+  kva_key *k = calloc(n, sizeof(*k));
+  kva_buf *b = calloc(n, sizeof(*b));
+  int *st = calloc(n, sizeof(*st));
+  ck_assert(k && b && st);
+  for (size_t i = 0; i < n; i++) k[i] = fixture_key(ids[i]);
+  l1_req r = {.keys = k,
+              .n = n,
+              .layout = l,
+              .mode = KVA_WRITE_NEW,
+              .temporary = 1,
+              .bufs = b,
+              .status = st};
+  ck_assert_int_eq(storage_call(s, L1_RESERVE_WRITE, &r), (int)n);
+  for (size_t i = 0; i < n; i++) l2_fill(b[i].ptr, b[i].len, ids[i], 0);
+  ck_assert_int_eq(kva_finish_write(s, k, n, st), (int)n);
+  free(k);
+  free(b);
+  free(st);
+}
+
+kva_storage_stats l2_storage_stats(kva_storage *s) {
+  kva_storage_stats st;
+  memset(&st, 0, sizeof(st));
+  ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
+  return st;
+}
+
+bool l2_wait_until(bool (*pred)(kva_storage *s, void *arg), kva_storage *s, void *arg,
+                   int timeout_ms) {
+  uint64_t deadline = fixture_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  bool ok;
+  while (!(ok = pred(s, arg)) && fixture_now_ns() < deadline)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  return ok;
+}
+
+/* ---- added for the prefetch suites --------------------------------------- */
+
+void l2_write_l1_only(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l,
+                      uint32_t v) {
+  ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);
+  l2_write(s, ids, n, l, v);
+  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK); /* the store controller skipped them */
+  ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
+}
+
+kva_prefetch *l2_submit(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l,
+                        uint32_t extra) {
+  kva_key *k = calloc(n, sizeof(*k));
+  ck_assert_ptr_nonnull(k);
+  for (size_t i = 0; i < n; i++) k[i] = fixture_key(ids[i]);
+  kva_prefetch *h = NULL;
+  ck_assert_int_eq(kva_submit_prefetch(s, k, n, l, extra, &h), KVA_OK);
+  free(k);
+  return h;
+}
+
+size_t l2_wait(kva_storage *s, kva_prefetch *h) {
+  size_t hits = 0;
+  ck_assert_int_eq(kva_wait_prefetch(s, h, 10000, &hits), KVA_OK);
+  return hits;
+}
+
+int l2_readers(kva_storage *s, uint64_t id) {
+  int st = l2_l1_state(s, id);
+  return st == L1_ABSENT ? -1 : st & (L1_WRITE_LOCKED - 1);
+}
+
+/* ---- captured log lines ------------------------------------------------- */
+
+#include <pthread.h>
+
+#define LOG_CAP (64u * 1024u)
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_buf[LOG_CAP];
+static size_t log_len, log_lost;
+
+/* Called under the library's log lock; log_mu orders it against readers
+ * on the test thread while workers still run. */
+static void log_capture(int level, const char *msg, void *arg) {
+  static const char *names[] = {"error", "warn", "info", "debug"};
+  pthread_mutex_lock(&log_mu);
+  int w = snprintf(log_buf + log_len, LOG_CAP - log_len, "%s: %s\n", names[level & 3], msg);
+  if (w < 0 || (size_t)w >= LOG_CAP - log_len) {
+    log_buf[log_len] = '\0';
+    log_lost++;
+  } else {
+    log_len += (size_t)w;
+  }
+  pthread_mutex_unlock(&log_mu);
+}
+
+void l2_log_start(int max_level) {
+  pthread_mutex_lock(&log_mu);
+  log_len = log_lost = 0;
+  log_buf[0] = '\0';
+  pthread_mutex_unlock(&log_mu);
+  kva_log_set(log_capture, NULL, max_level);
+}
+
+void l2_log_stop(void) {
+  kva_log_set(NULL, NULL, KVA_LOG_WARN);
+}
+
+size_t l2_log_count(const char *needle) {
+  size_t n = 0;
+  pthread_mutex_lock(&log_mu);
+  for (const char *line = log_buf; *line;) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    if (!needle) {
+      n++;
+    } else {
+      size_t nl = strlen(needle);
+      for (size_t o = 0; o + nl <= len; o++)
+        if (memcmp(line + o, needle, nl) == 0) {
+          n++;
+          break;
+        }
+    }
+    line += len + (end ? 1 : 0);
+  }
+  pthread_mutex_unlock(&log_mu);
+  return n;
+}
+
+const char *l2_log_text(void) {
+  static char copy[LOG_CAP];
+  pthread_mutex_lock(&log_mu);
+  memcpy(copy, log_buf, log_len + 1);
+  pthread_mutex_unlock(&log_mu);
+  return copy;
+}
+
+size_t l2_log_lock_warnings(void) {
+  static const char *needles[] = {
+      "l1: stopping with",        /* L1 manager on_stop */
+      "prefetch: stopping with",  /* prefetch controller on_stop */
+      "store: stopping with",     /* store controller on_stop */
+      "lookup locks still held",  /* mock on_stop */
+      "locks stay",               /* storage_drain gave up */
+      "stay locked",              /* an UNLOCK that could not be sent */
+      "no session left to drain", /* storage_drain could not start */
+  };
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++) n += l2_log_count(needles[i]);
+  return n;
+}

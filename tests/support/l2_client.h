@@ -55,4 +55,55 @@ void l2_read_release_range(kva_storage *s, uint64_t first, size_t n, uint32_t v)
  * | L1_TEMPORARY | L1_PINNED (l1/l1_manager.h). */
 int l2_l1_state(kva_storage *s, uint64_t id);
 
+/* ---- added for the store / lookup / modes suites ------------------------ */
+
+/* Makes tier's STOREs that hold one of keys ids[] fail (n = 0 clears). */
+void l2_fail_stores(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n);
+/* Adds latency_us to every STORE, LOAD and LOOKUP of the tier. */
+void l2_set_latency(kva_storage *s, uint32_t tier, uint64_t latency_us);
+/* A raw LOOKUP_AND_LOCK of keys ids[] sent to the tier from a port of the
+ * test's own; returns how many were found (and are now locked). */
+size_t l2_lock(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n);
+/* A raw UNLOCK of keys ids[] (fire and forget, as the controllers do). */
+void l2_unlock(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n);
+/* Like l2_write, but the objects are temporary (as prefetched objects are
+ * without write-back): reserved with the internal temporary flag, then
+ * finished through kva_finish_write. */
+void l2_write_temporary(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l);
+/* kva_storage_get_stats, asserting success. */
+kva_storage_stats l2_storage_stats(kva_storage *s);
+/* Polls pred(arg) every millisecond (threaded mode) until it holds or
+ * timeout_ms passed; returns its last value. */
+bool l2_wait_until(bool (*pred)(kva_storage *s, void *arg), kva_storage *s, void *arg,
+                   int timeout_ms);
+
+/* ---- added for the prefetch suites --------------------------------------- */
+
+/* Like l2_write, but with L2 frozen until the store controller has seen
+ * the keys, so they are in L1 only. */
+void l2_write_l1_only(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l,
+                      uint32_t v);
+/* kva_submit_prefetch of keys fixture_key(ids[i]), asserting success. */
+kva_prefetch *l2_submit(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l,
+                        uint32_t extra);
+/* kva_wait_prefetch (10 s), asserting success; returns the hit count. */
+size_t l2_wait(kva_storage *s, kva_prefetch *h);
+/* Read-lock count of key id in L1, or -1 when L1 does not hold it. */
+int l2_readers(kva_storage *s, uint64_t id);
+
+/* ---- captured log lines (shutdown and randomized suites) ---------------- */
+
+/* Routes every library log line of level <= max_level into a buffer (lines
+ * past its end are counted, not kept) until l2_log_stop, which restores
+ * the default logger. */
+void l2_log_start(int max_level);
+void l2_log_stop(void);
+/* Captured lines that contain needle (NULL: every line). */
+size_t l2_log_count(const char *needle);
+/* The captured lines, one per line, for failure messages. */
+const char *l2_log_text(void);
+/* Captured lines that say a lock outlived shutdown: the L1 manager's, a
+ * controller's or a mock's on_stop warning, or a drain that gave up. */
+size_t l2_log_lock_warnings(void);
+
 #endif
