@@ -252,7 +252,13 @@ int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const kva_layo
                       kva_write_mode mode, kva_buf *bufs, int *status);
 /* write-locked -> ready (KVA_KEY_WRONG_STATE otherwise; KVA_KEY_NOT_EXIST). */
 int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status);
-/* Removes objects; a locked one gets KVA_KEY_LOCKED unless force. */
+/* Removes objects; a locked one gets KVA_KEY_LOCKED unless force. A forced
+ * delete of a locked object takes it out of L1 at once (lookups and
+ * prefetches miss it, the key can be written again) but keeps its memory
+ * until its holders let go: a reader still reads the bytes it locked and
+ * releases them with kva_finish_read_prefetched; a writer's kva_finish_write
+ * answers KVA_KEY_NOT_EXIST and frees the buffer (never readable). Memory
+ * is never reused under a holder. */
 int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *status);
 
 /* Prefetch/read path. submit read-locks the contiguous L1 prefix of k[]
@@ -281,7 +287,8 @@ int kva_finish_read_prefetched(kva_storage *s, const kva_key *k, size_t n, uint3
 int kva_touch(kva_storage *s, const kva_key *k, size_t n);
 
 /* Maintenance and introspection */
-int kva_clear(kva_storage *s, int force); /* L1 only; returns objects removed */
+int kva_clear(kva_storage *s, int force); /* L1 only; returns objects removed (force: as
+                                              kva_delete's force) */
 /* 0 = no lock held (no L1 read, write or pin lock, no L2 lookup lock) and
  * the pool accounting is consistent; otherwise KVA_EIO and a report naming
  * the first locked objects, the tier holding locks, or the problem. */
@@ -313,7 +320,8 @@ typedef struct kva_tier_hits {
   struct {
     char name[32];
     size_t hits;
-  } tier[8]; /* tier 0 is "L1", then l2[] in order */
+  } tier[8]; /* tier 0 is "L1", then l2[] in order (the first 7; an
+                eighth tier's hits count in total only) */
 } kva_tier_hits;
 int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hits *out);
 /* Drops one pin of each key; returns the number of keys unpinned. */

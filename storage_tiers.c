@@ -72,14 +72,19 @@ static int do_lookup(kva_storage *s, session *ss, void *arg) {
   out->ntiers = 1;
   uint8_t *bits = s->tiers.n ? malloc((a->n + 7) / 8) : NULL;
   if (s->tiers.n && !bits) return KVA_ENOMEM;
-  for (uint32_t t = 0; t < s->tiers.n && out->ntiers < 8; t++) {
+  /* Every tier is walked; the per-tier report has room for L1 and the
+   * first 7 tiers (kva_tier_hits of API.md), while the schema allows 8: an
+   * eighth tier's hits count in total only. */
+  const uint32_t room = (uint32_t)(sizeof(out->tier) / sizeof(out->tier[0]));
+  for (uint32_t t = 0; t < s->tiers.n; t++) {
     size_t hits = 0;
-    memcpy(out->tier[out->ntiers].name, s->tiers.t[t].name, sizeof(out->tier[0].name));
     if (out->total < a->n && !l2_frozen(&s->tiers) && l2_usable(&s->tiers, t) &&
         tier_prefix(s, ss, t, a->k + out->total, a->n - out->total, bits, &hits) != KVA_OK)
       hits = 0; /* a failing tier holds nothing, for this lookup */
-    out->tier[out->ntiers++].hits = hits;
     out->total += hits;
+    if (out->ntiers == room) continue;
+    memcpy(out->tier[out->ntiers].name, s->tiers.t[t].name, sizeof(out->tier[0].name));
+    out->tier[out->ntiers++].hits = hits;
   }
   free(bits);
   return KVA_OK;

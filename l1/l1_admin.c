@@ -3,6 +3,7 @@
  * requests: delete, clear, watermark eviction, memcheck, stats.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "actors/log.h"
@@ -35,12 +36,24 @@ void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n) {
   o->readers = o->readers > n ? o->readers - n : 0;
   if (o->readers > 0) return;
   m->n_read_locked--;
-  if (o->temporary) l1_remove(m, slot, true);
+  if (o->temporary || o->zombie) l1_remove(m, slot, !o->zombie);
+}
+
+static void zombie_forget(struct l1_manager *m, uint32_t slot) {
+  for (size_t i = 0; i < m->nzombies; i++)
+    if (m->zombies[i] == slot) {
+      m->zombies[i] = m->zombies[--m->nzombies];
+      return;
+    }
 }
 
 /* Forgets an object and returns its block to the pool. */
 void l1_remove(struct l1_manager *m, uint32_t slot, bool notify) {
   l1_obj *o = object_at(&m->t, slot);
+  if (o->zombie) {
+    zombie_forget(m, slot);
+    notify = false; /* the policy forgot it when it became a zombie */
+  }
   if (notify) l1_note(m, NOTE_REMOVED, slot, 0);
   if (o->write_locked) m->n_write_locked--;
   if (o->readers) m->n_read_locked--;
@@ -56,6 +69,52 @@ bool l1_seen(struct l1_manager *m, uint32_t slot) {
   return false;
 }
 
+void l1_force_remove(struct l1_manager *m, uint32_t slot) {
+  l1_obj *o = object_at(&m->t, slot);
+  if (!o->write_locked && !o->readers) {
+    l1_remove(m, slot, true);
+    return;
+  }
+  if (m->nzombies == m->cap_zombies) {
+    size_t cap = m->cap_zombies ? 2 * m->cap_zombies : 16;
+    uint32_t *z = realloc(m->zombies, cap * sizeof(*z));
+    if (!z) { /* cannot track it: leave it in place rather than free a held block */
+      LOG_ERROR("l1: out of memory; a locked object is not deleted");
+      return;
+    }
+    m->zombies = z;
+    m->cap_zombies = cap;
+  }
+  l1_note(m, NOTE_REMOVED, slot, 0);
+  object_table_unlink(&m->t, slot);
+  o->pins = 0;
+  m->zombies[m->nzombies++] = slot;
+}
+
+static bool holds(const l1_obj *o, bool writer) {
+  return writer ? o->write_locked : o->readers > 0;
+}
+
+int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, bool writer, uint32_t *slot) {
+  if (r->ids) {
+    *slot = object_table_by_id(&m->t, r->ids[i]);
+    if (*slot != NO_SLOT && !key_equal(&object_at(&m->t, *slot)->key, &r->keys[i])) *slot = NO_SLOT;
+    if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
+    return *slot == NO_SLOT ? KVA_KEY_NOT_EXIST : KVA_OK;
+  }
+  int st = l1_key_slot(m, r, i, slot);
+  if (st == KVA_KEY_WRONG_STATE || (*slot != NO_SLOT && holds(object_at(&m->t, *slot), writer)))
+    return st;
+  for (size_t z = 0; z < m->nzombies; z++) {
+    l1_obj *o = object_at(&m->t, m->zombies[z]);
+    if (o->hash == m->sc.hash[i] && key_equal(&o->key, &r->keys[i]) && holds(o, writer)) {
+      *slot = m->zombies[z];
+      return KVA_OK;
+    }
+  }
+  return st;
+}
+
 int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot) {
   *slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
   if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
@@ -69,8 +128,7 @@ void l1_delete(struct l1_manager *m, l1_req *r) {
     int st = l1_key_slot(m, r, i, &slot);
     if (st == KVA_OK && l1_locked(object_at(&m->t, slot)) && !r->force) st = KVA_KEY_LOCKED;
     if (st == KVA_OK) {
-      if (l1_locked(object_at(&m->t, slot))) LOG_WARN("l1: force-deleting a locked object");
-      l1_remove(m, slot, true);
+      l1_force_remove(m, slot);
       ok++;
     }
     r->status[i] = st;
@@ -82,8 +140,8 @@ void l1_clear(struct l1_manager *m, l1_req *r) {
   int removed = 0;
   for (uint32_t slot = 0; slot < m->t.nslots; slot++) {
     l1_obj *o = object_at(&m->t, slot);
-    if (o->gen == 0 || (!r->force && l1_locked(o))) continue;
-    l1_remove(m, slot, true);
+    if (o->gen == 0 || o->zombie || (!r->force && l1_locked(o))) continue;
+    l1_force_remove(m, slot);
     removed++;
   }
   r->result = removed;
@@ -119,7 +177,9 @@ static void report_locked(struct l1_manager *m, char *out, size_t len) {
     char k[160];
     key_format(&ob->key, k, sizeof(k));
     int w = snprintf(out + o, len - o, "%s%s (%s, %u readers, %u pins)", shown ? "; " : ": ", k,
-                     ob->write_locked ? "write-locked" : "ready", ob->readers, ob->pins);
+                     ob->write_locked ? "write-locked" : ob->zombie ? "deleted, still read"
+                                                                : "ready",
+                     ob->readers, ob->pins);
     if (w < 0 || (size_t)w >= len - o) return;
     o += (size_t)w;
     shown++;
@@ -142,7 +202,7 @@ static int check_accounting(struct l1_manager *m, char *out, size_t len) {
       return KVA_EIO;
     }
   }
-  if (objs != m->t.count || objs != pool_live_blocks(m->pool) || blocks != pool_used(m->pool) ||
+  if (objs != m->t.count + m->nzombies || objs != pool_live_blocks(m->pool) || blocks != pool_used(m->pool) ||
       w != m->n_write_locked || rd != m->n_read_locked || tmp != m->n_temporary) {
     snprintf(out, len,
              "l1: accounting mismatch: %lu objects (table %lu, pool blocks %lu), %lu bytes "
@@ -164,9 +224,14 @@ void l1_memcheck(struct l1_manager *m, l1_req *r) {
   out[0] = '\0';
   int rc = pool_memcheck(m->pool, out, len);
   if (rc == KVA_OK) rc = check_accounting(m, out, len);
-  if (rc == KVA_OK && (m->n_write_locked || m->n_read_locked)) {
-    snprintf(out, len, "l1: %lu write-locked and %lu read-locked objects",
-             (unsigned long)m->n_write_locked, (unsigned long)m->n_read_locked);
+  uint64_t pinned = 0;
+  for (uint32_t slot = 0; slot < m->t.nslots; slot++)
+    pinned += object_at(&m->t, slot)->gen != 0 && object_at(&m->t, slot)->pins > 0;
+  if (rc == KVA_OK && (m->n_write_locked || m->n_read_locked || pinned)) {
+    int w = snprintf(out, len, "l1: %lu write-locked and %lu read-locked objects",
+                     (unsigned long)m->n_write_locked, (unsigned long)m->n_read_locked);
+    if (pinned && w > 0 && (size_t)w < len)
+      snprintf(out + w, len - (size_t)w, ", %lu pinned", (unsigned long)pinned);
     report_locked(m, out, len);
     rc = KVA_EIO;
   }

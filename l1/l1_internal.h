@@ -73,6 +73,8 @@ struct l1_manager {
   deferred_msg *dq_head, *dq_tail;
   scratch sc;
   uint64_t n_write_locked, n_read_locked, n_temporary; /* objects, maintained */
+  uint32_t *zombies; /* slots of force-deleted objects still locked */
+  size_t nzombies, cap_zombies;
   kva_storage_stats st;                   /* counters */
 };
 
@@ -100,6 +102,16 @@ void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n);
  * KVA_OK, KVA_KEY_WRONG_STATE for a repeat of an earlier key, or
  * KVA_KEY_NOT_EXIST. */
 int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot);
+/* The object a holder releases: by r->ids[i] when ids are given (live or
+ * zombie, its key must be keys[i]), else by key — the live object if it
+ * holds the lock (writer: write lock; else read locks), otherwise a zombie
+ * of that key that does. Sets *slot (NO_SLOT when none) and returns KVA_OK,
+ * KVA_KEY_WRONG_STATE for a repeated key, or KVA_KEY_NOT_EXIST. */
+int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, bool writer, uint32_t *slot);
+/* Deletes an object: at once when unlocked; a locked one becomes a zombie
+ * (out of the index and the eviction policy, its block kept) until its
+ * holders have released it. */
+void l1_force_remove(struct l1_manager *m, uint32_t slot);
 /* marks an object as touched by this request; true if it already was */
 bool l1_seen(struct l1_manager *m, uint32_t slot);
 

@@ -62,7 +62,15 @@ typedef struct l1_req {
   char *report;             /* MEMCHECK */
   size_t report_len;
   kva_storage_stats *stats; /* STATS */
-  int pin;                  /* LOOKUP */
+  /* Object ids (generation << 32 | slot), per key. Out of RESERVE_WRITE,
+   * RESERVE_READ; when set on FINISH_READ, FINISH_WRITE*, ABORT_WRITE the
+   * objects are named by id instead of by key, so a holder releases the
+   * very object it locked even if it was force-deleted (and the key
+   * written again) meanwhile. Optional everywhere. */
+  uint64_t *ids;
+  const uint8_t *del; /* FINISH_READ: del[i] = remove the object if it is
+                         then unlocked (atomically with the release) */
+  int pin;            /* LOOKUP */
   int l2;                   /* PREFETCH: hand a partial hit to the prefetch controller */
 } l1_req;
 

@@ -41,6 +41,7 @@ void l1_reserve_read(struct l1_manager *m, l1_req *r) {
       st = KVA_KEY_NOT_READABLE;
     m->sc.slot[i] = st == KVA_OK ? slot : NO_SLOT;
     if (r->bufs) r->bufs[i] = (kva_buf){0};
+    if (r->ids) r->ids[i] = st == KVA_OK ? object_id(&m->t, slot) : 0;
     if (st == KVA_OK) {
       l1_obj *o = object_at(&m->t, slot);
       l1_add_readers(m, o, r->readers);
@@ -57,11 +58,16 @@ void l1_finish_read(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
-    int st = l1_key_slot(m, r, i, &slot);
+    int st = l1_held_slot(m, r, i, false, &slot);
     if (st == KVA_OK && (object_at(&m->t, slot)->write_locked || !object_at(&m->t, slot)->readers))
       st = KVA_KEY_WRONG_STATE;
     if (st == KVA_OK) {
+      bool remove = r->del && r->del[i];
       l1_drop_readers(m, slot, r->readers);
+      /* still there (not temporary, not a zombie), now unlocked: the
+       * release and the deletion are one step, so no writer slips between */
+      if (remove && object_at(&m->t, slot)->gen && !l1_locked(object_at(&m->t, slot)))
+        l1_remove(m, slot, true);
       ok++;
     }
     if (r->status) r->status[i] = st;
@@ -97,6 +103,9 @@ void l1_read(struct l1_manager *m, l1_req *r) {
     r->result = KVA_EINVAL;
     return;
   }
+  for (size_t i = 0; i < r->n; i++) /* a reader of a force-deleted object still reads it */
+    if (m->sc.slot[i] == NO_SLOT || !object_at(&m->t, m->sc.slot[i])->readers)
+      l1_held_slot(m, r, i, false, &m->sc.slot[i]);
   int problem = KVA_OK;
   for (size_t i = 0; i < r->n && problem == KVA_OK; i++) {
     uint32_t slot = m->sc.slot[i];

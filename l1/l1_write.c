@@ -77,9 +77,11 @@ static void complete(struct l1_manager *m, l1_req *r, size_t nalloc, bool alloca
   for (size_t i = r->n; i-- > 0;) {
     uint32_t slot = m->sc.slot[i];
     r->bufs[i] = (kva_buf){0};
+    if (r->ids) r->ids[i] = 0;
     if (slot == NO_SLOT || r->status[i] != KVA_OK) continue;
     l1_obj *o = object_at(&m->t, slot);
     r->bufs[i] = (kva_buf){o->ptr, o->bytes};
+    if (r->ids) r->ids[i] = object_id(&m->t, slot);
     l1_note(m, m->sc.fresh[i] ? NOTE_CREATED : NOTE_TOUCHED, slot,
             pool_block_bytes(m->pool, o->bytes));
     ok++;
@@ -177,7 +179,11 @@ void l1_finish_write(struct l1_manager *m, l1_req *r, bool and_read) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
-    int st = l1_key_slot(m, r, i, &slot);
+    int st = l1_held_slot(m, r, i, true, &slot);
+    if (st == KVA_OK && object_at(&m->t, slot)->zombie) { /* force-deleted: never readable */
+      l1_remove(m, slot, false);
+      st = KVA_KEY_NOT_EXIST;
+    }
     if (st == KVA_OK && (!object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers))
       st = KVA_KEY_WRONG_STATE;
     if (and_read && r->bufs) r->bufs[i] = (kva_buf){0};
@@ -205,10 +211,10 @@ void l1_abort_write(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
-    int st = l1_key_slot(m, r, i, &slot);
+    int st = l1_held_slot(m, r, i, true, &slot);
     if (st == KVA_OK && !object_at(&m->t, slot)->write_locked) st = KVA_KEY_WRONG_STATE;
     if (st == KVA_OK) {
-      l1_remove(m, slot, true);
+      l1_remove(m, slot, !object_at(&m->t, slot)->zombie);
       ok++;
     }
     if (r->status) r->status[i] = st;

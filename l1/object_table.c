@@ -109,17 +109,25 @@ static void index_delete(object_table *t, uint64_t i) {
   t->index[i].slot = EMPTY;
 }
 
-void object_table_remove(object_table *t, uint32_t slot) {
+void object_table_unlink(object_table *t, uint32_t slot) {
   l1_obj *o = &t->objs[slot];
+  if (o->zombie) return;
   for (uint64_t i = o->hash & t->index_mask;; i = (i + 1) & t->index_mask) {
     if (t->index[i].slot == slot) {
       index_delete(t, i);
       break;
     }
   }
+  o->zombie = true;
+  t->count--; /* count is the objects the index finds */
+}
+
+void object_table_remove(object_table *t, uint32_t slot) {
+  l1_obj *o = &t->objs[slot];
+  object_table_unlink(t, slot);
+  o->zombie = false;
   o->gen = 0;
   t->free_slots[t->nfree++] = slot;
-  t->count--;
 }
 
 uint32_t object_table_by_id(const object_table *t, uint64_t id) {

@@ -30,6 +30,8 @@ typedef struct l1_obj {
   uint32_t pins;     /* kva_lookup pins: not evictable while > 0 */
   bool write_locked; /* being written; not readable */
   bool temporary;    /* freed at its last read release (L2 loads) */
+  bool zombie;       /* force-deleted while locked: out of the index, block kept
+                        until its holders release it (by id) */
 } l1_obj;
 
 typedef struct object_table {
@@ -44,7 +46,7 @@ typedef struct object_table {
     uint32_t slot; /* UINT32_MAX = empty */
   } * index;
   uint64_t index_mask;
-  uint64_t count;
+  uint64_t count; /* objects in the index (zombies excluded) */
 } object_table;
 
 int object_table_init(object_table *t);
@@ -54,6 +56,9 @@ uint32_t object_table_find(const object_table *t, const kva_key *k, uint64_t has
 /* a new, zeroed record for key k (not yet locked); UINT32_MAX on ENOMEM */
 uint32_t object_table_insert(object_table *t, const kva_key *k, uint64_t hash);
 void object_table_remove(object_table *t, uint32_t slot);
+/* Takes the object out of the key index only (it becomes a zombie: found
+ * by id, never by key); object_table_remove frees its slot later. */
+void object_table_unlink(object_table *t, uint32_t slot);
 static inline l1_obj *object_at(object_table *t, uint32_t slot) {
   return &t->objs[slot];
 }

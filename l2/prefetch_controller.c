@@ -37,8 +37,9 @@ void pf_send_l1(pc *c, pf_req *q, uint32_t type) {
 static bool req_reserve(pf_req *q, size_t n) {
   if (n <= q->cap) return true;
   size_t bm = (n + 7) / 8;
-  size_t size = 2 * L2_MAX_TIERS * bm + n /* plan */ + n /* loaded */ + n * sizeof(int) +
-                2 * n * sizeof(kva_buf) + n * sizeof(kva_key) + n * sizeof(uint32_t) + 64;
+  size_t size = 2 * L2_MAX_TIERS * bm + n /* plan */ + n /* loaded */ + n /* src */ +
+                n * sizeof(int) + 2 * n * sizeof(kva_buf) + 2 * n * sizeof(uint64_t) +
+                n * sizeof(kva_key) + n * sizeof(uint32_t) + 64;
   uint8_t *b = malloc(size);
   if (!b) return false;
   free(q->block);
@@ -49,6 +50,10 @@ static bool req_reserve(pf_req *q, size_t n) {
   b += n * sizeof(kva_buf);
   q->lbufs = (kva_buf *)b;
   b += n * sizeof(kva_buf);
+  q->ids = (uint64_t *)b;
+  b += n * sizeof(uint64_t);
+  q->lids = (uint64_t *)b;
+  b += n * sizeof(uint64_t);
   q->lkeys = (kva_key *)b; /* 4-byte aligned, like everything after it */
   b += n * sizeof(kva_key);
   q->status = (int *)b;
@@ -61,6 +66,7 @@ static bool req_reserve(pf_req *q, size_t n) {
   }
   q->plan = (int8_t *)b;
   q->loaded = b + n;
+  q->src = b + 2 * n;
   return true;
 }
 

@@ -17,12 +17,19 @@ enum {
   PF_QUEUED = 0,
   PF_LOOKUP,  /* KVA_L2_DONE of every tier asked */
   PF_RESERVE, /* L1_REPLY: write buffers of the plan's prefix */
+  PF_HOLD,    /* L1_REPLY: read locks on planned keys L1 holds already */
   PF_DROP,    /* L1_REPLY: reserved buffers past the reservation gap removed */
   PF_LOAD,    /* KVA_L2_DONE of every tier loading */
   PF_COMMIT,  /* L1_REPLY: loaded prefix write -> read locked */
   PF_UNREAD,  /* L1_REPLY: read locks past a commit gap released */
   PF_ABORT,   /* L1_REPLY: buffers of failed loads and loads past the gap removed */
 };
+
+/* Where a planned key of [0, p) comes from once L1 answered the RESERVE
+ * (and the HOLD): a write buffer to load into, or the object L1 holds
+ * already, read-locked for the caller (it was there when the reservation
+ * said KVA_KEY_NOT_WRITABLE, e.g. an L1 hit past the L1 prefix's gap). */
+enum { PF_SRC_NONE = 0, PF_SRC_BUF, PF_SRC_L1 };
 
 typedef struct pf_req {
   struct pf_req *next; /* pending queue or free list */
@@ -36,8 +43,8 @@ typedef struct pf_req {
   uint32_t slot, state, waiting;
   uint32_t asked; /* tiers sent a lookup (bit mask) */
   size_t p;       /* keys [0, p) planned: contiguous, one tier each */
-  size_t q;       /* keys [0, q) reserved in L1 (q <= p) */
-  size_t r;       /* keys [0, r) loaded (r <= q) */
+  size_t q;       /* keys [0, q) reserved or held in L1 (q <= p) */
+  size_t r;       /* keys [0, r) loaded or held (r <= q) */
   size_t hits;    /* keys [0, hits) read-locked for the caller (hits <= r) */
   kva_l2_req look[L2_MAX_TIERS], load[L2_MAX_TIERS];
   l1_req l1;
@@ -48,8 +55,11 @@ typedef struct pf_req {
   uint8_t *lbits[L2_MAX_TIERS]; /* load bitmaps */
   int8_t *plan;                 /* tier per key, -1 = not loaded */
   uint8_t *loaded;              /* per key */
+  uint8_t *src;                 /* per key of [0, p): PF_SRC_* */
   int *status;
   kva_buf *bufs;  /* L1 write buffers, per key */
+  uint64_t *ids;  /* per key: the L1 object reserved or held (release by id) */
+  uint64_t *lids; /* ids of lkeys, for L1 requests on gathered keys */
   kva_key *lkeys; /* keys grouped by tier for loads; scratch for unlocks */
   kva_buf *lbufs;
   uint32_t *lidx; /* lkeys[j] is keys[lidx[j]] */

@@ -7,8 +7,15 @@
  *
  *   RESERVING  L1_RESERVE_READ    read-lock the objects (gone ones are skipped)
  *   STORING    KVA_L2_STORE       the tier copies the bytes
- *   RELEASING  L1_FINISH_READ     always, whatever the store's result
- *   DELETING   L1_DELETE          on success, the policy's L1 deletions
+ *   RELEASING  L1_FINISH_READ     always, whatever the store's result; on
+ *                                 success with the policy's L1 deletions,
+ *                                 which L1 applies in the same step to
+ *                                 objects left unlocked (no writer can
+ *                                 slip in between release and delete)
+ *
+ * Objects are released by id (from the reservation), so a task releases
+ * the very objects it locked even if one was force-deleted and its key
+ * written again meanwhile.
  *
  * Lock invariant (seed 002): an object is read-locked exactly while a task
  * holds it between RESERVING and RELEASING; every task reaches RELEASING
@@ -30,9 +37,8 @@
 #include "l1/l1_manager.h"
 
 #define MAX_INFLIGHT 64u
-#define MAX_WAITERS 64u
 
-enum { RESERVING = 1, STORING, RELEASING, DELETING };
+enum { RESERVING = 1, STORING, RELEASING };
 
 typedef struct store_task {
   struct store_task *next; /* queue or free list */
@@ -41,6 +47,7 @@ typedef struct store_task {
   int stored; /* the tier's result */
   kva_layout layout;
   kva_key *keys;
+  uint64_t *ids;
   kva_buf *bufs;
   int *status;
   uint8_t *del;
@@ -62,8 +69,8 @@ typedef struct sc {
   store_task *head, *tail, *free_tasks; /* queued, recycled */
   store_task *slots[MAX_INFLIGHT];
   uint32_t gen[MAX_INFLIGHT], ninflight;
-  waiter waiters[MAX_WAITERS];
-  uint32_t nwaiters;
+  waiter *waiters; /* grown on demand: every flush waits its turn */
+  uint32_t nwaiters, capwaiters;
   kva_actor *drain_to;
   uint64_t drain_tag;
   bool draining;
@@ -90,7 +97,9 @@ static store_task *task_get(sc *c, size_t n) {
     if (st) t->status = st;
     uint8_t *d = realloc(t->del, n);
     if (d) t->del = d;
-    if (!k || !b || !st || !d) {
+    uint64_t *id = realloc(t->ids, n * sizeof(*id));
+    if (id) t->ids = id;
+    if (!k || !b || !st || !d || !id) {
       t->next = c->free_tasks;
       c->free_tasks = t;
       return NULL;
@@ -107,6 +116,7 @@ static void task_free(store_task *t) {
   free(t->bufs);
   free(t->status);
   free(t->del);
+  free(t->ids);
   free(t);
 }
 
@@ -180,7 +190,8 @@ static void start_task(sc *c, store_task *t) {
   t->slot = slot;
   c->ninflight++;
   t->state = RESERVING;
-  t->l1 = (l1_req){.keys = t->keys, .n = t->n, .readers = 1, .bufs = t->bufs, .status = t->status};
+  t->l1 = (l1_req){
+      .keys = t->keys, .n = t->n, .readers = 1, .bufs = t->bufs, .ids = t->ids, .status = t->status};
   send_l1(c, t, L1_RESERVE_READ);
 }
 
@@ -193,6 +204,22 @@ static void start_next(sc *c) {
   }
 }
 
+/* Releases the read locks, by id; after a successful store, with the
+ * policy's deletions applied by L1 in the same step. */
+static void release(sc *c, store_task *t) {
+  const uint8_t *del = NULL;
+  if (t->stored == KVA_OK) {
+    memset(t->del, 0, t->n);
+    c->policy.select_l1_deletions(c->policy.arg, t->tier, t->keys, t->n, t->del);
+    for (size_t i = 0; i < t->n && !del; i++)
+      if (t->del[i]) del = t->del;
+  }
+  t->state = RELEASING;
+  t->l1 = (l1_req){
+      .keys = t->keys, .n = t->n, .readers = 1, .ids = t->ids, .del = del, .status = t->status};
+  send_l1(c, t, L1_FINISH_READ);
+}
+
 /* The objects are read-locked (those still there): hand them to the tier. */
 static void on_reserved(sc *c, store_task *t) {
   size_t k = 0;
@@ -200,6 +227,7 @@ static void on_reserved(sc *c, store_task *t) {
     if (t->status[i] != KVA_OK) continue;
     t->keys[k] = t->keys[i];
     t->bufs[k] = t->bufs[i];
+    t->ids[k] = t->ids[i];
     k++;
   }
   l2_count(&c->tiers->store_skipped, t->n - k);
@@ -213,11 +241,8 @@ static void on_reserved(sc *c, store_task *t) {
   kva_l2_req *r = &t->l2;
   int rc = kva_send(c->tiers->t[t->tier].actor, KVA_L2_STORE, &r, sizeof(r), c->self, tag_of(c, t));
   if (rc != KVA_OK) { /* the tier is gone: release what we hold */
-    t->l2.result = rc;
-    t->state = RELEASING;
     t->stored = rc;
-    t->l1 = (l1_req){.keys = t->keys, .n = t->n, .readers = 1, .status = t->status};
-    send_l1(c, t, L1_FINISH_READ);
+    release(c, t);
   }
 }
 
@@ -229,29 +254,7 @@ static void on_stored(sc *c, store_task *t) {
     l2_count(&c->tiers->stored_keys, t->n);
   else
     l2_count(&c->tiers->store_failures, 1);
-  t->state = RELEASING;
-  t->l1 = (l1_req){.keys = t->keys, .n = t->n, .readers = 1, .status = t->status};
-  send_l1(c, t, L1_FINISH_READ);
-}
-
-/* Read locks released; on success, the policy may delete from L1. */
-static void on_released(sc *c, store_task *t) {
-  if (t->stored != KVA_OK) {
-    task_done(c, t);
-    return;
-  }
-  memset(t->del, 0, t->n);
-  c->policy.select_l1_deletions(c->policy.arg, t->tier, t->keys, t->n, t->del);
-  size_t k = 0;
-  for (size_t i = 0; i < t->n; i++)
-    if (t->del[i]) t->keys[k++] = t->keys[i];
-  if (k == 0) {
-    task_done(c, t);
-    return;
-  }
-  t->state = DELETING;
-  t->l1 = (l1_req){.keys = t->keys, .n = k, .status = t->status};
-  send_l1(c, t, L1_DELETE);
+  release(c, t);
 }
 
 static void on_l1_reply(sc *c, store_task *t) {
@@ -260,9 +263,6 @@ static void on_l1_reply(sc *c, store_task *t) {
     on_reserved(c, t);
     break;
   case RELEASING:
-    on_released(c, t);
-    break;
-  case DELETING:
     task_done(c, t);
     break;
   default:
@@ -346,9 +346,24 @@ static void on_written(sc *c, const kva_msg *msg) {
 
 /* ---- receive ------------------------------------------------------------ */
 
+/* Fix: the waiters used to be a fixed array of 64, and a flush beyond
+ * that was answered at once, before its stores were done (kva_flush
+ * returned KVA_OK early when many threads flushed together). The list now
+ * grows; only when that fails is a flush answered early, with a warning. */
+static bool waiters_room(sc *c) {
+  if (c->nwaiters < c->capwaiters) return true;
+  uint32_t cap = c->capwaiters ? c->capwaiters * 2 : 16;
+  waiter *w = cap > c->capwaiters ? realloc(c->waiters, cap * sizeof(*w)) : NULL;
+  if (!w) return false;
+  c->waiters = w;
+  c->capwaiters = cap;
+  return true;
+}
+
 static void on_flush(sc *c, const kva_msg *msg) {
   if (!msg->from) return;
-  if (c->nwaiters == MAX_WAITERS) { /* answer early rather than drop */
+  if (!waiters_room(c)) { /* answer early rather than drop */
+    LOG_WARN("store: out of memory; a flush is answered before its stores are done");
     kva_send(msg->from, SC_DONE, NULL, 0, c->self, msg->tag);
     return;
   }
@@ -417,6 +432,7 @@ static void sc_on_stop(kva_actor *self, void *state) {
   }
   free(c->targets);
   free(c->group);
+  free(c->waiters);
   free(c);
 }
 

@@ -69,6 +69,17 @@ START_TEST(delete_gives_each_key_its_own_status) { /* 47 */
 }
 END_TEST
 
+/* After a forced delete of locked objects: `objects` are findable, and
+ * the deleted ones still hold their locks (and memory) for their holders. */
+static void expect_deleted_but_held(kva_storage *s, uint64_t objects, uint64_t wl, uint64_t rl) {
+  kva_storage_stats st;
+  ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
+  ck_assert_uint_eq(st.l1_objects, objects);
+  ck_assert_uint_eq(st.l1_write_locked, wl);
+  ck_assert_uint_eq(st.l1_read_locked, rl);
+  ck_assert_uint_gt(st.l1_used_bytes, 0);
+}
+
 START_TEST(forced_delete_removes_a_write_locked_key) { /* 48 */
   kva_storage *s;
   kva_runtime *rt = start_storage(&s);
@@ -76,7 +87,11 @@ START_TEST(forced_delete_removes_a_write_locked_key) { /* 48 */
   ck_assert_int_eq(delete1(s, 1, 0), KVA_KEY_LOCKED);
   ck_assert_int_eq(delete1(s, 1, 1), KVA_OK);
   ck_assert(!is_present(s, 1));
+  /* kvact: the writer keeps its buffer until it lets go (never readable) */
+  expect_deleted_but_held(s, 0, 1, 0);
+  ck_assert_int_eq(finish_write1(s, 1), KVA_KEY_NOT_EXIST);
   expect_stats(s, 0, 0, 0, 0);
+  fixture_memcheck_clean(s);
   stop_storage(rt);
 }
 END_TEST
@@ -89,7 +104,11 @@ START_TEST(forced_delete_removes_a_read_locked_key) { /* 49 */
   ck_assert_int_eq(delete1(s, 1, 0), KVA_KEY_LOCKED);
   ck_assert_int_eq(delete1(s, 1, 1), KVA_OK);
   ck_assert(!is_present(s, 1));
+  /* kvact: the reader's memory stays valid until it releases its lock */
+  expect_deleted_but_held(s, 0, 0, 1);
+  ck_assert_int_eq(finish_read1(s, 1, 1), KVA_OK);
   expect_stats(s, 0, 0, 0, 0);
+  fixture_memcheck_clean(s);
   stop_storage(rt);
 }
 END_TEST
@@ -422,7 +441,11 @@ START_TEST(clear_keeps_locked_objects_unless_forced) {
   ck_assert(!is_present(s, 4));
   expect_stats(s, 2, 1, 1, 0);
   ck_assert_int_eq(req_clear(s, 1), 2);
+  expect_deleted_but_held(s, 0, 1, 1); /* their holders keep the memory until they let go */
+  ck_assert_int_eq(finish_write1(s, 2), KVA_KEY_NOT_EXIST);
+  ck_assert_int_eq(finish_read1(s, 3, 1), KVA_OK);
   expect_stats(s, 0, 0, 0, 0);
+  fixture_memcheck_clean(s);
   stop_storage(rt);
 }
 END_TEST

@@ -361,14 +361,21 @@ START_TEST(delete_and_clear_respect_locks_unless_forced) {
   ck_assert_uint_eq(x.l1_write_locked, 1);
   ck_assert_int_eq(kva_delete(s, k, 1, 1, st), 1); /* forced */
   ck_assert_int_eq(st[0], KVA_OK);
-  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 1, 0), 0);
-  ck_assert_int_eq(kva_clear(s, 1), 1); /* the write-locked key 3 */
+  /* gone for everyone else, but the reader's memory stays until it lets go */
+  x = stats_of(s);
+  ck_assert_uint_eq(x.l1_objects, 1);
+  ck_assert_uint_eq(x.l1_read_locked, 1);
+  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 1, 0), 1);
+  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 1, 0), 0); /* released once */
+  ck_assert_int_eq(kva_clear(s, 1), 1);                         /* the write-locked key 3 */
   x = stats_of(s);
   ck_assert_uint_eq(x.l1_objects, 0);
+  ck_assert_uint_eq(x.l1_write_locked, 1); /* its writer still holds its buffer */
+  ck_assert_int_eq(kva_finish_write(s, k + 3, 1, st), 0);
+  ck_assert_int_eq(st[0], KVA_KEY_NOT_EXIST); /* deleted: never readable; the buffer is freed */
+  x = stats_of(s);
   ck_assert_uint_eq(x.l1_used_bytes, 0);
   fixture_memcheck_clean(s);
-  ck_assert_int_eq(kva_finish_write(s, k + 3, 1, st), 0);
-  ck_assert_int_eq(st[0], KVA_KEY_NOT_EXIST);
   kva_runtime_shutdown(rt);
 }
 END_TEST

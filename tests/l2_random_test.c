@@ -1,0 +1,704 @@
+/*
+ * l2_random_test.c — seeded randomized runs of the whole store (an L1 of
+ * 16 objects that evicts, two small mock tiers that evict FIFO, injected
+ * store/load failures, tiers going down, freeze and bypass) against a
+ * model of what was written: every byte served is a version written for
+ * its key, and the latest one whenever nothing could have lost it.
+ *
+ * The driver is one thread and a PRNG seeded per run. Each step is one of:
+ * write a run of keys (reserve ALL, fill with the next version, finish),
+ * delete (rarely forced), submit a prefetch of a run of keys (at most two
+ * outstanding), complete the oldest prefetch (wait, read the hit prefix,
+ * check every byte, finish_read), kva_clear (rarely forced), kva_flush,
+ * touch, lookup (sometimes pinning, then unpinning), change a fault
+ * (failure rates with a seed, latency, a tier down or up, freeze, manual
+ * bypass), or let virtual time pass (deterministic mode: eviction ticks,
+ * probes of bypassed tiers, mock latency). Forced deletes and clears run
+ * only with no prefetch outstanding and after a flush, so they take no
+ * lock the driver or a controller holds (see may_force and the forced_*
+ * tests at the end: forcing away a controller's lock is broken today).
+ * Deterministic runs use runtime.workers=0 with runtime.seed = the run's
+ * seed, so a failing seed replays exactly; the eviction policy and
+ * prefetch_writeback vary with the seed.
+ *
+ * What a correct read is. Versions are numbered per key from 1 and the
+ * bytes of version v of key id are (id, v) followed by a hash stream of
+ * (id, v) (fill_version), so any object names its key and version. A
+ * version "exists" once its kva_finish_write succeeded. For every key in
+ * a prefetch's hit prefix:
+ *
+ *  (A) always: the bytes are exactly a version that exists for that key —
+ *      never another key's bytes, never a mix of two versions, never
+ *      garbage. An older version is allowed in general: L2 may hold a
+ *      stale copy (the newest write's store failed, was skipped while
+ *      frozen, bypassed or down, or was dropped at drain; a delete or an
+ *      eviction removes only the L1 copy), and a prefetch loads whatever
+ *      L2 holds once L1 lost its copy.
+ *  (B) the latest version when L1 cannot have lost the object of the
+ *      key's latest write: since that write finished, no delete of the key
+ *      succeeded, no kva_clear ran, and the L1 eviction counters (evicted
+ *      + evicted_on_demand, read before the finish and after the read)
+ *      did not move. Those are the only ways an ordinary, finished object
+ *      leaves L1, and while it is there nothing can replace it: a prefetch
+ *      reserves with WRITE_NEW, so a key present in L1 is either served
+ *      from L1 or not loaded at all. (B) is checked only when it applies,
+ *      which is counted; a run that never applies it fails.
+ *
+ * At the end: every prefetch completed, faults off, a flush, no lock left
+ * in any tier (l2_assert_unlocked), kva_memcheck clean, and shutdown
+ * without a lock warning. Steps: KVA_RANDOM_STEPS (default 3000; threaded
+ * runs take a third; all ten runs take seconds even under TSan, so the
+ * sanitizer configs run as many); seeds: KVA_RANDOM_SEED runs one seed,
+ * else five.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "l1/l1_manager.h"
+#include "tests/support/fixture.h"
+#include "tests/support/l2_client.h"
+
+#define NIDS 24u                /* keys 0..23 */
+#define OBJ_BYTES (16u * 1024u) /* one 16 KiB object per key */
+#define L1_OBJS 16u             /* L1 holds 16 objects */
+#define MAXV (1u << 14)         /* versions per key the model can hold */
+#define MAX_RUN 6u              /* keys per prefetch */
+#define MAX_OUT 2u              /* prefetches outstanding at once */
+#define WAIT_MS 60000           /* virtual in deterministic mode */
+
+/* ---- the model ---------------------------------------------------------- */
+
+typedef struct key_model {
+  uint32_t latest; /* newest version that exists, 0 = none */
+  bool removed;    /* a delete succeeded or a clear ran since then */
+  uint64_t ev;     /* eviction counter read before the latest finish */
+  uint8_t *exists; /* bit v: version v exists */
+} key_model;
+
+typedef struct pending {
+  kva_prefetch *h;
+  uint64_t first;
+  size_t n;
+  uint32_t extra;
+} pending;
+
+typedef struct run {
+  uint64_t seed, rng;
+  int workers;
+  uint32_t step;
+  kva_runtime *rt;
+  kva_storage *s;
+  kva_layout l;
+  key_model k[NIDS];
+  pending out[MAX_OUT];
+  uint32_t nout;
+  bool down[2], bypass[2], frozen;
+  bool stored; /* every store task done: a flush returned since the last write */
+  /* what the run exercised */
+  uint64_t reads, latest_checked, stale_reads, writes_refused;
+} run;
+
+/* KVA_RANDOM_TRACE=1: every step and its outcome on stderr, to follow a
+ * failing seed (deterministic runs replay exactly). */
+static bool tracing;
+#define TRACE(r, ...)                                                                              \
+  do {                                                                                             \
+    if (tracing) {                                                                                 \
+      fprintf(stderr, "[%lu:%u] ", (unsigned long)(r)->seed, (r)->step);                           \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+    }                                                                                              \
+  } while (0)
+
+static uint64_t rnd(run *r) {
+  uint64_t z = (r->rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint32_t below(run *r, uint32_t n) {
+  return (uint32_t)(rnd(r) % n);
+}
+
+static bool version_exists(const key_model *m, uint32_t v) {
+  return v > 0 && v <= m->latest && (m->exists[v >> 3] >> (v & 7) & 1);
+}
+
+static uint64_t evictions(run *r) {
+  kva_storage_stats st = l2_storage_stats(r->s);
+  return st.evicted + st.evicted_on_demand;
+}
+
+/* A run of keys [first, first + n), n >= 1, inside [0, NIDS). */
+static size_t pick_run(run *r, uint64_t *first, uint32_t max) {
+  *first = below(r, NIDS);
+  size_t n = 1 + below(r, max);
+  return n < NIDS - *first ? n : NIDS - *first;
+}
+
+static void keys_of(kva_key *k, uint64_t first, size_t n) {
+  for (size_t i = 0; i < n; i++) k[i] = fixture_key(first + i);
+}
+
+/* ---- the checks --------------------------------------------------------- */
+
+/* The bytes of version v of key id: word 0 is (id, v) itself, every other
+ * 64-bit word a hash of (id, v, index). Unlike l2_pattern, no two versions
+ * of a key share their bytes however many there are. */
+static uint64_t word_of(uint64_t id, uint32_t v, size_t i) {
+  if (i == 0) return id << 32 | v;
+  uint64_t z = id * 0x9e3779b97f4a7c15ull ^ (uint64_t)v * 0xc2b2ae3d27d4eb4full ^ i;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void fill_version(void *p, size_t len, uint64_t id, uint32_t v) {
+  for (size_t i = 0; i < len / 8; i++) {
+    uint64_t w = word_of(id, v, i);
+    memcpy((uint8_t *)p + 8 * i, &w, 8);
+  }
+}
+
+/* Which existing version of key id these bytes are, or 0 (another key's
+ * bytes, a version never finished, a mix, garbage). */
+static uint32_t version_of(const key_model *m, uint64_t id, const uint8_t *b, size_t len) {
+  uint64_t w;
+  memcpy(&w, b, 8);
+  uint32_t v = (uint32_t)w;
+  if (w >> 32 != id || !version_exists(m, v)) return 0;
+  for (size_t i = 1; i < len / 8; i++) {
+    memcpy(&w, b + 8 * i, 8);
+    if (w != word_of(id, v, i)) return 0;
+  }
+  return v;
+}
+
+/* Rules (A) and (B) of the header for one key of a hit prefix. */
+static void check_read(run *r, uint64_t id, const kva_buf *b, uint64_t ev_now) {
+  key_model *m = &r->k[id];
+  ck_assert_msg(b->ptr && b->len == OBJ_BYTES, "seed %lu step %u key %lu: buffer %p/%zu",
+                (unsigned long)r->seed, r->step, (unsigned long)id, b->ptr, b->len);
+  uint32_t v = version_of(m, id, b->ptr, b->len);
+  ck_assert_msg(v != 0, "seed %lu step %u key %lu: bytes are no version written (latest %u)",
+                (unsigned long)r->seed, r->step, (unsigned long)id, m->latest);
+  r->reads++;
+  if (v != m->latest) r->stale_reads++;
+  if (m->removed || ev_now != m->ev) return;
+  r->latest_checked++;
+  ck_assert_msg(v == m->latest,
+                "seed %lu step %u key %lu: version %u served, but L1 cannot have lost the "
+                "latest version %u",
+                (unsigned long)r->seed, r->step, (unsigned long)id, v, m->latest);
+}
+
+/* ---- the steps ---------------------------------------------------------- */
+
+static void do_write(run *r) {
+  uint64_t first;
+  size_t n = pick_run(r, &first, 4);
+  kva_key k[4];
+  kva_buf b[4];
+  int st[4];
+  keys_of(k, first, n);
+  int rc = kva_reserve_write(r->s, k, n, &r->l, KVA_WRITE_ALL, b, st);
+  ck_assert_int_ge(rc, 0);
+  TRACE(r, "write [%lu, +%zu): %d ok (st %d %d %d %d)", (unsigned long)first, n, rc, st[0],
+        n > 1 ? st[1] : 0, n > 2 ? st[2] : 0, n > 3 ? st[3] : 0);
+  if (rc == 0) {
+    r->writes_refused++;
+    return;
+  }
+  kva_key done[4];
+  size_t nd = 0;
+  uint32_t ver[4];
+  for (size_t i = 0; i < n; i++) {
+    if (st[i] != KVA_OK) continue;
+    key_model *m = &r->k[first + i];
+    ck_assert_uint_lt(m->latest + 1, MAXV);
+    ver[nd] = m->latest + 1;
+    fill_version(b[i].ptr, b[i].len, first + i, ver[nd]);
+    done[nd++] = k[i];
+  }
+  ck_assert_int_eq((size_t)rc, nd);
+  r->stored = false;
+  uint64_t ev = evictions(r); /* before the finish: the objects are write-locked */
+  int fst[4];
+  ck_assert_int_eq(kva_finish_write(r->s, done, nd, fst), (int)nd);
+  for (size_t i = 0, j = 0; i < n; i++) {
+    if (st[i] != KVA_OK) continue;
+    key_model *m = &r->k[first + i];
+    m->latest = ver[j++];
+    m->exists[m->latest >> 3] |= (uint8_t)(1u << (m->latest & 7));
+    m->removed = false;
+    m->ev = ev;
+  }
+}
+
+/* Forced deletes and clears run only when neither the driver nor a
+ * controller holds a lock: with no prefetch outstanding, after a flush
+ * (every store task done). A forced removal of an object a store task
+ * holds breaks both the bytes it stores and later locks of the key (see
+ * the forced_delete tests below), so the random runs stay clear of it. */
+static bool may_force(run *r) {
+  if (r->nout) return false;
+  if (!r->stored) ck_assert_int_eq(kva_flush(r->s, WAIT_MS), KVA_OK);
+  r->stored = true;
+  return true;
+}
+
+static void do_delete(run *r) {
+  uint64_t first;
+  size_t n = pick_run(r, &first, 3);
+  int force = below(r, 4) == 0 && may_force(r);
+  kva_key k[3];
+  int st[3];
+  keys_of(k, first, n);
+  int rc = kva_delete(r->s, k, n, force, st);
+  ck_assert_int_ge(rc, 0);
+  TRACE(r, "delete%s [%lu, +%zu): %d ok", force ? " (force)" : "", (unsigned long)first, n, rc);
+  for (size_t i = 0; i < n; i++)
+    if (st[i] == KVA_OK) r->k[first + i].removed = true;
+}
+
+static void do_clear(run *r) {
+  int force = below(r, 2) == 0 && may_force(r);
+  int rc = kva_clear(r->s, force);
+  ck_assert_int_ge(rc, 0);
+  TRACE(r, "clear%s: %d removed", force ? " (force)" : "", rc);
+  for (uint32_t i = 0; i < NIDS; i++) r->k[i].removed = true;
+}
+
+/* Waits for the oldest prefetch, reads and checks its hit prefix. */
+static void complete_oldest(run *r) {
+  pending p = r->out[0];
+  memmove(&r->out[0], &r->out[1], (--r->nout) * sizeof(r->out[0]));
+  size_t hits = 0;
+  int rc = kva_wait_prefetch(r->s, p.h, WAIT_MS, &hits);
+  ck_assert_msg(rc == KVA_OK, "seed %lu step %u: wait_prefetch %s", (unsigned long)r->seed, r->step,
+                kva_strerror(rc));
+  ck_assert_uint_le(hits, p.n);
+  TRACE(r, "complete [%lu, +%zu) extra %u: %zu hits", (unsigned long)p.first, p.n, p.extra, hits);
+  if (hits == 0) return;
+  kva_key k[MAX_RUN];
+  kva_buf b[MAX_RUN];
+  keys_of(k, p.first, hits);
+  rc = kva_read_prefetched(r->s, k, hits, b);
+  ck_assert_msg(rc == KVA_OK, "seed %lu step %u: read_prefetched %s", (unsigned long)r->seed,
+                r->step, kva_strerror(rc));
+  uint64_t ev_now = evictions(r);
+  for (size_t i = 0; i < hits; i++) check_read(r, p.first + i, &b[i], ev_now);
+  ck_assert_int_eq(kva_finish_read_prefetched(r->s, k, hits, p.extra), (int)hits);
+}
+
+static void do_submit(run *r) {
+  if (r->nout == MAX_OUT) complete_oldest(r);
+  pending *p = &r->out[r->nout++];
+  p->n = pick_run(r, &p->first, MAX_RUN);
+  p->extra = below(r, 4) == 0 ? 1 : 0;
+  kva_key k[MAX_RUN];
+  keys_of(k, p->first, p->n);
+  ck_assert_int_eq(kva_submit_prefetch(r->s, k, p->n, &r->l, p->extra, &p->h), KVA_OK);
+  TRACE(r, "submit [%lu, +%zu) extra %u", (unsigned long)p->first, p->n, p->extra);
+}
+
+static void do_lookup(run *r) {
+  uint64_t first;
+  size_t n = pick_run(r, &first, MAX_RUN);
+  kva_key k[MAX_RUN];
+  keys_of(k, first, n);
+  int pin = below(r, 2);
+  kva_tier_hits th;
+  ck_assert_int_eq(kva_lookup(r->s, k, n, pin, &th), KVA_OK);
+  ck_assert_uint_le(th.total, n);
+  TRACE(r, "lookup%s [%lu, +%zu): L1 %zu, total %zu", pin ? " (pin)" : "", (unsigned long)first, n,
+        th.tier[0].hits, th.total);
+  if (pin && th.tier[0].hits)
+    ck_assert_int_eq(kva_unpin(r->s, k, th.tier[0].hits), (int)th.tier[0].hits);
+}
+
+static void do_touch(run *r) {
+  uint64_t first;
+  size_t n = pick_run(r, &first, MAX_RUN);
+  kva_key k[MAX_RUN];
+  keys_of(k, first, n);
+  ck_assert_int_ge(kva_touch(r->s, k, n), 0);
+  TRACE(r, "touch [%lu, +%zu)", (unsigned long)first, n);
+}
+
+static const char *tier_name(uint32_t t) {
+  return t ? "mock1" : "mock0";
+}
+
+static void do_fault(run *r) {
+  uint32_t t = below(r, 2);
+  TRACE(r, "fault on tier %u", t);
+  static const double rates[] = {0, 0, 0.1, 0.3};
+  static const uint64_t lat[] = {0, 0, 50, 500, 5000};
+  mock_control c;
+  memset(&c, 0, sizeof(c));
+  switch (below(r, 6)) {
+  case 0:
+  case 1:
+    c.set = MOCK_SET_FAIL_STORE_RATE | MOCK_SET_FAIL_LOAD_RATE | MOCK_SET_SEED;
+    c.fail_store_rate = rates[below(r, 4)];
+    c.fail_load_rate = rates[below(r, 4)];
+    c.seed = rnd(r);
+    l2_control(r->s, t, &c);
+    break;
+  case 2:
+    c.set = MOCK_SET_LATENCY;
+    c.latency_us = lat[below(r, 5)];
+    l2_control(r->s, t, &c);
+    break;
+  case 3:
+    r->down[t] = !r->down[t];
+    l2_set_down(r->s, t, r->down[t]);
+    break;
+  case 4:
+    r->frozen = !r->frozen;
+    ck_assert_int_eq(kva_set_freeze(r->s, r->frozen), KVA_OK);
+    break;
+  default:
+    r->bypass[t] = !r->bypass[t];
+    ck_assert_int_eq(kva_set_tier_bypass(r->s, tier_name(t), r->bypass[t]), KVA_OK);
+    break;
+  }
+}
+
+static void do_time(run *r) {
+  TRACE(r, "time");
+  if (r->workers == 0)
+    kva_runtime_advance(r->rt, (1 + below(r, 1500)) * 1000000ull);
+  else
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+static void do_step(run *r) {
+  uint32_t x = below(r, 100);
+  if (x < 28)
+    do_write(r);
+  else if (x < 35)
+    do_delete(r);
+  else if (x < 58)
+    do_submit(r);
+  else if (x < 78) {
+    if (r->nout) complete_oldest(r);
+  } else if (x < 80)
+    do_clear(r);
+  else if (x < 84) {
+    ck_assert_int_eq(kva_flush(r->s, WAIT_MS), KVA_OK);
+    r->stored = true;
+    TRACE(r, "flush");
+  } else if (x < 87)
+    do_touch(r);
+  else if (x < 90)
+    do_lookup(r);
+  else if (x < 97)
+    do_fault(r);
+  else
+    do_time(r);
+}
+
+/* ---- a whole run -------------------------------------------------------- */
+
+static uint32_t steps_wanted(uint32_t dflt) {
+  const char *e = getenv("KVA_RANDOM_STEPS");
+  if (e && *e) return (uint32_t)strtoul(e, NULL, 10);
+  return dflt;
+}
+
+static void start(run *r) {
+  static const char *policies[] = {"lru", "fifo", "lfu", "mru"};
+  char seed[64], policy[64], writeback[64], tiers[256];
+  snprintf(seed, sizeof(seed), "runtime.seed=%lu", (unsigned long)r->seed);
+  snprintf(policy, sizeof(policy), "eviction.policy=%s", policies[r->seed % 4]);
+  snprintf(writeback, sizeof(writeback), "prefetch_writeback=%s",
+           (r->seed / 4) % 2 ? "false" : "true");
+  /* tier 0 holds 12 objects, tier 1 holds 20: both evict, FIFO */
+  snprintf(tiers, sizeof(tiers),
+           "l2=[{\"type\":\"mock\",\"capacity_bytes\":%u},"
+           "{\"type\":\"mock\",\"capacity_bytes\":%u}]",
+           12u * OBJ_BYTES, 20u * OBJ_BYTES);
+  r->rt = fixture_storage(r->workers, (uint64_t)L1_OBJS * OBJ_BYTES, tiers, seed, policy, writeback,
+                          "prefetch_max_in_flight=2", "l2_probe_interval_ms=50", NULL);
+  r->s = kva_storage_of(r->rt);
+  r->l = fixture_layout_bytes(OBJ_BYTES);
+  for (uint32_t i = 0; i < NIDS; i++) {
+    r->k[i].exists = calloc(MAXV / 8, 1);
+    ck_assert_ptr_nonnull(r->k[i].exists);
+  }
+}
+
+/* Every prefetch completed, faults off, then nothing may stay locked. */
+static void finish(run *r) {
+  while (r->nout) complete_oldest(r);
+  mock_control c;
+  memset(&c, 0, sizeof(c));
+  c.set = MOCK_SET_FAIL_STORE_RATE | MOCK_SET_FAIL_LOAD_RATE | MOCK_SET_DOWN | MOCK_SET_LATENCY;
+  for (uint32_t t = 0; t < 2; t++) {
+    l2_control(r->s, t, &c);
+    ck_assert_int_eq(kva_set_tier_bypass(r->s, tier_name(t), 0), KVA_OK);
+  }
+  ck_assert_int_eq(kva_set_freeze(r->s, 0), KVA_OK);
+  ck_assert_int_eq(kva_flush(r->s, WAIT_MS), KVA_OK);
+  l2_assert_unlocked(r->s);
+  fixture_memcheck_clean(r->s);
+  kva_storage_stats st = l2_storage_stats(r->s);
+  ck_assert_uint_eq(st.l1_write_locked, 0);
+  ck_assert_uint_eq(st.l1_read_locked, 0);
+  fprintf(stderr,
+          "seed %lu (%s): %u steps, %lu keys read (%lu stale, %lu checked latest), "
+          "%lu writes refused, evictions %lu+%lu, l2 stored %lu loaded %lu load failures %lu\n",
+          (unsigned long)r->seed, r->workers ? "threaded" : "deterministic", r->step,
+          (unsigned long)r->reads, (unsigned long)r->stale_reads, (unsigned long)r->latest_checked,
+          (unsigned long)r->writes_refused, (unsigned long)st.evicted,
+          (unsigned long)st.evicted_on_demand, (unsigned long)st.l2_stored_keys,
+          (unsigned long)st.l2_loaded_keys, (unsigned long)st.l2_load_failures);
+  kva_runtime_shutdown(r->rt);
+  for (uint32_t i = 0; i < NIDS; i++) free(r->k[i].exists);
+}
+
+static void one_run(int workers, uint64_t seed, uint32_t steps) {
+  run *r = calloc(1, sizeof(*r));
+  ck_assert_ptr_nonnull(r);
+  r->seed = seed;
+  r->rng = seed * 0x2545f4914f6cdd1dull + 1;
+  r->workers = workers;
+  tracing = getenv("KVA_RANDOM_TRACE") && *getenv("KVA_RANDOM_TRACE") == '1';
+  l2_log_start(KVA_LOG_WARN);
+  start(r);
+  for (r->step = 0; r->step < steps; r->step++) do_step(r);
+  finish(r);
+  l2_log_stop();
+  ck_assert_msg(l2_log_lock_warnings() == 0, "seed %lu: locks left at shutdown:\n%s",
+                (unsigned long)seed, l2_log_text());
+  ck_assert_msg(r->reads > 0 && r->latest_checked > 0,
+                "seed %lu: the run read %lu keys, %lu checked against the latest version",
+                (unsigned long)seed, (unsigned long)r->reads, (unsigned long)r->latest_checked);
+  free(r);
+}
+
+/* KVA_RANDOM_SEED=<n> replays one seed; otherwise seeds first..first+4. */
+static void runs(int workers, uint64_t first, uint32_t steps) {
+  const char *e = getenv("KVA_RANDOM_SEED");
+  if (e && *e) {
+    one_run(workers, strtoull(e, NULL, 10), steps);
+    return;
+  }
+  for (uint64_t seed = first; seed < first + 5; seed++) one_run(workers, seed, steps);
+}
+
+START_TEST(deterministic_random_runs_serve_only_written_versions) {
+  runs(0, 1, steps_wanted(3000));
+}
+END_TEST
+
+START_TEST(threaded_random_runs_serve_only_written_versions) {
+  runs(2, 101, steps_wanted(3000) / 3);
+}
+END_TEST
+
+/* ---- forced removals under a controller's lock -------------------------
+ *
+ * What the random runs found when forced deletes and clears ran at any
+ * time (seeds 52 and 54 at 20000 steps, before may_force): the L1 manager
+ * frees a force-deleted object's memory at once and forgets it, while a
+ * store task or a prefetch still holds it and will release it by key.
+ */
+
+/* "lazy": an L2 adapter holding one object, that touches request buffers
+ * only when it answers, 1 ms (virtual) after the request — as a disk
+ * adapter's DMA would, and as the protocol allows (the buffers stay locked
+ * until the reply). */
+#define LAZY_OPS 16u
+typedef struct lazy_op {
+  uint32_t type;
+  kva_actor *to;
+  uint64_t tag;
+  kva_l2_req *req;
+} lazy_op;
+typedef struct lazy {
+  kva_actor *self;
+  lazy_op ops[LAZY_OPS];
+  uint32_t nops;
+  bool armed;
+} lazy;
+static struct {
+  kva_key key;
+  bool full;
+  uint8_t bytes[OBJ_BYTES];
+} lazy_slot;
+
+static bool lazy_has(const kva_key *k) {
+  return lazy_slot.full && memcmp(k, &lazy_slot.key, sizeof(*k)) == 0;
+}
+
+static void lazy_do(const lazy_op *op) {
+  kva_l2_req *r = op->req;
+  for (size_t i = 0; i < r->n; i++) {
+    if (op->type == KVA_L2_STORE && r->bufs[i].len == OBJ_BYTES) {
+      lazy_slot.key = r->keys[i];
+      memcpy(lazy_slot.bytes, r->bufs[i].ptr, OBJ_BYTES);
+      lazy_slot.full = true;
+    } else if (op->type == KVA_L2_LOOKUP_AND_LOCK && lazy_has(&r->keys[i])) {
+      kva_bit_set(r->bits, i);
+    } else if (op->type == KVA_L2_LOAD && lazy_has(&r->keys[i]) && r->bufs[i].len == OBJ_BYTES) {
+      memcpy(r->bufs[i].ptr, lazy_slot.bytes, OBJ_BYTES);
+      kva_bit_set(r->bits, i);
+    }
+  }
+  r->result = KVA_OK;
+  kva_send(op->to, KVA_L2_DONE, &r, sizeof(r), NULL, op->tag);
+}
+
+static void lazy_flush(lazy *z) {
+  for (uint32_t i = 0; i < z->nops; i++) lazy_do(&z->ops[i]);
+  z->nops = 0;
+}
+
+static void lazy_receive(kva_actor *self, void *state, const kva_msg *m) {
+  lazy *z = state;
+  kva_l2_req *r = NULL;
+  if (m->len == sizeof(r)) memcpy(&r, m->data, sizeof(r));
+  if (m->type == KVA_MSG_TIMER) {
+    z->armed = false;
+    lazy_flush(z);
+  } else if (m->type == KVA_L2_STATS && r) {
+    memset(r->stats, 0, sizeof(*r->stats));
+    r->result = KVA_OK;
+    kva_send(m->from, KVA_L2_DONE, &r, sizeof(r), self, m->tag);
+  } else if (m->type >= KVA_L2_STORE && m->type <= KVA_L2_LOAD && r) {
+    ck_assert_uint_lt(z->nops, LAZY_OPS);
+    z->ops[z->nops++] = (lazy_op){m->type, m->from, m->tag, r};
+    if (!z->armed) z->armed = kva_timer(self, 1000000u, 0, 0) >= 0;
+  }
+}
+
+static void lazy_stop(kva_actor *self, void *state) {
+  lazy_flush(state); /* every request is answered */
+  free(state);
+}
+
+static kva_actor *lazy_spawn(kva_runtime *rt, const kva_config_node *cfg, char *err,
+                             size_t errlen) {
+  static const kva_behavior b = {.name = "lazy", .receive = lazy_receive, .on_stop = lazy_stop};
+  lazy *z = calloc(1, sizeof(*z));
+  if (z && (z->self = kva_spawn(rt, &b, z, NULL))) return z->self;
+  free(z);
+  return NULL;
+}
+
+/* Deterministic mode, one lazy tier, and an L1 of three objects: two fit
+ * below the eviction watermark, and the pool hands a new object the
+ * memory a removed one had just given back. */
+static kva_runtime *start_lazy(void) {
+  int rc = kva_l2_register("lazy", lazy_spawn);
+  ck_assert(rc == KVA_OK || rc == KVA_EINVAL); /* EINVAL: registered by an earlier test */
+  memset(&lazy_slot, 0, sizeof(lazy_slot));
+  return fixture_storage(0, OBJ_BYTES * 3, "l2=[{\"type\":\"lazy\"}]", NULL);
+}
+
+static void force_delete(kva_storage *s, uint64_t id) {
+  kva_key k = fixture_key(id);
+  int st;
+  ck_assert_int_eq(kva_delete(s, &k, 1, 1, &st), 1);
+}
+
+/* Bug: the store task of key a still holds a's buffer when a is
+ * force-deleted; the memory goes to key b at once, and the tier stores b's
+ * bytes as a — then serves them for a. */
+START_TEST(forced_delete_during_a_store_keeps_the_bytes_it_stores) {
+  kva_runtime *rt = start_lazy();
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(OBJ_BYTES);
+  uint64_t a = 1, b = 2;
+  l2_write(s, &a, 1, &l, 1);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_int_eq(l2_readers(s, a), 1); /* the store task's lock; the tier answers at 1 ms */
+  force_delete(s, a);
+  ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);
+  l2_write(s, &b, 1, &l, 1); /* over a's memory */
+  kva_runtime_advance(rt, 2000000u);
+  ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
+  ck_assert_uint_eq(l2_prefetch(s, &a, 1, &l, 0), 1);
+  kva_key k = fixture_key(a);
+  kva_buf buf;
+  ck_assert_int_eq(kva_read_prefetched(s, &k, 1, &buf), KVA_OK);
+  ck_assert_msg(l2_matches(buf.ptr, buf.len, a, 1), "key %lu served with %s", (unsigned long)a,
+                l2_matches(buf.ptr, buf.len, b, 1) ? "key b's bytes" : "bytes never written");
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* Bug: a prefetch's L2 load still targets a's buffer when a is
+ * force-deleted; the memory goes to key b, and the load overwrites b. */
+START_TEST(forced_delete_during_a_load_leaves_other_objects_alone) {
+  kva_runtime *rt = start_lazy();
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(OBJ_BYTES);
+  uint64_t a = 1, b = 2;
+  l2_seed(s, 0, &a, 1, &l, 1);
+  kva_prefetch *h = l2_submit(s, &a, 1, &l, 0);
+  kva_runtime_run_until_idle(rt);
+  kva_runtime_advance(rt, 1000000u); /* lookup answered; the load waits in the tier */
+  ck_assert_int_ne(l2_l1_state(s, a) & L1_WRITE_LOCKED, 0);
+  force_delete(s, a);
+  ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);
+  l2_write(s, &b, 1, &l, 1);           /* over a's memory */
+  ck_assert_uint_eq(l2_wait(s, h), 0); /* a is gone */
+  ck_assert_uint_eq(l2_prefetch(s, &b, 1, &l, 0), 1);
+  kva_key k = fixture_key(b);
+  kva_buf buf;
+  ck_assert_int_eq(kva_read_prefetched(s, &k, 1, &buf), KVA_OK);
+  ck_assert_msg(l2_matches(buf.ptr, buf.len, b, 1), "key %lu now holds %s", (unsigned long)b,
+                l2_matches(buf.ptr, buf.len, a, 1) ? "key a's bytes" : "bytes never written");
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* Bug: the store task of a's first object releases "its" read lock by key
+ * after a was force-deleted and written again, taking the lock of whoever
+ * holds the new object (here a prefetch's). */
+START_TEST(forced_delete_during_a_store_leaves_later_locks_of_the_key_alone) {
+  kva_runtime *rt = l2_start(0, 64u * 1024u * 1024u, 1, "\"latency_us\":1000", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(OBJ_BYTES);
+  uint64_t a = 1;
+  l2_write(s, &a, 1, &l, 1);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_int_eq(l2_readers(s, a), 1); /* the store task's; the mock answers at 1 ms */
+  force_delete(s, a);
+  ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK); /* version 2 is not stored */
+  l2_write(s, &a, 1, &l, 2);
+  kva_prefetch *h = l2_submit(s, &a, 1, &l, 0);
+  ck_assert_uint_eq(l2_wait(s, h), 1); /* an L1 hit: read-locked for us */
+  ck_assert_int_eq(l2_readers(s, a), 1);
+  kva_runtime_advance(rt, 2000000u); /* the store of version 1 completes */
+  ck_assert_int_eq(l2_readers(s, a), 1);
+  l2_read_release(s, &a, 1, 2, 0);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+Suite *kva_test_suite(void) {
+  Suite *su = suite_create("l2_random");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, deterministic_random_runs_serve_only_written_versions);
+  tcase_add_test(tc, threaded_random_runs_serve_only_written_versions);
+  suite_add_tcase(su, tc);
+  TCase *forced = tcase_create("forced");
+  tcase_set_timeout(forced, 30);
+  tcase_add_test(forced, forced_delete_during_a_store_keeps_the_bytes_it_stores);
+  tcase_add_test(forced, forced_delete_during_a_load_leaves_other_objects_alone);
+  tcase_add_test(forced, forced_delete_during_a_store_leaves_later_locks_of_the_key_alone);
+  suite_add_tcase(su, forced);
+  return su;
+}

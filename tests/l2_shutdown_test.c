@@ -1,0 +1,350 @@
+/*
+ * l2_shutdown_test.c — shutdown with work in flight releases every L1 and
+ * L2 lock (seed 002 invariant 9): prefetches and stores still running
+ * against a slow mock, prefetches done but never read, and a thread
+ * blocked in kva_wait_prefetch while another shuts the runtime down.
+ *
+ * Locks are judged by what the actors say when they stop: the L1 manager
+ * warns about objects still locked, each controller about work still in
+ * flight, the mock about lookup locks still held, and storage_drain about
+ * work it gave up on (l2_log_lock_warnings). Before shutdown, kva_memcheck
+ * and L1_INSPECT show the locks are really held, so the tests do not pass
+ * by shutting down an idle runtime.
+ */
+#include <check.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "l1/l1_manager.h"
+#include "storage_internal.h"
+#include "tests/support/fixture.h"
+#include "tests/support/l2_client.h"
+
+#define MiB (1024u * 1024u)
+#define SLOW_US 200000u /* 200 ms per mock operation: work stays in flight */
+#define NPF 8u          /* prefetches in flight, 2 keys each */
+
+static void sleep_ms(unsigned ms) {
+  nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
+}
+
+/* A storage with one mock tier holding keys [0, 2 * NPF) (version 0), at
+ * most 4 prefetches past their lookup, and the mock slowed down after the
+ * seeding. Log lines are captured from here on. */
+static kva_runtime *start_seeded(int workers, uint64_t latency_us) {
+  kva_runtime *rt = l2_start(workers, 64 * MiB, 1, "", "prefetch_max_in_flight=4", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  l2_seed_range(s, 0, 0, 2 * NPF, &l);
+  l2_set_latency(s, 0, latency_us);
+  l2_log_start(KVA_LOG_WARN);
+  return rt;
+}
+
+static void submit_pairs(kva_storage *s, kva_prefetch **h) {
+  kva_layout l = fixture_layout_basic();
+  for (uint64_t i = 0; i < NPF; i++) {
+    uint64_t ids[2] = {2 * i, 2 * i + 1};
+    h[i] = l2_submit(s, ids, 2, &l, 0);
+  }
+}
+
+/* Threaded mode: waits until the mock holds lookup locks (the first
+ * prefetches reached it). */
+static void wait_l2_locked(kva_storage *s) {
+  uint64_t deadline = fixture_now_ns() + 5000000000ull;
+  while (l2_stats(s, 0).keys_locked == 0 && fixture_now_ns() < deadline) sleep_ms(1);
+  ck_assert_uint_gt(l2_stats(s, 0).keys_locked, 0);
+}
+
+/* Shuts down, fails on a hang (> limit_ms) or on any lock warning. */
+static void shutdown_clean(kva_runtime *rt, unsigned limit_ms) {
+  uint64_t t0 = fixture_now_ns();
+  kva_runtime_shutdown(rt);
+  uint64_t ms = (fixture_now_ns() - t0) / 1000000u;
+  l2_log_stop();
+  ck_assert_msg(ms < limit_ms, "shutdown took %lu ms", (unsigned long)ms);
+  ck_assert_msg(l2_log_lock_warnings() == 0, "locks left at shutdown:\n%s", l2_log_text());
+}
+
+START_TEST(shutdown_with_prefetches_in_flight_releases_all_locks) {
+  kva_runtime *rt = start_seeded(2, SLOW_US);
+  kva_storage *s = kva_storage_of(rt);
+  kva_prefetch *h[NPF];
+  submit_pairs(s, h);
+  wait_l2_locked(s);
+  size_t hits;
+  ck_assert_int_eq(kva_query_prefetch(s, h[NPF - 1], &hits), KVA_EAGAIN); /* still queued */
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+/* The handles are never read: after shutdown they are gone with the
+ * storage. Virtual time stands still unless the drain waits for a reply,
+ * so the prefetches are exactly where this test put them. */
+START_TEST(deterministic_shutdown_with_prefetches_in_flight) {
+  kva_runtime *rt = start_seeded(0, SLOW_US);
+  kva_storage *s = kva_storage_of(rt);
+  kva_prefetch *h[NPF];
+  submit_pairs(s, h);
+  kva_runtime_run_until_idle(rt);
+  ck_assert_uint_eq(l2_stats(s, 0).keys_locked, 8); /* 4 lookups of 2 keys */
+  /* lookups answered at 200 ms; the loads share the mock's channel */
+  kva_runtime_advance(rt, 250u * 1000000u);
+  char report[256];
+  ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
+  ck_assert_int_ne(l2_l1_state(s, 0) & L1_WRITE_LOCKED, 0); /* a load buffer */
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+START_TEST(memcheck_fails_while_prefetches_hold_locks_then_passes) {
+  kva_runtime *rt = start_seeded(2, SLOW_US / 4);
+  kva_storage *s = kva_storage_of(rt);
+  kva_prefetch *h[NPF];
+  submit_pairs(s, h);
+  wait_l2_locked(s);
+  char report[256] = "";
+  ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
+  ck_assert_msg(report[0] != '\0', "memcheck failed without a report");
+  for (uint64_t i = 0; i < NPF; i++) {
+    size_t hits = 0;
+    ck_assert_int_eq(kva_wait_prefetch(s, h[i], 10000, &hits), KVA_OK);
+    ck_assert_uint_eq(hits, 2);
+    l2_read_release_range(s, 2 * i, 2, 0);
+  }
+  l2_assert_unlocked(s);
+  fixture_memcheck_clean(s);
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+START_TEST(deterministic_memcheck_fails_while_prefetches_hold_locks_then_passes) {
+  kva_runtime *rt = start_seeded(0, SLOW_US);
+  kva_storage *s = kva_storage_of(rt);
+  kva_prefetch *h[NPF];
+  submit_pairs(s, h);
+  kva_runtime_run_until_idle(rt);
+  char report[256] = "";
+  ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
+  for (uint64_t i = 0; i < NPF; i++) {
+    size_t hits = 0;
+    ck_assert_int_eq(kva_wait_prefetch(s, h[i], 60000, &hits), KVA_OK);
+    ck_assert_uint_eq(hits, 2);
+    l2_read_release_range(s, 2 * i, 2, 0);
+  }
+  l2_assert_unlocked(s);
+  fixture_memcheck_clean(s);
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+/* Four writes of two keys: four store tasks per tier, 200 ms each on a
+ * mock's one channel. The first tasks' read locks (one per tier) are seen
+ * before shutdown. */
+static void write_slow_stores(kva_runtime *rt, bool threaded, int ntiers) {
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  for (uint64_t i = 0; i < 4; i++) {
+    uint64_t ids[2] = {100 + 2 * i, 101 + 2 * i};
+    l2_write(s, ids, 2, &l, 1);
+  }
+  if (!threaded) kva_runtime_run_until_idle(rt);
+  uint64_t deadline = fixture_now_ns() + 5000000000ull;
+  while (l2_readers(s, 100) != ntiers && threaded && fixture_now_ns() < deadline) sleep_ms(1);
+  ck_assert_int_eq(l2_readers(s, 100), ntiers); /* held by its store tasks */
+}
+
+START_TEST(shutdown_with_stores_in_flight_releases_all_locks) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
+  l2_set_latency(kva_storage_of(rt), 0, SLOW_US);
+  l2_log_start(KVA_LOG_WARN);
+  write_slow_stores(rt, true, 1);
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+START_TEST(deterministic_shutdown_with_stores_in_flight) {
+  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  l2_set_latency(kva_storage_of(rt), 0, SLOW_US);
+  l2_log_start(KVA_LOG_WARN);
+  write_slow_stores(rt, false, 1);
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+/* Stores and prefetches in flight at once, on two slow tiers. */
+START_TEST(shutdown_with_stores_and_prefetches_in_flight) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 2, "", "prefetch_max_in_flight=4", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  l2_seed_range(s, 1, 0, 2 * NPF, &l);
+  l2_set_latency(s, 0, SLOW_US);
+  l2_set_latency(s, 1, SLOW_US);
+  l2_log_start(KVA_LOG_WARN);
+  kva_prefetch *h[NPF];
+  submit_pairs(s, h);
+  write_slow_stores(rt, true, 2);
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+/* Waits (threaded mode) until the prefetch's port says it is done, without
+ * taking its result. */
+static void wait_done_unread(kva_prefetch *h) {
+  struct pollfd p = {.fd = kva_prefetch_eventfd(h), .events = POLLIN};
+  ck_assert_int_ge(p.fd, 0);
+  ck_assert_int_eq(poll(&p, 1, 10000), 1);
+}
+
+/* Prefetches answered from L1 only, from L2 only, from both, and one with
+ * extra readers: all done, none read. */
+static void submit_unread(kva_storage *s, kva_prefetch **h) {
+  kva_layout l = fixture_layout_basic();
+  uint64_t l1[4] = {200, 201, 202, 203};
+  l2_write(s, l1, 4, &l, 1);
+  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
+  l2_seed_range(s, 0, 0, 2 * NPF, &l);
+  uint64_t a[2] = {200, 201}, b[3] = {0, 1, 2}, c[3] = {202, 3, 4}, d[1] = {200};
+  h[0] = l2_submit(s, a, 2, &l, 0);
+  h[1] = l2_submit(s, b, 3, &l, 0);
+  h[2] = l2_submit(s, c, 3, &l, 0);
+  h[3] = l2_submit(s, d, 1, &l, 2);
+}
+
+static void expect_unread_locks(kva_storage *s) {
+  ck_assert_int_eq(l2_readers(s, 200), 4); /* 1 from h[0], 3 from h[3] */
+  ck_assert_int_eq(l2_readers(s, 201), 1);
+  ck_assert_int_eq(l2_readers(s, 0), 1);
+  ck_assert_int_eq(l2_readers(s, 2), 1);
+  ck_assert_int_eq(l2_readers(s, 202), 1);
+  ck_assert_int_eq(l2_readers(s, 4), 1);
+  ck_assert_int_eq(l2_readers(s, 203), 0);
+  char report[256];
+  ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
+}
+
+START_TEST(shutdown_releases_read_locks_of_prefetches_nobody_read) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  l2_log_start(KVA_LOG_WARN);
+  kva_prefetch *h[4];
+  submit_unread(s, h);
+  for (int i = 0; i < 4; i++) wait_done_unread(h[i]);
+  expect_unread_locks(s);
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+START_TEST(deterministic_shutdown_releases_read_locks_of_prefetches_nobody_read) {
+  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  l2_log_start(KVA_LOG_WARN);
+  kva_prefetch *h[4];
+  submit_unread(s, h);
+  kva_runtime_run_until_idle(rt);
+  expect_unread_locks(s);
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+/* ---- a waiter blocked in kva_wait_prefetch(-1) during shutdown ----------- */
+
+typedef struct waiter {
+  kva_storage *s;
+  kva_prefetch *h;
+  int rc;
+  size_t hits;
+} waiter;
+
+/* Touches nothing after the wait returns: the storage may be gone. */
+static void *wait_forever(void *arg) {
+  waiter *w = arg;
+  w->rc = kva_wait_prefetch(w->s, w->h, -1, &w->hits);
+  return NULL;
+}
+
+/* Two prefetches in flight, unread, and a third queued behind them
+ * (prefetch_max_in_flight=2) that a thread waits for: shutdown waits for
+ * the waiter's call, whose prefetch still runs to its end, so the waiter
+ * gets its hits. Those read locks belong to the waiter, who can no longer
+ * release them: the L1 manager's warning names exactly them. */
+START_TEST(waiter_in_wait_prefetch_returns_when_shutdown_runs) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", "prefetch_max_in_flight=2", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  l2_seed_range(s, 0, 0, 6, &l);
+  l2_set_latency(s, 0, SLOW_US);
+  l2_log_start(KVA_LOG_WARN);
+  uint64_t a[2] = {0, 1}, b[2] = {2, 3}, c[2] = {4, 5};
+  l2_submit(s, a, 2, &l, 0);
+  l2_submit(s, b, 2, &l, 0);
+  waiter w = {.s = s, .h = l2_submit(s, c, 2, &l, 0), .rc = 1};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, wait_forever, &w), 0);
+  /* the waiter is inside its call once the facade counts it */
+  uint64_t deadline = fixture_now_ns() + 5000000000ull;
+  while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST) == 0 && fixture_now_ns() < deadline)
+    sched_yield();
+  ck_assert_uint_gt(__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST), 0);
+  sleep_ms(20);
+  uint64_t t0 = fixture_now_ns();
+  kva_runtime_shutdown(rt);
+  unsigned ms = (unsigned)((fixture_now_ns() - t0) / 1000000u);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  l2_log_stop();
+  ck_assert_msg(ms < 10000, "shutdown took %u ms", ms);
+  ck_assert_int_eq(w.rc, KVA_OK);
+  ck_assert_uint_eq(w.hits, 2);
+  ck_assert_msg(l2_log_count("l1: stopping with 0 write-locked and 2 read-locked objects") == 1 &&
+                    l2_log_lock_warnings() == 1,
+                "expected only the waiter's 2 read locks:\n%s", l2_log_text());
+}
+END_TEST
+
+/* The same with the waiter's result read before shutdown: no lock is left
+ * anywhere. (The waiter releases its locks before the main thread shuts
+ * down, so only the controllers' own work is in flight.) */
+START_TEST(waiter_that_released_its_locks_leaves_none) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", "prefetch_max_in_flight=2", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  l2_seed_range(s, 0, 0, 6, &l);
+  l2_set_latency(s, 0, SLOW_US / 4);
+  l2_log_start(KVA_LOG_WARN);
+  uint64_t a[2] = {0, 1}, b[2] = {2, 3}, c[2] = {4, 5};
+  l2_submit(s, a, 2, &l, 0);
+  l2_submit(s, b, 2, &l, 0);
+  waiter w = {.s = s, .h = l2_submit(s, c, 2, &l, 0), .rc = 1};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, wait_forever, &w), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  ck_assert_int_eq(w.rc, KVA_OK);
+  ck_assert_uint_eq(w.hits, 2);
+  l2_read_release(s, c, 2, 0, 0);
+  shutdown_clean(rt, 10000);
+}
+END_TEST
+
+Suite *kva_test_suite(void) {
+  Suite *su = suite_create("l2_shutdown");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, shutdown_with_prefetches_in_flight_releases_all_locks);
+  tcase_add_test(tc, deterministic_shutdown_with_prefetches_in_flight);
+  tcase_add_test(tc, memcheck_fails_while_prefetches_hold_locks_then_passes);
+  tcase_add_test(tc, deterministic_memcheck_fails_while_prefetches_hold_locks_then_passes);
+  tcase_add_test(tc, shutdown_with_stores_in_flight_releases_all_locks);
+  tcase_add_test(tc, deterministic_shutdown_with_stores_in_flight);
+  tcase_add_test(tc, shutdown_with_stores_and_prefetches_in_flight);
+  tcase_add_test(tc, shutdown_releases_read_locks_of_prefetches_nobody_read);
+  tcase_add_test(tc, deterministic_shutdown_releases_read_locks_of_prefetches_nobody_read);
+  tcase_add_test(tc, waiter_in_wait_prefetch_returns_when_shutdown_runs);
+  tcase_add_test(tc, waiter_that_released_its_locks_leaves_none);
+  suite_add_tcase(su, tc);
+  return su;
+}
