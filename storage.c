@@ -199,7 +199,7 @@ int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int 
   return rc == KVA_OK ? session_await(ss, timeout_ms) : rc;
 }
 
-int storage_call(kva_storage *s, uint32_t type, l1_req *r) {
+int storage_with_session(kva_storage *s, int (*fn)(kva_storage *, session *, void *), void *arg) {
   int rc = storage_enter(s);
   if (rc != KVA_OK) return rc;
   session *ss = session_take(s);
@@ -207,12 +207,25 @@ int storage_call(kva_storage *s, uint32_t type, l1_req *r) {
     storage_leave(s);
     return KVA_EAGAIN;
   }
-  ss->tag++;
-  rc = kva_send(s->l1, type, &r, sizeof(r), kva_port_actor(ss->port), ss->tag);
-  if (rc == KVA_OK) rc = session_await(ss, -1);
+  rc = fn(s, ss, arg);
   session_put(ss);
   storage_leave(s);
-  return rc == KVA_OK ? r->result : rc;
+  return rc;
+}
+
+typedef struct call_args {
+  uint32_t type;
+  l1_req *r;
+} call_args;
+
+static int call_l1(kva_storage *s, session *ss, void *arg) {
+  call_args *a = arg;
+  int rc = session_ask(ss, s->l1, a->type, a->r, -1);
+  return rc == KVA_OK ? a->r->result : rc;
+}
+
+int storage_call(kva_storage *s, uint32_t type, l1_req *r) {
+  return storage_with_session(s, call_l1, &(call_args){type, r});
 }
 
 int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n) {

@@ -50,14 +50,15 @@ int kva_clear(kva_storage *s, int force) {
 
 /* Asks every tier for its lock count; the first tier holding locks makes
  * the check fail. */
-static int memcheck_tiers(kva_storage *s, char *report, size_t len) {
-  int rc = storage_enter(s);
-  if (rc != KVA_OK) return rc;
-  session *ss = session_take(s);
-  if (!ss) {
-    storage_leave(s);
-    return KVA_EAGAIN;
-  }
+typedef struct memcheck_args {
+  char *report;
+  size_t len;
+} memcheck_args;
+
+static int memcheck_tiers(kva_storage *s, session *ss, void *arg) {
+  char *report = ((memcheck_args *)arg)->report;
+  size_t len = ((memcheck_args *)arg)->len;
+  int rc = KVA_OK;
   for (uint32_t t = 0; t < s->tiers.n && rc == KVA_OK; t++) {
     kva_l2_stats st = {0};
     kva_l2_req r = {.stats = &st};
@@ -68,8 +69,6 @@ static int memcheck_tiers(kva_storage *s, char *report, size_t len) {
       rc = KVA_EIO;
     }
   }
-  session_put(ss);
-  storage_leave(s);
   return rc;
 }
 
@@ -77,7 +76,8 @@ int kva_memcheck(kva_storage *s, char *report, size_t len) {
   if (!s || (len && !report)) return KVA_EINVAL;
   l1_req r = {.report = report, .report_len = len};
   int rc = storage_call(s, L1_MEMCHECK, &r);
-  return rc == KVA_OK ? memcheck_tiers(s, report, len) : rc;
+  if (rc != KVA_OK || s->tiers.n == 0) return rc;
+  return storage_with_session(s, memcheck_tiers, &(memcheck_args){report, len});
 }
 
 int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out) {

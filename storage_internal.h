@@ -72,6 +72,9 @@ int session_await(session *ss, int timeout_ms);
 /* Enter/leave a call: KVA_ESHUTDOWN once shutdown began. */
 int storage_enter(kva_storage *s);
 void storage_leave(kva_storage *s);
+/* Runs fn(s, ss, arg) as a call (KVA_ESHUTDOWN once shutdown began) with a
+ * borrowed session (KVA_EAGAIN when none is left). */
+int storage_with_session(kva_storage *s, int (*fn)(kva_storage *, session *, void *), void *arg);
 /* Sends a request to the L1 manager and waits for its reply. */
 int storage_call(kva_storage *s, uint32_t type, l1_req *r);
 /* Sends `type` with payload &ptr to `to` from the session's port and waits

@@ -11,21 +11,6 @@
 #include "l2/store_controller.h"
 #include "storage_internal.h"
 
-/* Runs fn(s, ss, arg) inside a call with a borrowed session. */
-static int with_session(kva_storage *s, int (*fn)(kva_storage *, session *, void *), void *arg) {
-  int rc = storage_enter(s);
-  if (rc != KVA_OK) return rc;
-  session *ss = session_take(s);
-  if (!ss) {
-    storage_leave(s);
-    return KVA_EAGAIN;
-  }
-  rc = fn(s, ss, arg);
-  session_put(ss);
-  storage_leave(s);
-  return rc;
-}
-
 /* Looks keys up on tier t and gives the locks back at once: *prefix is the
  * contiguous run of found keys from keys[0]; bits is scratch. */
 static int tier_prefix(kva_storage *s, session *ss, uint32_t t, const kva_key *k, size_t n,
@@ -95,7 +80,7 @@ int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hit
   if (rc != KVA_OK) return rc;
   if (!out) return KVA_EINVAL;
   lookup_args a = {k, n, pin != 0, out};
-  return with_session(s, do_lookup, &a);
+  return storage_with_session(s, do_lookup, &a);
 }
 
 int kva_unpin(kva_storage *s, const kva_key *k, size_t n) {
@@ -133,7 +118,7 @@ int kva_flush(kva_storage *s, int timeout_ms) {
   if (!s) return KVA_EINVAL;
   if (!s->store) return KVA_OK;
   int t = timeout_ms < 0 ? -1 : timeout_ms;
-  return with_session(s, do_flush, &t);
+  return storage_with_session(s, do_flush, &t);
 }
 
 typedef struct contains_args {
@@ -154,5 +139,5 @@ int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k) {
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !k || !key_valid(k)) return KVA_EINVAL;
   contains_args a = {(uint32_t)t, k};
-  return with_session(s, do_contains, &a);
+  return storage_with_session(s, do_contains, &a);
 }

@@ -18,24 +18,24 @@ typedef struct named {
   char name[REGISTRY_NAME_MAX + 1];
 } named;
 
+/* One registry: names and values (copies), filled in order, never removed.
+ * Every access holds `lock`. */
+typedef union value {
+  kva_l2_factory factory;
+  kva_store_policy store;
+  kva_prefetch_policy prefetch;
+} value;
+typedef struct registry {
+  named names[MAX_ENTRIES];
+  value values[MAX_ENTRIES];
+  size_t n;
+} registry;
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static registry adapters, stores, prefetches;
 
-static struct {
-  named id;
-  kva_l2_factory f;
-} adapters[MAX_ENTRIES];
-static size_t nadapters;
-static struct {
-  named id;
-  kva_store_policy p;
-} stores[MAX_ENTRIES];
-static size_t nstores;
-static struct {
-  named id;
-  kva_prefetch_policy p;
-} prefetches[MAX_ENTRIES];
-static size_t nprefetches;
+static void builtins_register(void);
 
 /* ---- built-in policies -------------------------------------------------- */
 
@@ -67,59 +67,57 @@ static bool name_ok(const char *name) {
   return len > 0 && len <= REGISTRY_NAME_MAX;
 }
 
-/* Index of the entry named `name` in an array of structs that start with
- * a `named`, or -1. */
-static int find_name(const void *first, size_t stride, size_t n, const char *name) {
-  for (size_t i = 0; i < n; i++)
-    if (strcmp(((const named *)((const char *)first + i * stride))->name, name) == 0) return (int)i;
+/* Index of `name` in r, or -1. Caller holds the lock. */
+static int find(const registry *r, const char *name) {
+  for (size_t i = 0; name && i < r->n; i++)
+    if (strcmp(r->names[i].name, name) == 0) return (int)i;
   return -1;
 }
-#define FIND(arr, n, name) find_name(&(arr)[0].id, sizeof((arr)[0]), (n), (name))
 
-static int add_adapter(const char *type, kva_l2_factory f) {
-  if (!name_ok(type) || !f) return KVA_EINVAL;
+/* Adds a copy of v under name: KVA_EINVAL for a taken name or a full
+ * registry. */
+static int add(registry *r, const char *name, const value *v) {
   pthread_mutex_lock(&lock);
   int rc = KVA_EINVAL;
-  if (nadapters < MAX_ENTRIES && FIND(adapters, nadapters, type) < 0) {
-    snprintf(adapters[nadapters].id.name, sizeof(named), "%s", type);
-    adapters[nadapters++].f = f;
+  if (r->n < MAX_ENTRIES && find(r, name) < 0) {
+    snprintf(r->names[r->n].name, sizeof(named), "%s", name);
+    r->values[r->n++] = *v;
     rc = KVA_OK;
   }
   pthread_mutex_unlock(&lock);
   return rc;
+}
+
+/* Copies the value registered as name into *out; its name (for policies)
+ * is the registry's copy. */
+static int lookup(registry *r, const char *name, value *out, const char **stored_name) {
+  pthread_once(&once, builtins_register);
+  pthread_mutex_lock(&lock);
+  int i = find(r, name);
+  if (i >= 0) {
+    *out = r->values[i];
+    *stored_name = r->names[i].name;
+  }
+  pthread_mutex_unlock(&lock);
+  return i >= 0 ? KVA_OK : KVA_EINVAL;
+}
+
+static int add_adapter(const char *type, kva_l2_factory f) {
+  if (!name_ok(type) || !f) return KVA_EINVAL;
+  return add(&adapters, type, &(value){.factory = f});
 }
 
 static int add_store(const kva_store_policy *p) {
   if (!p || !name_ok(p->name) || !p->select_targets || !p->select_l1_deletions) return KVA_EINVAL;
-  pthread_mutex_lock(&lock);
-  int rc = KVA_EINVAL;
-  if (nstores < MAX_ENTRIES && FIND(stores, nstores, p->name) < 0) {
-    snprintf(stores[nstores].id.name, sizeof(named), "%s", p->name);
-    stores[nstores].p = *p;
-    stores[nstores].p.name = stores[nstores].id.name;
-    nstores++;
-    rc = KVA_OK;
-  }
-  pthread_mutex_unlock(&lock);
-  return rc;
+  return add(&stores, p->name, &(value){.store = *p});
 }
 
 static int add_prefetch(const kva_prefetch_policy *p) {
   if (!p || !name_ok(p->name) || !p->select_load_plan) return KVA_EINVAL;
-  pthread_mutex_lock(&lock);
-  int rc = KVA_EINVAL;
-  if (nprefetches < MAX_ENTRIES && FIND(prefetches, nprefetches, p->name) < 0) {
-    snprintf(prefetches[nprefetches].id.name, sizeof(named), "%s", p->name);
-    prefetches[nprefetches].p = *p;
-    prefetches[nprefetches].p.name = prefetches[nprefetches].id.name;
-    nprefetches++;
-    rc = KVA_OK;
-  }
-  pthread_mutex_unlock(&lock);
-  return rc;
+  return add(&prefetches, p->name, &(value){.prefetch = *p});
 }
 
-static void builtins(void) {
+static void builtins_register(void) {
   add_adapter("mock", mock_adapter_spawn);
   add_store(&(kva_store_policy){"default", all_targets, keep_all, NULL});
   add_store(&(kva_store_policy){"skip_l1", all_targets, delete_all, NULL});
@@ -127,66 +125,57 @@ static void builtins(void) {
 }
 
 int kva_l2_register(const char *type, kva_l2_factory f) {
-  pthread_once(&once, builtins);
+  pthread_once(&once, builtins_register);
   return add_adapter(type, f);
 }
 int kva_store_policy_register(const kva_store_policy *p) {
-  pthread_once(&once, builtins);
+  pthread_once(&once, builtins_register);
   return add_store(p);
 }
 int kva_prefetch_policy_register(const kva_prefetch_policy *p) {
-  pthread_once(&once, builtins);
+  pthread_once(&once, builtins_register);
   return add_prefetch(p);
 }
 
 kva_l2_factory l2_factory_find(const char *type) {
-  pthread_once(&once, builtins);
-  pthread_mutex_lock(&lock);
-  int i = type ? FIND(adapters, nadapters, type) : -1;
-  kva_l2_factory f = i >= 0 ? adapters[i].f : NULL;
-  pthread_mutex_unlock(&lock);
-  return f;
+  value v;
+  const char *name;
+  return lookup(&adapters, type, &v, &name) == KVA_OK ? v.factory : NULL;
 }
 
 int store_policy_find(const char *name, kva_store_policy *out) {
-  pthread_once(&once, builtins);
-  pthread_mutex_lock(&lock);
-  int i = name ? FIND(stores, nstores, name) : -1;
-  if (i >= 0) *out = stores[i].p;
-  pthread_mutex_unlock(&lock);
-  return i >= 0 ? KVA_OK : KVA_EINVAL;
+  value v;
+  if (lookup(&stores, name, &v, &name) != KVA_OK) return KVA_EINVAL;
+  *out = v.store;
+  out->name = name;
+  return KVA_OK;
 }
 
 int prefetch_policy_find(const char *name, kva_prefetch_policy *out) {
-  pthread_once(&once, builtins);
-  pthread_mutex_lock(&lock);
-  int i = name ? FIND(prefetches, nprefetches, name) : -1;
-  if (i >= 0) *out = prefetches[i].p;
-  pthread_mutex_unlock(&lock);
-  return i >= 0 ? KVA_OK : KVA_EINVAL;
+  value v;
+  if (lookup(&prefetches, name, &v, &name) != KVA_OK) return KVA_EINVAL;
+  *out = v.prefetch;
+  out->name = name;
+  return KVA_OK;
 }
 
-static void names(char *out, size_t len, size_t n, const named *first, size_t stride) {
+static void names(const registry *r, char *out, size_t len) {
+  pthread_once(&once, builtins_register);
+  pthread_mutex_lock(&lock);
   size_t o = 0;
   if (len) out[0] = 0;
-  for (size_t i = 0; i < n && o < len; i++) {
-    const named *id = (const named *)((const char *)first + i * stride);
-    int w = snprintf(out + o, len - o, "%s%s", i ? " " : "", id->name);
+  for (size_t i = 0; i < r->n && o < len; i++) {
+    int w = snprintf(out + o, len - o, "%s%s", i ? " " : "", r->names[i].name);
     if (w < 0) break;
     o += (size_t)w;
   }
+  pthread_mutex_unlock(&lock);
 }
 
 void store_policy_names(char *out, size_t len) {
-  pthread_once(&once, builtins);
-  pthread_mutex_lock(&lock);
-  names(out, len, nstores, &stores[0].id, sizeof(stores[0]));
-  pthread_mutex_unlock(&lock);
+  names(&stores, out, len);
 }
 
 void prefetch_policy_names(char *out, size_t len) {
-  pthread_once(&once, builtins);
-  pthread_mutex_lock(&lock);
-  names(out, len, nprefetches, &prefetches[0].id, sizeof(prefetches[0]));
-  pthread_mutex_unlock(&lock);
+  names(&prefetches, out, len);
 }
