@@ -14,9 +14,9 @@
  * (failure rates with a seed, latency, a tier down or up, freeze, manual
  * bypass), or let virtual time pass (deterministic mode: eviction ticks,
  * probes of bypassed tiers, mock latency). Forced deletes and clears run
- * only with no prefetch outstanding and after a flush, so they take no
- * lock the driver or a controller holds (see may_force and the forced_*
- * tests at the end: forcing away a controller's lock is broken today).
+ * only with no prefetch outstanding (may_force), so they may take the
+ * store controller's locks but never the driver's own; the forced_* tests
+ * at the end pin down what they first broke.
  * Deterministic runs use runtime.workers=0 with runtime.seed = the run's
  * seed, so a failing seed replays exactly; the eviction policy and
  * prefetch_writeback vary with the seed.
@@ -96,7 +96,6 @@ typedef struct run {
   pending out[MAX_OUT];
   uint32_t nout;
   bool down[2], bypass[2], frozen;
-  bool stored; /* every store task done: a flush returned since the last write */
   /* what the run exercised */
   uint64_t reads, latest_checked, stale_reads, writes_refused;
 } run;
@@ -225,7 +224,6 @@ static void do_write(run *r) {
     done[nd++] = k[i];
   }
   ck_assert_int_eq((size_t)rc, nd);
-  r->stored = false;
   uint64_t ev = evictions(r); /* before the finish: the objects are write-locked */
   int fst[4];
   ck_assert_int_eq(kva_finish_write(r->s, done, nd, fst), (int)nd);
@@ -239,16 +237,14 @@ static void do_write(run *r) {
   }
 }
 
-/* Forced deletes and clears run only when neither the driver nor a
- * controller holds a lock: with no prefetch outstanding, after a flush
- * (every store task done). A forced removal of an object a store task
- * holds breaks both the bytes it stores and later locks of the key (see
- * the forced_delete tests below), so the random runs stay clear of it. */
+/* Forced deletes and clears run only with no prefetch outstanding: they
+ * may take the store controller's read locks, which must break nothing,
+ * but never the driver's own. Those would make the driver's later calls
+ * ambiguous, as the facade releases by key: after a forced delete and a
+ * new write of the key, finish_read of the old prefix could take a lock
+ * of the new object that another outstanding prefetch holds. */
 static bool may_force(run *r) {
-  if (r->nout) return false;
-  if (!r->stored) ck_assert_int_eq(kva_flush(r->s, WAIT_MS), KVA_OK);
-  r->stored = true;
-  return true;
+  return r->nout == 0;
 }
 
 static void do_delete(run *r) {
@@ -392,7 +388,6 @@ static void do_step(run *r) {
     do_clear(r);
   else if (x < 84) {
     ck_assert_int_eq(kva_flush(r->s, WAIT_MS), KVA_OK);
-    r->stored = true;
     TRACE(r, "flush");
   } else if (x < 87)
     do_touch(r);
@@ -505,10 +500,11 @@ END_TEST
 
 /* ---- forced removals under a controller's lock -------------------------
  *
- * What the random runs found when forced deletes and clears ran at any
- * time (seeds 52 and 54 at 20000 steps, before may_force): the L1 manager
- * frees a force-deleted object's memory at once and forgets it, while a
- * store task or a prefetch still holds it and will release it by key.
+ * What the random runs found (seeds 52 and 54 at 20000 steps) before
+ * forced deletes kept a locked object's memory: the L1 manager freed a
+ * force-deleted object's block at once and forgot it while a store task or
+ * a prefetch still held it, and those released their locks by key. Each
+ * test below replays one consequence deterministically.
  */
 
 /* "lazy": an L2 adapter holding one object, that touches request buffers
@@ -609,9 +605,9 @@ static void force_delete(kva_storage *s, uint64_t id) {
   ck_assert_int_eq(kva_delete(s, &k, 1, 1, &st), 1);
 }
 
-/* Bug: the store task of key a still holds a's buffer when a is
- * force-deleted; the memory goes to key b at once, and the tier stores b's
- * bytes as a — then serves them for a. */
+/* The store task of key a still holds a's buffer when a is force-deleted;
+ * were the memory given to key b at once, the tier would store b's bytes
+ * as a, then serve them for a. */
 START_TEST(forced_delete_during_a_store_keeps_the_bytes_it_stores) {
   kva_runtime *rt = start_lazy();
   kva_storage *s = kva_storage_of(rt);
@@ -636,8 +632,8 @@ START_TEST(forced_delete_during_a_store_keeps_the_bytes_it_stores) {
 }
 END_TEST
 
-/* Bug: a prefetch's L2 load still targets a's buffer when a is
- * force-deleted; the memory goes to key b, and the load overwrites b. */
+/* A prefetch's L2 load still targets a's buffer when a is force-deleted;
+ * were the memory given to key b, the load would overwrite b. */
 START_TEST(forced_delete_during_a_load_leaves_other_objects_alone) {
   kva_runtime *rt = start_lazy();
   kva_storage *s = kva_storage_of(rt);
@@ -663,9 +659,9 @@ START_TEST(forced_delete_during_a_load_leaves_other_objects_alone) {
 }
 END_TEST
 
-/* Bug: the store task of a's first object releases "its" read lock by key
- * after a was force-deleted and written again, taking the lock of whoever
- * holds the new object (here a prefetch's). */
+/* The store task of a's first object releases its read lock after a was
+ * force-deleted and written again; by key, it would take the lock of
+ * whoever holds the new object (here a prefetch's). */
 START_TEST(forced_delete_during_a_store_leaves_later_locks_of_the_key_alone) {
   kva_runtime *rt = l2_start(0, 64u * 1024u * 1024u, 1, "\"latency_us\":1000", NULL);
   kva_storage *s = kva_storage_of(rt);
