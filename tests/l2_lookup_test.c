@@ -12,30 +12,9 @@
 #include "tests/support/l2_client.h"
 
 #define MiB (1024u * 1024u)
-#define MAXK 16
-
-static kva_tier_hits lookup(kva_storage *s, uint64_t first, size_t n, int pin) {
-  kva_key k[MAXK];
-  ck_assert_uint_le(n, MAXK);
-  for (size_t i = 0; i < n; i++) k[i] = fixture_key(first + i);
-  kva_tier_hits h;
-  ck_assert_int_eq(kva_lookup(s, k, n, pin, &h), KVA_OK);
-  return h;
-}
 
 static void seed_one(kva_storage *s, uint32_t tier, uint64_t id, const kva_layout *l) {
   l2_seed(s, tier, &id, 1, l, 0);
-}
-
-static void write_one(kva_storage *s, uint64_t id, const kva_layout *l) {
-  l2_write(s, &id, 1, l, 0);
-}
-
-static void finish(kva_runtime *rt) {
-  kva_storage *s = kva_storage_of(rt);
-  l2_assert_unlocked(s);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
 }
 
 /* ---- kva_lookup (get_block_mapping / batched_contains) ------------------ */
@@ -46,11 +25,11 @@ START_TEST(lookup_maps_the_prefix_tier_by_tier) {
   kva_layout l = fixture_layout_basic();
   uint64_t l1[2] = {0, 1}, m0[2] = {2, 3};
   l2_write(s, l1, 2, &l, 0);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK); /* now in both tiers as well */
+  l2_flush(s); /* now in both tiers as well */
   l2_seed(s, 0, m0, 2, &l, 0);
   seed_one(s, 1, 4, &l);
   uint64_t asked0 = l2_stats(s, 0).lookups, asked1 = l2_stats(s, 1).lookups;
-  kva_tier_hits h = lookup(s, 0, 5, 0);
+  kva_tier_hits h = l2_lookup_range(s, 0, 5, 0);
   ck_assert_uint_eq(h.ntiers, 3);
   ck_assert_str_eq(h.tier[0].name, "L1");
   ck_assert_str_eq(h.tier[1].name, "mock0");
@@ -63,7 +42,7 @@ START_TEST(lookup_maps_the_prefix_tier_by_tier) {
   ck_assert_uint_eq(l2_stats(s, 0).lookups - asked0, 3);
   ck_assert_uint_eq(l2_stats(s, 1).lookups - asked1, 1);
   ck_assert_int_eq(l2_l1_state(s, 2), L1_ABSENT); /* a lookup loads nothing */
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -77,23 +56,20 @@ START_TEST(lookup_skips_a_tier_without_a_hit) {
   seed_one(s, 0, 4, &l);
   uint64_t m1[2] = {1, 2};
   l2_seed(s, 1, m1, 2, &l, 0);
-  kva_key k0 = fixture_key(0);
-  kva_buf b;
-  int st;
-  ck_assert_int_eq(kva_reserve_write(s, &k0, 1, &l, KVA_WRITE_NEW, &b, &st), 1);
-  kva_tier_hits h = lookup(s, 0, 5, 0); /* key 0 is write-locked: not a hit */
+  l2_reserve(s, 0, &l);
+  kva_tier_hits h = l2_lookup_range(s, 0, 5, 0); /* key 0 is write-locked: not a hit */
   ck_assert_uint_eq(h.tier[0].hits, 0);
   ck_assert_uint_eq(h.total, 0);
-  ck_assert_int_eq(kva_delete(s, &k0, 1, 1, &st), 1);
-  ck_assert_int_eq(kva_finish_write(s, &k0, 1, &st), 0); /* the writer lets go */
-  ck_assert_int_eq(st, KVA_KEY_NOT_EXIST);
-  l2_seed(s, 1, &(uint64_t){0}, 1, &l, 0); /* now: mock0 {2,4}, mock1 {0,1,2} */
-  h = lookup(s, 0, 5, 0);
+  ck_assert_int_eq(l2_delete_one(s, 0, 1), KVA_OK);
+  ck_assert_int_eq(l2_finish_one(s, 0), KVA_KEY_NOT_EXIST); /* the writer lets go */
+  /* now: mock0 {2,4}, mock1 {0,1,2} */
+  l2_seed(s, 1, &(uint64_t){0}, 1, &l, 0);
+  h = l2_lookup_range(s, 0, 5, 0);
   ck_assert_uint_eq(h.tier[0].hits, 0);
   ck_assert_uint_eq(h.tier[1].hits, 0);
   ck_assert_uint_eq(h.tier[2].hits, 3);
   ck_assert_uint_eq(h.total, 3);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -104,15 +80,15 @@ START_TEST(lookup_counts_a_failing_tier_as_empty) {
   l2_seed_range(s, 0, 0, 2, &l);
   l2_seed_range(s, 1, 0, 3, &l);
   l2_set_down(s, 0, true);
-  kva_tier_hits h = lookup(s, 0, 4, 0);
+  kva_tier_hits h = l2_lookup_range(s, 0, 4, 0);
   ck_assert_uint_eq(h.tier[1].hits, 0);
   ck_assert_uint_eq(h.tier[2].hits, 3);
   ck_assert_uint_eq(h.total, 3);
   l2_set_down(s, 0, false);
-  h = lookup(s, 0, 4, 0);
+  h = l2_lookup_range(s, 0, 4, 0);
   ck_assert_uint_eq(h.tier[1].hits, 2);
   ck_assert_uint_eq(h.tier[2].hits, 1);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -126,11 +102,11 @@ START_TEST(lookup_reaches_the_eighth_tier) {
   ck_assert_uint_eq(l2_prefetch_range(s, 0, 1, &l), 1); /* the prefetch finds it */
   l2_read_release_range(s, 0, 1, 0);
   ck_assert_int_eq(kva_clear(s, 0), 1);
-  kva_tier_hits h = lookup(s, 0, 1, 0);
+  kva_tier_hits h = l2_lookup_range(s, 0, 1, 0);
   ck_assert_uint_eq(h.total, 1);
   ck_assert_uint_eq(h.ntiers, 8);
   ck_assert_str_eq(h.tier[7].name, "mock6");
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -145,7 +121,7 @@ START_TEST(lookup_refuses_bad_arguments) {
   ck_assert_int_eq(kva_lookup(s, &bad, 1, 0, &h), KVA_EINVAL);
   ck_assert_int_eq(kva_lookup(NULL, &k, 1, 0, &h), KVA_EINVAL);
   ck_assert_int_eq(kva_unpin(s, &bad, 1), KVA_EINVAL);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -158,7 +134,7 @@ START_TEST(pinned_object_survives_eviction) {
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(256 * 1024);
   fixture_write(s, 0, 4, &l);
-  kva_tier_hits h = lookup(s, 0, 1, 1);
+  kva_tier_hits h = l2_lookup_range(s, 0, 1, 1);
   ck_assert_uint_eq(h.ntiers, 1);
   ck_assert_uint_eq(h.total, 1);
   ck_assert_int_eq(l2_l1_state(s, 0), L1_PINNED); /* pinned, not read-locked */
@@ -171,13 +147,12 @@ START_TEST(pinned_object_survives_eviction) {
   fixture_write(s, 10, 3, &l); /* evicts 1, 2 and 3 */
   ck_assert_int_eq(l2_l1_state(s, 0), L1_PINNED);
   ck_assert_int_eq(l2_l1_state(s, 1), L1_ABSENT);
+  ck_assert_int_eq(l2_delete_one(s, 0, 0), KVA_KEY_LOCKED);
   kva_key k0 = fixture_key(0);
-  ck_assert_int_eq(kva_delete(s, &k0, 1, 0, st), 0);
-  ck_assert_int_eq(st[0], KVA_KEY_LOCKED);
   ck_assert_int_eq(kva_unpin(s, &k0, 1), 1);
   fixture_write(s, 20, 4, &l); /* now key 0 can go */
   ck_assert_int_eq(l2_l1_state(s, 0), L1_ABSENT);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -189,15 +164,15 @@ START_TEST(pins_stack_and_unpin_counts_what_it_released) {
   kva_key k[3] = {fixture_key(0), fixture_key(1), fixture_key(2)};
   ck_assert_int_eq(kva_unpin(s, k, 1), 0);     /* never pinned */
   ck_assert_int_eq(kva_unpin(s, k + 2, 1), 0); /* absent */
-  lookup(s, 0, 1, 1);
-  lookup(s, 0, 2, 1);
+  l2_lookup_range(s, 0, 1, 1);
+  l2_lookup_range(s, 0, 2, 1);
   ck_assert_int_eq(kva_unpin(s, k, 3), 2); /* 0 and 1 once each; 2 absent */
   ck_assert_int_eq(l2_l1_state(s, 0), L1_PINNED);
   ck_assert_int_eq(l2_l1_state(s, 1), 0);
   ck_assert_int_eq(kva_unpin(s, k, 2), 1);
   ck_assert_int_eq(l2_l1_state(s, 0), 0);
   ck_assert_int_eq(kva_unpin(s, k, 1), 0);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -207,13 +182,13 @@ START_TEST(memcheck_reports_a_pin) {
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
   fixture_write(s, 0, 1, &l);
-  lookup(s, 0, 1, 1);
+  l2_lookup_range(s, 0, 1, 1);
   char report[256] = "";
   ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
   ck_assert_msg(strstr(report, "1 pins") != NULL, "report: %s", report);
   kva_key k0 = fixture_key(0);
   ck_assert_int_eq(kva_unpin(s, &k0, 1), 1);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -222,10 +197,10 @@ START_TEST(pin_holds_no_l2_lock) {
   kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
-  write_one(s, 0, &l);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
+  l2_write_range(s, 0, 1, &l, 0);
+  l2_flush(s);
   l2_seed_range(s, 0, 1, 2, &l);
-  kva_tier_hits h = lookup(s, 0, 3, 1);
+  kva_tier_hits h = l2_lookup_range(s, 0, 3, 1);
   ck_assert_uint_eq(h.tier[0].hits, 1);
   ck_assert_uint_eq(h.tier[1].hits, 2);
   ck_assert_int_eq(l2_l1_state(s, 0), L1_PINNED);
@@ -233,7 +208,7 @@ START_TEST(pin_holds_no_l2_lock) {
   l2_assert_unlocked(s);
   kva_key k = fixture_key(0);
   ck_assert_int_eq(kva_unpin(s, &k, 1), 1);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -260,7 +235,7 @@ START_TEST(l2_contains_answers_per_tier) {
   ck_assert_int_eq(kva_l2_contains(s, "mock0", &k0), KVA_EIO);
   l2_set_down(s, 0, false);
   ck_assert_int_eq(kva_l2_contains(s, "mock0", &k0), 1);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -276,7 +251,7 @@ START_TEST(memcheck_names_the_tier_holding_a_lock) {
   ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
   ck_assert_msg(strstr(report, "mock1") && strstr(report, "2 keys locked"), "report: %s", report);
   l2_unlock(s, 1, ids, 2);
-  finish(rt); /* waits for the unlock, then memcheck passes */
+  l2_finish(rt); /* waits for the unlock, then memcheck passes */
 }
 END_TEST
 
@@ -307,66 +282,70 @@ START_TEST(prefetch_is_cut_at_the_first_failed_load) {
   for (size_t i = 0; i < c->n; i++) seed_one(s, c->tier_of[i], i, &l);
   if (c->fail >= 0) l2_fail_loads(s, c->tier_of[c->fail], &(uint64_t){(uint64_t)c->fail}, 1);
   ck_assert_uint_eq(l2_prefetch_range(s, 0, c->n, &l), c->hits);
-  for (size_t i = 0; i < c->n; i++)
-    ck_assert_int_eq(l2_l1_state(s, i), i < c->hits ? 1 : L1_ABSENT);
+  l2_expect_states(s, 0, c->hits, 1);
+  l2_expect_states(s, c->hits, c->n - c->hits, L1_ABSENT);
   kva_storage_stats st = l2_storage_stats(s);
   ck_assert_uint_eq(st.l2_prefetches, 1);
   ck_assert_uint_eq(st.l2_load_failures, c->fail >= 0);
   ck_assert_uint_eq(st.l2_loaded_keys, c->n - (c->fail >= 0));
   l2_read_release_range(s, 0, c->hits, 0);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
 /* ---- the storage manager over L1 and L2 (LMCache 4.3, 6.4) -------------- */
 
+/* Two workers, one tier, and keys ids[] written (version v) and stored: in
+ * L1 and in the tier, with no store lock left. */
+static kva_runtime *start_stored(const uint64_t *ids, size_t n, uint32_t v) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
+  kva_layout l = fixture_layout_basic();
+  l2_write(kva_storage_of(rt), ids, n, &l, v);
+  l2_flush(kva_storage_of(rt));
+  return rt;
+}
+
 /* test_prefetch_from_l2: after a flush the store holds no lock, so a clear
  * empties L1 completely; all five come back from L2. */
 START_TEST(prefetch_loads_what_l1_lost) {
-  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
+  uint64_t ids[5] = {0, 1, 2, 3, 4};
+  kva_runtime *rt = start_stored(ids, 5, 3);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
-  uint64_t ids[5] = {0, 1, 2, 3, 4};
-  l2_write(s, ids, 5, &l, 3);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
   ck_assert_int_eq(kva_clear(s, 0), 5);
   ck_assert_uint_eq(l2_storage_stats(s).l1_used_bytes, 0);
   ck_assert_uint_eq(l2_prefetch_range(s, 0, 5, &l), 5);
   l2_read_release(s, ids, 5, 3, 0);
   ck_assert_uint_eq(l2_storage_stats(s).l2_loaded_keys, 5);
   ck_assert_uint_eq(l2_prefetch_range(s, 7, 3, &l), 0); /* test_prefetch_nothing_in_l2 */
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
 /* test_prefetch_mixed_l1_l2, test_prefetch_l1_prefix_plus_l2_continuation */
 START_TEST(prefetch_continues_in_l2_after_the_l1_prefix) {
-  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
+  uint64_t ids[5] = {0, 1, 2, 3, 4};
+  kva_runtime *rt = start_stored(ids, 5, 1);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
-  uint64_t ids[5] = {0, 1, 2, 3, 4};
-  l2_write(s, ids, 5, &l, 1);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
   kva_key k[3] = {fixture_key(2), fixture_key(3), fixture_key(4)};
   int st[3];
   ck_assert_int_eq(kva_delete(s, k, 3, 0, st), 3); /* the store's locks are gone */
   ck_assert_uint_eq(l2_prefetch(s, ids, 5, &l, 2), 5);
-  for (uint64_t i = 0; i < 5; i++) ck_assert_int_eq(l2_l1_state(s, i), 3);
+  l2_expect_states(s, 0, 5, 3);
   l2_read_release(s, ids, 5, 1, 2);
   ck_assert_uint_eq(l2_storage_stats(s).l2_loaded_keys, 3);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
 /* test_prefetch_l2_partial_prefix, and read_prefetched's all-or-nothing:
  * a read of more than the hits releases the locks it found. */
 START_TEST(prefetch_from_l2_stops_at_its_gap) {
-  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
+  uint64_t ids[4] = {0, 1, 3, 4};
+  kva_runtime *rt = start_stored(ids, 4, 0);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
-  uint64_t ids[4] = {0, 1, 3, 4};
-  l2_write(s, ids, 4, &l, 0);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
   ck_assert_int_eq(kva_clear(s, 0), 4);
   ck_assert_uint_eq(l2_prefetch_range(s, 0, 5, &l), 2);
   ck_assert_int_eq(l2_l1_state(s, 3), L1_ABSENT);
@@ -374,9 +353,8 @@ START_TEST(prefetch_from_l2_stops_at_its_gap) {
   kva_buf b[5];
   for (int i = 0; i < 5; i++) k[i] = fixture_key((uint64_t)i);
   ck_assert_int_eq(kva_read_prefetched(s, k, 5, b), KVA_KEY_NOT_EXIST);
-  ck_assert_int_eq(l2_l1_state(s, 0), 0);
-  ck_assert_int_eq(l2_l1_state(s, 1), 0);
-  finish(rt);
+  l2_expect_states(s, 0, 2, 0);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -390,10 +368,7 @@ START_TEST(prefetch_releases_l1_hits_past_the_gap) {
   kva_layout l = fixture_layout_basic();
   uint64_t l1[2] = {0, 1}, more[2] = {2, 4};
   l2_write(s, l1, 2, &l, 0);
-  ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);
-  write_one(s, 3, &l);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
-  ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
+  l2_write_l1_only(s, &(uint64_t){3}, 1, &l, 0);
   l2_seed(s, 0, more, 2, &l, 0);
   uint64_t ids[5] = {0, 1, 2, 3, 4};
   ck_assert_uint_eq(l2_prefetch(s, ids, 5, &l, 1), 3);
@@ -402,7 +377,7 @@ START_TEST(prefetch_releases_l1_hits_past_the_gap) {
   ck_assert_int_eq(l2_l1_state(s, 3), 0);
   ck_assert_int_eq(l2_l1_state(s, 4), L1_ABSENT);
   l2_read_release(s, ids, 3, 0, 1);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 

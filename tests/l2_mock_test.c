@@ -60,12 +60,20 @@ int mk_try_reply(mk *h, int timeout_ms, uint64_t *tag, kva_l2_req **r) {
   return KVA_OK;
 }
 
-void mk_expect_reply(mk *h, uint64_t tag, const kva_l2_req *r) {
-  uint64_t got;
+kva_l2_req *mk_next_reply(mk *h, int timeout_ms, uint64_t *tag) {
   kva_l2_req *p;
-  ck_assert_int_eq(mk_try_reply(h, h->wait_ms, &got, &p), KVA_OK);
+  ck_assert_int_eq(mk_try_reply(h, timeout_ms, tag, &p), KVA_OK);
+  return p;
+}
+
+void mk_expect_reply_within(mk *h, int timeout_ms, uint64_t tag, const kva_l2_req *r) {
+  uint64_t got;
+  ck_assert_ptr_eq(mk_next_reply(h, timeout_ms, &got), r);
   ck_assert_uint_eq(got, tag);
-  ck_assert_ptr_eq(p, r);
+}
+
+void mk_expect_reply(mk *h, uint64_t tag, const kva_l2_req *r) {
+  mk_expect_reply_within(h, h->wait_ms, tag, r);
 }
 
 void mk_expect_silence(mk *h, int timeout_ms) {
@@ -146,6 +154,11 @@ void mk_unlock(mk *h, const objs *o) {
   ck_assert_int_eq(kva_send(h->a, KVA_L2_UNLOCK, o->k, len, kva_port_actor(h->port), 0), KVA_OK);
 }
 
+void mk_unlock_free(mk *h, objs *o) {
+  mk_unlock(h, o);
+  objs_free(o);
+}
+
 kva_l2_stats mk_stats(mk *h) {
   kva_l2_stats s;
   memset(&s, 0xff, sizeof(s));
@@ -184,8 +197,7 @@ int mk_store_range(mk *h, uint64_t first, size_t n, uint64_t bytes, int gen) {
 uint64_t mk_present(mk *h, uint64_t first, size_t n) {
   objs *o = objs_make(first, n, 1, -1);
   uint64_t m = mk_lookup(h, o);
-  mk_unlock(h, o);
-  objs_free(o);
+  mk_unlock_free(h, o);
   return m;
 }
 

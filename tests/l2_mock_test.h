@@ -36,6 +36,12 @@ uint64_t mk_send(mk *h, uint32_t type, kva_l2_req *r); /* returns the tag */
 /* One KVA_L2_DONE within timeout_ms: KVA_OK with its tag and pointer, or
  * KVA_ETIMEDOUT. Fails the test for anything else. */
 int mk_try_reply(mk *h, int timeout_ms, uint64_t *tag, kva_l2_req **r);
+/* The next KVA_L2_DONE, which must come within timeout_ms: its pointer,
+ * and its tag in *tag. */
+kva_l2_req *mk_next_reply(mk *h, int timeout_ms, uint64_t *tag);
+/* The next reply is tag's, with pointer r (within timeout_ms, or the
+ * mode's wait for mk_expect_reply). */
+void mk_expect_reply_within(mk *h, int timeout_ms, uint64_t tag, const kva_l2_req *r);
 void mk_expect_reply(mk *h, uint64_t tag, const kva_l2_req *r);
 void mk_expect_silence(mk *h, int timeout_ms);
 int mk_call(mk *h, uint32_t type, kva_l2_req *r); /* send, wait; r->result */
@@ -62,6 +68,7 @@ int mk_store(mk *h, objs *o);       /* the task's result */
 uint64_t mk_lookup(mk *h, objs *o); /* mask of the keys found (now locked) */
 uint64_t mk_load(mk *h, objs *o);   /* mask of the keys loaded */
 void mk_unlock(mk *h, const objs *o);
+void mk_unlock_free(mk *h, objs *o); /* mk_unlock, then objs_free */
 int mk_store_range(mk *h, uint64_t first, size_t n, uint64_t bytes, int gen);
 /* Mask of the keys [first, first + n) present (locks released at once). */
 uint64_t mk_present(mk *h, uint64_t first, size_t n);

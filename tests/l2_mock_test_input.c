@@ -12,6 +12,19 @@
 #include "tests/l2_mock_test.h"
 #include "tests/support/fixture.h"
 
+/* A mock with schema defaults, its warnings counted from here on. */
+static mk open_counting(void) {
+  mk h = mk_open(0, "");
+  mk_count_warnings();
+  return h;
+}
+
+/* Stores key 0 (64 bytes); returns an object of key 0 to look it up with. */
+static objs *store_key0(mk *h) {
+  ck_assert_int_eq(mk_store_range(h, 0, 1, 64, 0), KVA_OK);
+  return objs_make(0, 1, 64, -1);
+}
+
 START_TEST(stats_count_every_request) {
   mk h = mk_open(0, "\"capacity_bytes\":2048");
   ck_assert_int_eq(mk_store_range(&h, 0, 2, 1024, 0), KVA_OK);
@@ -69,8 +82,7 @@ static void expect_einval(mk *h, uint32_t type, kva_l2_req r) {
 }
 
 START_TEST(malformed_requests_are_refused_with_einval) {
-  mk h = mk_open(0, "");
-  mk_count_warnings();
+  mk h = open_counting();
   objs *o = objs_make(0, 2, 64, 1);
   const kva_l2_req good = {.keys = o->k, .n = 2, .layout = &o->l, .bufs = o->b, .bits = o->bits};
   kva_layout no_layout = {0};
@@ -107,16 +119,11 @@ END_TEST
 
 /* The reply for tag `tag` carries a NULL pointer. */
 static void expect_null_reply(mk *h, uint64_t tag) {
-  uint64_t got;
-  kva_l2_req *p = (kva_l2_req *)1;
-  ck_assert_int_eq(mk_try_reply(h, 0, &got, &p), KVA_OK);
-  ck_assert_uint_eq(got, tag);
-  ck_assert_ptr_null(p);
+  mk_expect_reply_within(h, 0, tag, NULL);
 }
 
 START_TEST(a_payload_that_is_not_a_request_gets_a_null_reply) {
-  mk h = mk_open(0, "");
-  mk_count_warnings();
+  mk h = open_counting();
   kva_actor *me = kva_port_actor(h.port);
   kva_l2_req *none = NULL;
   ck_assert_int_eq(kva_send(h.a, KVA_L2_LOAD, &none, sizeof(none), me, 5), KVA_OK);
@@ -131,10 +138,8 @@ START_TEST(a_payload_that_is_not_a_request_gets_a_null_reply) {
 END_TEST
 
 START_TEST(requests_without_a_sender_are_dropped) {
-  mk h = mk_open(0, "");
-  mk_count_warnings();
-  ck_assert_int_eq(mk_store_range(&h, 0, 1, 64, 0), KVA_OK);
-  objs *o = objs_make(0, 1, 64, -1);
+  mk h = open_counting();
+  objs *o = store_key0(&h);
   kva_l2_req r = {.keys = o->k, .n = 1, .bits = o->bits}, *p = &r;
   ck_assert_int_eq(kva_send(h.a, KVA_L2_LOOKUP_AND_LOCK, &p, sizeof(p), NULL, 1), KVA_OK);
   mk_expect_silence(&h, 0);
@@ -146,10 +151,8 @@ START_TEST(requests_without_a_sender_are_dropped) {
 END_TEST
 
 START_TEST(a_bad_unlock_changes_nothing) {
-  mk h = mk_open(0, "");
-  mk_count_warnings();
-  ck_assert_int_eq(mk_store_range(&h, 0, 1, 64, 0), KVA_OK);
-  objs *o = objs_make(0, 1, 64, -1);
+  mk h = open_counting();
+  objs *o = store_key0(&h);
   ck_assert_uint_eq(mk_lookup(&h, o), 1);
   kva_key two[2] = {o->k[0], o->k[0]}, junk;
   memset(&junk, 0xff, sizeof(junk));
@@ -170,8 +173,7 @@ START_TEST(a_bad_unlock_changes_nothing) {
 END_TEST
 
 START_TEST(a_bad_control_changes_nothing_and_is_answered) {
-  mk h = mk_open(0, "");
-  mk_count_warnings();
+  mk h = open_counting();
   mock_control c = {.set = MOCK_SET_DOWN | MOCK_SET_FAIL_STORE_RATE, .down = 1};
   c.fail_store_rate = 2.0;
   mk_control(&h, &c);
@@ -197,8 +199,7 @@ START_TEST(a_bad_control_changes_nothing_and_is_answered) {
 END_TEST
 
 START_TEST(unknown_messages_are_ignored) {
-  mk h = mk_open(0, "");
-  mk_count_warnings();
+  mk h = open_counting();
   ck_assert_int_eq(kva_send(h.a, 300, "x", 1, kva_port_actor(h.port), 1), KVA_OK);
   mk_expect_silence(&h, 0);
   ck_assert_int_ge(mk_warnings(), 1);
@@ -209,8 +210,7 @@ END_TEST
 
 START_TEST(stopping_with_locks_held_warns) {
   mk h = mk_open(0, "");
-  ck_assert_int_eq(mk_store_range(&h, 0, 1, 64, 0), KVA_OK);
-  objs *o = objs_make(0, 1, 64, -1);
+  objs *o = store_key0(&h);
   ck_assert_uint_eq(mk_lookup(&h, o), 1);
   mk_count_warnings();
   kva_actor_stop(h.a);

@@ -16,6 +16,13 @@
 #define LMC_OPTS "\"capacity_bytes\":1048576,\"bandwidth_bytes_per_s\":10000000000"
 #define LMC_OBJ 4096u
 
+static mk lmc_open(void) {
+  return mk_open(2, LMC_OPTS);
+}
+
+/* The task types of its interface, in workflow order. */
+static const uint32_t types[] = {KVA_L2_STORE, KVA_L2_LOOKUP_AND_LOCK, KVA_L2_LOAD};
+
 static kva_l2_req lmc_req(objs *o, uint32_t type) {
   kva_l2_req r = {.keys = o->k, .n = o->n};
   if (type != KVA_L2_LOOKUP_AND_LOCK) r.layout = &o->l, r.bufs = o->b;
@@ -27,11 +34,10 @@ static kva_l2_req lmc_req(objs *o, uint32_t type) {
  * readable (one doorbell per port, not one per operation: requests are
  * told apart by tag). */
 START_TEST(lmcache_each_completion_makes_the_port_fd_readable) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   ck_assert_int_ge(kva_actor_eventfd(h.a), 0);
   ck_assert_int_ne(kva_actor_eventfd(h.a), kva_port_fd(h.port));
   objs *o = objs_make(1, 1, LMC_OBJ, 1);
-  const uint32_t types[] = {KVA_L2_STORE, KVA_L2_LOOKUP_AND_LOCK, KVA_L2_LOAD};
   for (int i = 0; i < 3; i++) {
     kva_l2_req r = lmc_req(o, types[i]);
     uint64_t tag = mk_send(&h, types[i], &r);
@@ -40,8 +46,7 @@ START_TEST(lmcache_each_completion_makes_the_port_fd_readable) {
     mk_expect_reply(&h, tag, &r);
     ck_assert_int_eq(r.result, KVA_OK);
   }
-  mk_unlock(&h, o);
-  objs_free(o);
+  mk_unlock_free(&h, o);
   mk_close(&h);
 }
 END_TEST
@@ -49,23 +54,19 @@ END_TEST
 /* submit_*_task returns a task id: here every request comes back under its
  * own tag with its own pointer, whatever the order. */
 START_TEST(lmcache_each_request_is_answered_under_its_own_tag) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   objs *o = objs_make(1, 1, LMC_OBJ, 1);
   ck_assert_int_eq(mk_store(&h, o), KVA_OK);
-  const uint32_t types[] = {KVA_L2_STORE, KVA_L2_LOOKUP_AND_LOCK, KVA_L2_LOAD};
   kva_l2_req r[3];
   uint64_t tags[3], seen = 0;
   for (int i = 0; i < 3; i++) r[i] = lmc_req(o, types[i]), tags[i] = mk_send(&h, types[i], &r[i]);
   for (int n = 0; n < 3; n++) {
     uint64_t tag;
-    kva_l2_req *p;
-    ck_assert_int_eq(mk_try_reply(&h, WAIT_MS, &tag, &p), KVA_OK);
-    int i = (int)(p - r);
+    int i = (int)(mk_next_reply(&h, WAIT_MS, &tag) - r);
     ck_assert(i >= 0 && i < 3 && tags[i] == tag && !(seen >> i & 1));
     seen |= 1u << i;
   }
-  mk_unlock(&h, o);
-  objs_free(o);
+  mk_unlock_free(&h, o);
   mk_close(&h);
 }
 END_TEST
@@ -73,7 +74,7 @@ END_TEST
 /* pop_completed_store_tasks: success once; popped again: nothing. The same
  * for lookup and load results, and nothing ever for a task never sent. */
 START_TEST(lmcache_a_completion_is_reported_exactly_once) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   objs *o = objs_make(1, 1, LMC_OBJ, 1);
   ck_assert_int_eq(mk_store(&h, o), KVA_OK);
   mk_expect_silence(&h, 100);
@@ -81,14 +82,13 @@ START_TEST(lmcache_a_completion_is_reported_exactly_once) {
   mk_expect_silence(&h, 100);
   ck_assert_uint_eq(mk_load(&h, o), 1);
   mk_expect_silence(&h, 100);
-  mk_unlock(&h, o);
-  objs_free(o);
+  mk_unlock_free(&h, o);
   mk_close(&h);
 }
 END_TEST
 
 START_TEST(lmcache_several_store_tasks_each_succeed) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   objs *o[3];
   kva_l2_req r[3];
   for (int i = 0; i < 3; i++) {
@@ -98,9 +98,7 @@ START_TEST(lmcache_several_store_tasks_each_succeed) {
   }
   for (int n = 0; n < 3; n++) {
     uint64_t tag;
-    kva_l2_req *p;
-    ck_assert_int_eq(mk_try_reply(&h, WAIT_MS, &tag, &p), KVA_OK);
-    ck_assert_int_eq(p->result, KVA_OK);
+    ck_assert_int_eq(mk_next_reply(&h, WAIT_MS, &tag)->result, KVA_OK);
   }
   ck_assert_uint_eq(mk_present(&h, 0, 3), 7);
   for (int i = 0; i < 3; i++) objs_free(o[i]);
@@ -109,7 +107,7 @@ START_TEST(lmcache_several_store_tasks_each_succeed) {
 END_TEST
 
 START_TEST(lmcache_one_store_task_stores_a_batch) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   ck_assert_int_eq(mk_store_range(&h, 0, 5, LMC_OBJ, 3), KVA_OK);
   ck_assert_uint_eq(mk_present(&h, 0, 5), 0x1f);
   ck_assert_uint_eq(mk_load_check(&h, 0, 5, LMC_OBJ, 3), 0x1f);
@@ -119,22 +117,21 @@ END_TEST
 
 /* TestLookupAndLockInterface: missing 0, stored 1, mixed 1 then 0. */
 START_TEST(lmcache_lookup_sets_the_bits_of_stored_keys_only) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   ck_assert_uint_eq(mk_present(&h, 999, 1), 0);
   ck_assert_int_eq(mk_store_range(&h, 1, 1, LMC_OBJ, 0), KVA_OK);
   ck_assert_uint_eq(mk_present(&h, 1, 1), 1);
   objs *mixed = objs_make(1, 2, 1, -1);
   mixed->k[1] = fixture_key(999);
   ck_assert_uint_eq(mk_lookup(&h, mixed), 1);
-  mk_unlock(&h, mixed);
-  objs_free(mixed);
+  mk_unlock_free(&h, mixed);
   mk_close(&h);
 }
 END_TEST
 
 /* TestUnlockInterface */
 START_TEST(lmcache_unlock_of_a_missing_key_is_harmless) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   objs *o = objs_make(1, 1, 1, -1);
   mk_unlock(&h, o);
   ck_assert_uint_eq(mk_stats(&h).objects, 0);
@@ -144,20 +141,19 @@ START_TEST(lmcache_unlock_of_a_missing_key_is_harmless) {
 END_TEST
 
 START_TEST(lmcache_unlock_after_lookup_releases_the_lock) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   objs *o = objs_make(1, 1, LMC_OBJ, 0);
   ck_assert_int_eq(mk_store(&h, o), KVA_OK);
   ck_assert_uint_eq(mk_lookup(&h, o), 1);
   ck_assert_uint_eq(mk_stats(&h).keys_locked, 1);
-  mk_unlock(&h, o);
-  objs_free(o);
+  mk_unlock_free(&h, o);
   mk_close(&h);
 }
 END_TEST
 
 /* TestLoadInterface: a missing key fails; a stored one is copied. */
 START_TEST(lmcache_load_of_a_missing_key_clears_its_bit) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   ck_assert_uint_eq(mk_load_check(&h, 999, 1, LMC_OBJ, 0), 0);
   ck_assert_uint_eq(mk_stats(&h).load_failures, 1);
   mk_close(&h);
@@ -178,7 +174,7 @@ static int all_floats(const objs *o, float v) {
 }
 
 START_TEST(lmcache_load_copies_the_stored_data) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   objs *in = floats(1, 100, 42.0f), *out = floats(1, 100, 0.0f);
   ck_assert_int_eq(mk_store(&h, in), KVA_OK);
   ck_assert_uint_eq(mk_load(&h, out), 1);
@@ -191,7 +187,7 @@ END_TEST
 
 /* TestEndToEndWorkflow */
 START_TEST(lmcache_store_lookup_load_unlock_workflow) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   objs *in = floats(1, 256, 123.0f), *out = floats(1, 256, 0.0f);
   ck_assert_int_eq(mk_store(&h, in), KVA_OK);
   ck_assert_uint_eq(mk_lookup(&h, in), 1);
@@ -205,7 +201,7 @@ START_TEST(lmcache_store_lookup_load_unlock_workflow) {
 END_TEST
 
 START_TEST(lmcache_workflow_with_several_objects) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   objs *in = objs_make(0, 5, 64 * sizeof(float), -1),
        *out = objs_make(0, 5, 64 * sizeof(float), -1);
   for (size_t i = 0; i < 5; i++)
@@ -224,13 +220,13 @@ END_TEST
 /* TestCloseInterface: shutdown with and without traffic (LSan checks that
  * everything was freed). */
 START_TEST(lmcache_close_without_requests) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   mk_shutdown(&h);
 }
 END_TEST
 
 START_TEST(lmcache_close_after_requests) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   ck_assert_int_eq(mk_store_range(&h, 1, 1, LMC_OBJ, 0), KVA_OK);
   mk_shutdown(&h);
 }
@@ -247,7 +243,7 @@ START_TEST(lmcache_store_completion_is_delayed_by_bandwidth) {
 END_TEST
 
 START_TEST(lmcache_fast_bandwidth_completes_quickly) {
-  mk h = mk_open(2, LMC_OPTS);
+  mk h = lmc_open();
   uint64_t t0 = fixture_now_ns();
   ck_assert_int_eq(mk_store_range(&h, 1, 1, LMC_OBJ, 0), KVA_OK);
   ck_assert_uint_lt(fixture_now_ns() - t0, 1000000000ull);

@@ -20,9 +20,11 @@ static objs *lock_key(mk *h, uint64_t i) {
   return o;
 }
 
-static void unlock_key(mk *h, objs *o) {
-  mk_unlock(h, o);
-  objs_free(o);
+/* A SMALL tier that is full: keys 0..3 of OBJ bytes, generation 0. */
+static mk open_full(void) {
+  mk h = mk_open(0, SMALL);
+  ck_assert_int_eq(mk_store_range(&h, 0, 4, OBJ, 0), KVA_OK);
+  return h;
 }
 
 START_TEST(store_lookup_load_unlock_round_trip_is_byte_exact) {
@@ -47,8 +49,7 @@ START_TEST(store_lookup_load_unlock_round_trip_is_byte_exact) {
 END_TEST
 
 START_TEST(a_key_locked_twice_needs_two_unlocks) {
-  mk h = mk_open(0, SMALL);
-  ck_assert_int_eq(mk_store_range(&h, 0, 4, OBJ, 0), KVA_OK);
+  mk h = open_full();
   objs *k0 = lock_key(&h, 0);
   ck_assert_uint_eq(mk_lookup(&h, k0), 1);
   ck_assert_uint_eq(mk_stats(&h).keys_locked, 2);
@@ -57,7 +58,7 @@ START_TEST(a_key_locked_twice_needs_two_unlocks) {
   /* still locked: key 1, the next oldest, makes room instead */
   ck_assert_int_eq(mk_store_range(&h, 4, 1, OBJ, 0), KVA_OK);
   ck_assert_uint_eq(mk_present(&h, 0, 5), 0x1d);
-  unlock_key(&h, k0);
+  mk_unlock_free(&h, k0);
   ck_assert_uint_eq(mk_stats(&h).keys_locked, 0);
   /* unlocked now, and the oldest: the next store evicts it */
   ck_assert_int_eq(mk_store_range(&h, 5, 1, OBJ, 0), KVA_OK);
@@ -82,15 +83,14 @@ START_TEST(eviction_takes_the_oldest_stored_first) {
 END_TEST
 
 START_TEST(eviction_skips_locked_keys) {
-  mk h = mk_open(0, SMALL);
-  ck_assert_int_eq(mk_store_range(&h, 0, 4, OBJ, 0), KVA_OK);
+  mk h = open_full();
   objs *k0 = lock_key(&h, 0), *k2 = lock_key(&h, 2);
   ck_assert_int_eq(mk_store_range(&h, 4, 2, OBJ, 1), KVA_OK);
   ck_assert_uint_eq(mk_present(&h, 0, 6), 0x35);
   ck_assert_uint_eq(mk_load_check(&h, 0, 1, OBJ, 0), 1);
   ck_assert_uint_eq(mk_load_check(&h, 4, 2, OBJ, 1), 3);
-  unlock_key(&h, k0);
-  unlock_key(&h, k2);
+  mk_unlock_free(&h, k0);
+  mk_unlock_free(&h, k2);
   mk_close(&h);
 }
 END_TEST
@@ -112,8 +112,7 @@ START_TEST(a_store_larger_than_the_tier_fails_and_keeps_nothing) {
 END_TEST
 
 START_TEST(a_store_that_fits_only_over_locked_keys_fails_and_keeps_nothing) {
-  mk h = mk_open(0, SMALL);
-  ck_assert_int_eq(mk_store_range(&h, 0, 4, OBJ, 0), KVA_OK);
+  mk h = open_full();
   objs *all = objs_make(0, 4, 1, -1);
   ck_assert_uint_eq(mk_lookup(&h, all), 0xf);
   ck_assert_int_eq(mk_store_range(&h, 4, 1, OBJ, 0), KVA_ENOMEM);
@@ -149,8 +148,7 @@ START_TEST(storing_an_existing_key_replaces_its_bytes) {
 END_TEST
 
 START_TEST(a_replaced_key_counts_as_newly_stored) {
-  mk h = mk_open(0, SMALL);
-  ck_assert_int_eq(mk_store_range(&h, 0, 4, OBJ, 0), KVA_OK);
+  mk h = open_full();
   ck_assert_int_eq(mk_store_range(&h, 0, 1, OBJ, 1), KVA_OK);
   ck_assert_int_eq(mk_store_range(&h, 4, 1, OBJ, 0), KVA_OK);
   ck_assert_uint_eq(mk_present(&h, 0, 5), 0x1d); /* key 1 went, not key 0 */
@@ -165,7 +163,7 @@ START_TEST(storing_over_a_locked_key_fails_and_keeps_the_old_bytes) {
   ck_assert_int_eq(mk_store_range(&h, 0, 2, OBJ, 2), KVA_EAGAIN);
   ck_assert_uint_eq(mk_present(&h, 1, 1), 0);
   ck_assert_uint_eq(mk_load_check(&h, 0, 1, OBJ, 1), 1);
-  unlock_key(&h, k0);
+  mk_unlock_free(&h, k0);
   ck_assert_int_eq(mk_store_range(&h, 0, 2, OBJ, 2), KVA_OK);
   ck_assert_uint_eq(mk_load_check(&h, 0, 2, OBJ, 2), 3);
   mk_close(&h);

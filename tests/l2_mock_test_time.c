@@ -4,6 +4,7 @@
  * its emulated completion and present at it (kva_runtime_advance). One
  * threaded test checks the real clock as a lower bound.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,11 +16,7 @@
 
 /* The next reply, already there without moving the clock. */
 static void reply_now(mk *h, uint64_t tag, const kva_l2_req *r) {
-  uint64_t got;
-  kva_l2_req *p;
-  ck_assert_int_eq(mk_try_reply(h, 0, &got, &p), KVA_OK);
-  ck_assert_uint_eq(got, tag);
-  ck_assert_ptr_eq(p, r);
+  mk_expect_reply_within(h, 0, tag, r);
 }
 
 /* The reply arrives exactly ns from now: not at ns - 1, but at ns. */
@@ -29,6 +26,16 @@ static void reply_after(mk *h, uint64_t tag, const kva_l2_req *r, uint64_t ns) {
   mk_expect_silence(h, 0);
   kva_runtime_advance(h->rt, 1);
   reply_now(h, tag, r);
+}
+
+/* Sends r as `type`; its reply comes exactly ns later (reply_after). */
+static void call_after(mk *h, uint32_t type, kva_l2_req *r, uint64_t ns) {
+  reply_after(h, mk_send(h, type, r), r, ns);
+}
+
+/* Sends r as `type`; its reply is there without moving the clock. */
+static void call_now(mk *h, uint32_t type, kva_l2_req *r) {
+  reply_now(h, mk_send(h, type, r), r);
 }
 
 typedef struct reqs {
@@ -45,37 +52,40 @@ static reqs *reqs_make(uint64_t first, size_t n, uint64_t bytes) {
   return q;
 }
 
-static void reqs_free(mk *h, reqs *q) {
-  mk_unlock(h, q->o);
-  objs_free(q->o);
-  free(q);
+/* Frees the NULL-terminated reqs, unlocking their keys, then mk_close. */
+static void close_with(mk *h, reqs *q, ...) {
+  va_list ap;
+  va_start(ap, q);
+  for (; q; q = va_arg(ap, reqs *)) {
+    mk_unlock_free(h, q->o);
+    free(q);
+  }
+  va_end(ap);
+  mk_close(h);
 }
 
 START_TEST(latency_holds_every_reply_back_exactly) {
   mk h = mk_open(0, "\"latency_us\":100");
   reqs *q = reqs_make(0, 2, 500);
-  reply_after(&h, mk_send(&h, KVA_L2_STORE, &q->store), &q->store, 100 * US);
-  reply_after(&h, mk_send(&h, KVA_L2_LOOKUP_AND_LOCK, &q->lookup), &q->lookup, 100 * US);
-  reply_after(&h, mk_send(&h, KVA_L2_LOAD, &q->load), &q->load, 100 * US);
+  call_after(&h, KVA_L2_STORE, &q->store, 100 * US);
+  call_after(&h, KVA_L2_LOOKUP_AND_LOCK, &q->lookup, 100 * US);
+  call_after(&h, KVA_L2_LOAD, &q->load, 100 * US);
   ck_assert_uint_eq(objs_bits(q->o), 3);
   kva_l2_stats s;
   kva_l2_req st = {.stats = &s};
-  reply_now(&h, mk_send(&h, KVA_L2_STATS, &st), &st); /* STATS costs nothing */
-  reqs_free(&h, q);
-  mk_close(&h);
+  call_now(&h, KVA_L2_STATS, &st); /* STATS costs nothing */
+  close_with(&h, q, NULL);
 }
 END_TEST
 
 START_TEST(bandwidth_adds_bytes_over_bandwidth) {
   mk h = mk_open(0, "\"latency_us\":10,\"bandwidth_bytes_per_s\":1000000");
   reqs *q = reqs_make(0, 2, 500); /* 1000 bytes: 1 ms */
-  reply_after(&h, mk_send(&h, KVA_L2_STORE, &q->store), &q->store, 10 * US + 1 * MS);
-  reply_after(&h, mk_send(&h, KVA_L2_LOAD, &q->load), &q->load, 10 * US + 1 * MS);
+  call_after(&h, KVA_L2_STORE, &q->store, 10 * US + 1 * MS);
+  call_after(&h, KVA_L2_LOAD, &q->load, 10 * US + 1 * MS);
   reqs *missing = reqs_make(50, 1, 500); /* nothing moved: latency only */
-  reply_after(&h, mk_send(&h, KVA_L2_LOAD, &missing->load), &missing->load, 10 * US);
-  reqs_free(&h, q);
-  reqs_free(&h, missing);
-  mk_close(&h);
+  call_after(&h, KVA_L2_LOAD, &missing->load, 10 * US);
+  close_with(&h, q, missing, NULL);
 }
 END_TEST
 
@@ -85,9 +95,7 @@ START_TEST(transfers_queue_on_one_channel) {
   uint64_t ta = mk_send(&h, KVA_L2_STORE, &a->store), tb = mk_send(&h, KVA_L2_STORE, &b->store);
   reply_after(&h, ta, &a->store, 1 * MS);
   reply_after(&h, tb, &b->store, 1 * MS);
-  reqs_free(&h, a);
-  reqs_free(&h, b);
-  mk_close(&h);
+  close_with(&h, a, b, NULL);
 }
 END_TEST
 
@@ -98,9 +106,7 @@ START_TEST(a_lookup_costs_latency_only_and_overtakes_a_transfer) {
   uint64_t tb = mk_send(&h, KVA_L2_LOOKUP_AND_LOCK, &b->lookup);
   reply_after(&h, tb, &b->lookup, 100 * US);
   reply_after(&h, ta, &a->store, 1 * MS);
-  reqs_free(&h, a);
-  reqs_free(&h, b);
-  mk_close(&h);
+  close_with(&h, a, b, NULL);
 }
 END_TEST
 
@@ -118,10 +124,7 @@ START_TEST(replies_leave_in_completion_order) {
   reply_now(&h, tc, &c->lookup);
   reply_now(&h, ta, &a->store);
   reply_now(&h, tb, &b->store);
-  reqs_free(&h, a);
-  reqs_free(&h, b);
-  reqs_free(&h, c);
-  mk_close(&h);
+  close_with(&h, a, b, c, NULL);
 }
 END_TEST
 
@@ -129,13 +132,12 @@ START_TEST(without_emulation_replies_come_at_once) {
   mk h = mk_open(0, "");
   reqs *q = reqs_make(0, 3, 4096);
   uint64_t t0 = kva_runtime_now_ns(h.rt);
-  reply_now(&h, mk_send(&h, KVA_L2_STORE, &q->store), &q->store);
-  reply_now(&h, mk_send(&h, KVA_L2_LOOKUP_AND_LOCK, &q->lookup), &q->lookup);
-  reply_now(&h, mk_send(&h, KVA_L2_LOAD, &q->load), &q->load);
+  call_now(&h, KVA_L2_STORE, &q->store);
+  call_now(&h, KVA_L2_LOOKUP_AND_LOCK, &q->lookup);
+  call_now(&h, KVA_L2_LOAD, &q->load);
   ck_assert_uint_eq(kva_runtime_now_ns(h.rt), t0);
   ck_assert_uint_eq(objs_bits(q->o), 7);
-  reqs_free(&h, q);
-  mk_close(&h);
+  close_with(&h, q, NULL);
 }
 END_TEST
 
@@ -148,7 +150,7 @@ START_TEST(a_latency_set_by_control_applies_to_later_requests) {
   mk h = mk_open(0, "");
   reqs *a = reqs_make(0, 1, 64), *b = reqs_make(1, 1, 64);
   set_latency(&h, 50);
-  reply_after(&h, mk_send(&h, KVA_L2_STORE, &a->store), &a->store, 50 * US);
+  call_after(&h, KVA_L2_STORE, &a->store, 50 * US);
   /* a request handled before the change keeps its time; a transfer after
    * it still waits for the channel */
   uint64_t ta = mk_send(&h, KVA_L2_LOAD, &a->load);
@@ -156,10 +158,8 @@ START_TEST(a_latency_set_by_control_applies_to_later_requests) {
   uint64_t tb = mk_send(&h, KVA_L2_STORE, &b->store);
   reply_after(&h, ta, &a->load, 50 * US);
   reply_now(&h, tb, &b->store);
-  reply_now(&h, mk_send(&h, KVA_L2_STORE, &b->store), &b->store);
-  reqs_free(&h, a);
-  reqs_free(&h, b);
-  mk_close(&h);
+  call_now(&h, KVA_L2_STORE, &b->store);
+  close_with(&h, a, b, NULL);
 }
 END_TEST
 

@@ -14,28 +14,10 @@
 #define MiB (1024u * 1024u)
 #define MS 1000000ull /* virtual nanoseconds */
 
+/* Writes keys [first, first + n) and waits for their stores. */
 static void write_range(kva_storage *s, uint64_t first, size_t n, const kva_layout *l) {
-  uint64_t ids[16];
-  ck_assert_uint_le(n, 16);
-  for (size_t i = 0; i < n; i++) ids[i] = first + i;
-  l2_write(s, ids, n, l, 0);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
-}
-
-static kva_tier_hits lookup(kva_storage *s, uint64_t first, size_t n) {
-  kva_key k[16];
-  ck_assert_uint_le(n, 16);
-  for (size_t i = 0; i < n; i++) k[i] = fixture_key(first + i);
-  kva_tier_hits h;
-  ck_assert_int_eq(kva_lookup(s, k, n, 0, &h), KVA_OK);
-  return h;
-}
-
-static void finish(kva_runtime *rt) {
-  kva_storage *s = kva_storage_of(rt);
-  l2_assert_unlocked(s);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
+  l2_write_range(s, first, n, l, 0);
+  l2_flush(s);
 }
 
 /* ---- freeze ------------------------------------------------------------- */
@@ -56,7 +38,7 @@ START_TEST(freeze_stores_nothing) {
   write_range(s, 3, 1, &l);
   for (uint32_t t = 0; t < 2; t++) ck_assert_uint_eq(l2_stats(s, t).objects, 1);
   ck_assert_uint_eq(l2_storage_stats(s).l2_store_skipped, 3);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -68,20 +50,20 @@ START_TEST(freeze_keeps_lookup_and_prefetch_in_l1) {
   write_range(s, 10, 1, &l);
   ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);
   uint64_t asked = l2_stats(s, 0).lookups;
-  kva_tier_hits h = lookup(s, 0, 3);
+  kva_tier_hits h = l2_lookup_range(s, 0, 3, 0);
   ck_assert_uint_eq(h.ntiers, 2);
   ck_assert_uint_eq(h.tier[1].hits, 0);
   ck_assert_uint_eq(h.total, 0);
-  ck_assert_uint_eq(lookup(s, 10, 1).total, 1); /* L1 still answers */
+  ck_assert_uint_eq(l2_lookup_range(s, 10, 1, 0).total, 1); /* L1 still answers */
   ck_assert_uint_eq(l2_prefetch_range(s, 0, 3, &l), 0);
   ck_assert_uint_eq(l2_stats(s, 0).lookups, asked);
   ck_assert_uint_eq(l2_storage_stats(s).l2_prefetches, 0);
   ck_assert_int_eq(l2_l1_state(s, 0), L1_ABSENT);
   ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
-  ck_assert_uint_eq(lookup(s, 0, 3).total, 3);
+  ck_assert_uint_eq(l2_lookup_range(s, 0, 3, 0).total, 3);
   ck_assert_uint_eq(l2_prefetch_range(s, 0, 3, &l), 3);
   l2_read_release_range(s, 0, 3, 0);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -99,19 +81,19 @@ START_TEST(bypassed_tier_is_skipped_by_store_lookup_and_load) {
   ck_assert_uint_eq(l2_stats(s, 0).stores, 1); /* the seed only */
   ck_assert_uint_eq(l2_stats(s, 1).objects, 2);
   uint64_t asked = l2_stats(s, 0).lookups;
-  kva_tier_hits h = lookup(s, 10, 3);
+  kva_tier_hits h = l2_lookup_range(s, 10, 3, 0);
   ck_assert_uint_eq(h.tier[1].hits, 0);
   ck_assert_uint_eq(h.total, 0);
   ck_assert_uint_eq(l2_prefetch_range(s, 10, 3, &l), 0);
   ck_assert_uint_eq(l2_stats(s, 0).lookups, asked);
   ck_assert_int_eq(kva_set_tier_bypass(s, "mock0", 0), KVA_OK);
   ck_assert_int_eq(kva_tier_bypassed(s, "mock0"), 0);
-  ck_assert_uint_eq(lookup(s, 10, 3).tier[1].hits, 3);
+  ck_assert_uint_eq(l2_lookup_range(s, 10, 3, 0).tier[1].hits, 3);
   ck_assert_uint_eq(l2_prefetch_range(s, 10, 3, &l), 3);
   l2_read_release_range(s, 10, 3, 0);
   write_range(s, 2, 1, &l);
   ck_assert_uint_eq(l2_stats(s, 0).objects, 4);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -128,7 +110,7 @@ START_TEST(bypassed_tier_is_not_loaded_from) {
   l2_read_release(s, &id, 1, 2, 0); /* mock1's bytes */
   ck_assert_uint_eq(l2_stats(s, 0).loads, 0);
   ck_assert_int_eq(kva_set_tier_bypass(s, "mock0", 0), KVA_OK);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -143,7 +125,7 @@ START_TEST(bypass_refuses_unknown_tiers) {
   ck_assert_int_eq(kva_tier_bypassed(s, "mock1"), KVA_EINVAL);
   ck_assert_int_eq(kva_tier_bypassed(NULL, "mock0"), KVA_EINVAL);
   ck_assert_int_eq(kva_tier_bypassed(s, "mock0"), 0);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -175,7 +157,7 @@ START_TEST(failing_tier_is_bypassed_then_probed_back) {
   ck_assert(l2_wait_until(back_in_use, s, "mock0", 5000));
   write_range(s, 4, 1, &l);
   ck_assert_uint_eq(l2_stats(s, 0).objects, 1);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -201,7 +183,7 @@ START_TEST(failing_tier_recovers_in_virtual_time) {
   ck_assert_int_eq(kva_tier_bypassed(s, "mock0"), 0);
   ck_assert_uint_eq(l2_prefetch_range(s, 0, 1, &l), 1);
   l2_read_release_range(s, 0, 1, 0);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -227,7 +209,7 @@ START_TEST(full_or_busy_tier_is_not_bypassed) {
   write_range(s, 6, 1, &l); /* a real failure: bypassed at the first */
   ck_assert_int_eq(kva_tier_bypassed(s, "mock0"), 1);
   ck_assert_int_eq(kva_set_tier_bypass(s, "mock0", 0), KVA_OK);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -254,7 +236,7 @@ START_TEST(probe_never_clears_a_manual_bypass) {
   ck_assert_int_eq(kva_tier_bypassed(s, "mock0"), 0);
   write_range(s, 1, 1, &l);
   ck_assert_uint_eq(l2_stats(s, 0).objects, 1);
-  finish(rt);
+  l2_finish(rt);
 }
 END_TEST
 

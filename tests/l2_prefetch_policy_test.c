@@ -17,8 +17,6 @@
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
-#define MiB (1024u * 1024u)
-
 /* ---- "default" as a pure function ----------------------------------------- */
 
 /* One case of test_prefetch_policy.py: found[t] as a bit mask over n <= 8
@@ -121,19 +119,8 @@ static void nonsense_plan(void *arg, size_t n, uint32_t ntiers, const uint8_t *c
   if (nonsense.at < n) plan[nonsense.at] = (int8_t)nonsense.bad;
 }
 
-static kva_runtime *start_with_policy(int workers, int ntiers, const char *policy) {
-  return l2_start(workers, 64 * MiB, ntiers, "", "prefetch_writeback=false", policy, NULL);
-}
-
-static void done(kva_runtime *rt) {
-  kva_storage *s = kva_storage_of(rt);
-  l2_assert_unlocked(s);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
-}
-
 START_TEST(default_policy_chosen_by_name_loads_from_the_lowest_tier) {
-  kva_runtime *rt = start_with_policy(_i ? 0 : 2, 2, "prefetch_policy=default");
+  kva_runtime *rt = l2_start_no_writeback(_i ? 0 : 2, 2, "prefetch_policy=default");
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
   l2_seed_range(s, 0, 0, 3, &l);
@@ -142,7 +129,7 @@ START_TEST(default_policy_chosen_by_name_loads_from_the_lowest_tier) {
   ck_assert_uint_eq(l2_stats(s, 0).loads, 3);
   ck_assert_uint_eq(l2_stats(s, 1).loads, 0);
   l2_read_release_range(s, 0, 3, 0);
-  done(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -150,7 +137,7 @@ END_TEST
  * It is given the L1 misses only, every tier, and a bypassed tier's bitmap
  * empty. */
 START_TEST(registered_policy_chosen_by_name_decides_the_tier) {
-  kva_runtime *rt = start_with_policy(_i ? 0 : 2, 2, "prefetch_policy=highest_tier");
+  kva_runtime *rt = l2_start_no_writeback(_i ? 0 : 2, 2, "prefetch_policy=highest_tier");
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
   const uint64_t ids[] = {0, 1, 2, 3}, first[] = {0};
@@ -171,7 +158,7 @@ START_TEST(registered_policy_chosen_by_name_decides_the_tier) {
   ck_assert_uint_eq(highest_seen.found[1], 0);
   l2_read_release(s, ids + 1, 3, 0, 0);
   l2_read_release(s, first, 1, 3, 0);
-  done(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -195,39 +182,28 @@ static const struct {
 START_TEST(nonsense_from_a_policy_means_not_loaded) {
   nonsense.at = nonsense_cases[_i % 7].at;
   nonsense.bad = nonsense_cases[_i % 7].bad;
-  kva_runtime *rt = start_with_policy(_i < 7 ? 2 : 0, 2, "prefetch_policy=nonsense");
+  kva_runtime *rt = l2_start_no_writeback(_i < 7 ? 2 : 0, 2, "prefetch_policy=nonsense");
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
   size_t hits = nonsense_cases[_i % 7].hits;
   l2_seed_range(s, 0, 0, 4, &l);
   for (int round = 0; round < 2; round++) { /* the second reuses the request */
     ck_assert_uint_eq(l2_prefetch_range(s, 0, 4, &l), hits);
-    for (uint64_t i = 0; i < 4; i++)
-      ck_assert_int_eq(l2_l1_state(s, i), i < hits ? 1 | L1_TEMPORARY : L1_ABSENT);
+    l2_expect_states(s, 0, hits, 1 | L1_TEMPORARY);
+    l2_expect_states(s, hits, 4 - hits, L1_ABSENT);
     ck_assert_uint_eq(l2_stats(s, 0).loads, hits * (size_t)(round + 1));
     ck_assert_uint_eq(l2_stats(s, 1).loads, 0);
     l2_assert_unlocked(s);
     if (hits) l2_read_release_range(s, 0, hits, 0);
   }
-  done(rt);
+  l2_finish(rt);
 }
 END_TEST
 
 /* ---- configuration and registration ---------------------------------------- */
 
 START_TEST(unknown_prefetch_policy_refuses_to_start) {
-  kva_config *c = kva_config_default();
-  ck_assert_ptr_nonnull(c);
-  ck_assert_int_eq(kva_config_set(c, "runtime.workers", "0"), KVA_OK);
-  ck_assert_int_eq(kva_config_set(c, "l1.size_bytes", "16777216"), KVA_OK);
-  ck_assert_int_eq(kva_config_set(c, "l1.hugepages", "false"), KVA_OK);
-  ck_assert_int_eq(kva_config_set(c, "l1.pinned", "false"), KVA_OK);
-  ck_assert_int_eq(kva_config_set(c, "l2", "[{\"type\":\"mock\"}]"), KVA_OK);
-  ck_assert_int_eq(kva_config_set(c, "prefetch_policy", "no_such_policy"), KVA_OK);
-  kva_runtime *rt = NULL;
-  ck_assert_int_eq(kva_runtime_start(c, &rt), KVA_ECONFIG);
-  ck_assert_ptr_null(rt);
-  kva_config_free(c);
+  ck_assert_int_eq(l2_try_start("prefetch_policy", "no_such_policy"), KVA_ECONFIG);
 }
 END_TEST
 

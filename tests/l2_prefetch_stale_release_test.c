@@ -26,22 +26,18 @@ START_TEST(late_store_release_leaves_a_rewritten_keys_prefetch_lock) {
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
   const uint64_t k0[] = {0};
-  kva_key k = fixture_key(0);
-  int st;
   l2_set_latency(s, 0, 300000); /* the store task holds key 0 for 300 ms */
   l2_write(s, k0, 1, &l, 1);
   ck_assert(l2_wait_until(store_holds_key0, s, NULL, 5000));
-  ck_assert_int_eq(kva_delete(s, &k, 1, 1, &st), 1); /* forced: the store's lock goes too */
-  ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);    /* the rewrite is not stored */
+  ck_assert_int_eq(l2_delete_one(s, 0, 1), KVA_OK); /* forced: the store's lock goes too */
+  ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);   /* the rewrite is not stored */
   l2_write(s, k0, 1, &l, 2);
   ck_assert_uint_eq(l2_prefetch(s, k0, 1, &l, 0), 1); /* L1's new object, read-locked */
   ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK); /* the first store task ends */
-  ck_assert_int_eq(l2_readers(s, 0), 1);         /* today: 0, the lock was taken */
+  l2_flush(s);                           /* the first store task ends */
+  ck_assert_int_eq(l2_readers(s, 0), 1); /* today: 0, the lock was taken */
   l2_read_release(s, k0, 1, 2, 0);
-  l2_assert_unlocked(s);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
+  l2_finish(rt);
 }
 END_TEST
 

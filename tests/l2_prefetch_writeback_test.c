@@ -18,25 +18,26 @@
 
 static const int workers[] = {2, 0};
 
-static void done(kva_runtime *rt) {
-  kva_storage *s = kva_storage_of(rt);
-  l2_assert_unlocked(s);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
+/* Seeds keys 0..2 in tier 0 and prefetches them: each is in L1 as `read`
+ * (with L1's count of temporary objects `temporary`) until its release,
+ * then as `released`. */
+static void prefetch_three_and_release(kva_storage *s, const kva_layout *l, int read,
+                                       uint64_t temporary, int released) {
+  l2_seed_range(s, 0, 0, 3, l);
+  ck_assert_uint_eq(l2_prefetch_range(s, 0, 3, l), 3);
+  l2_expect_states(s, 0, 3, read);
+  ck_assert_uint_eq(l2_storage_stats(s).l1_temporary, temporary);
+  l2_read_release_range(s, 0, 3, 0);
+  l2_expect_states(s, 0, 3, released);
 }
 
 START_TEST(without_writeback_loaded_objects_go_at_their_last_release) {
   kva_runtime *rt = l2_start(workers[_i], 64 * MiB, 1, "", "prefetch_writeback=false", NULL);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
-  l2_seed_range(s, 0, 0, 3, &l);
-  ck_assert_uint_eq(l2_prefetch_range(s, 0, 3, &l), 3);
-  for (uint64_t i = 0; i < 3; i++) ck_assert_int_eq(l2_l1_state(s, i), 1 | L1_TEMPORARY);
-  ck_assert_uint_eq(l2_storage_stats(s).l1_temporary, 3);
-  l2_read_release_range(s, 0, 3, 0);
-  for (uint64_t i = 0; i < 3; i++) ck_assert_int_eq(l2_l1_state(s, i), L1_ABSENT);
+  prefetch_three_and_release(s, &l, 1 | L1_TEMPORARY, 3, L1_ABSENT);
   ck_assert_uint_eq(l2_storage_stats(s).l1_objects, 0);
-  done(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -46,18 +47,13 @@ START_TEST(with_writeback_loaded_objects_stay_in_l1) {
   kva_runtime *rt = l2_start(workers[_i], 64 * MiB, 1, "", NULL);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
-  l2_seed_range(s, 0, 0, 3, &l);
-  ck_assert_uint_eq(l2_prefetch_range(s, 0, 3, &l), 3);
-  for (uint64_t i = 0; i < 3; i++) ck_assert_int_eq(l2_l1_state(s, i), 1);
-  ck_assert_uint_eq(l2_storage_stats(s).l1_temporary, 0);
-  l2_read_release_range(s, 0, 3, 0);
-  for (uint64_t i = 0; i < 3; i++) ck_assert_int_eq(l2_l1_state(s, i), 0);
+  prefetch_three_and_release(s, &l, 1, 0, 0);
   uint64_t lookups = l2_stats(s, 0).lookups;
   ck_assert_uint_eq(l2_prefetch_range(s, 0, 3, &l), 3);
   ck_assert_uint_eq(l2_stats(s, 0).lookups, lookups);
   l2_read_release_range(s, 0, 3, 0);
   ck_assert_int_eq(kva_clear(s, 0), 3); /* ordinary, unlocked: evictable */
-  done(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -71,14 +67,14 @@ START_TEST(with_writeback_loaded_objects_are_not_stored_back) {
   uint64_t stores0 = l2_stats(s, 0).stores, stores1 = l2_stats(s, 1).stores;
   ck_assert_uint_eq(l2_prefetch_range(s, 0, 4, &l), 4);
   l2_read_release_range(s, 0, 4, 0);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
+  l2_flush(s);
   ck_assert_uint_eq(l2_stats(s, 0).stores, stores0);
   ck_assert_uint_eq(l2_stats(s, 1).stores, stores1);
   ck_assert_uint_eq(l2_stats(s, 1).objects, 0); /* not copied to the other tier */
   kva_storage_stats st = l2_storage_stats(s);
   ck_assert_uint_eq(st.l2_store_tasks, 0);
   ck_assert_uint_eq(st.l2_stored_keys, 0);
-  done(rt);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -91,9 +87,8 @@ START_TEST(with_writeback_extra_readers_come_off_and_the_object_stays) {
   ck_assert_uint_eq(l2_prefetch(s, ids, 2, &l, 2), 2);
   ck_assert_int_eq(l2_l1_state(s, 0), 3);
   l2_read_release(s, ids, 2, 0, 2);
-  ck_assert_int_eq(l2_l1_state(s, 0), 0);
-  ck_assert_int_eq(l2_l1_state(s, 1), 0);
-  done(rt);
+  l2_expect_states(s, 0, 2, 0);
+  l2_finish(rt);
 }
 END_TEST
 
@@ -108,13 +103,12 @@ START_TEST(with_writeback_failed_loads_leave_nothing_behind) {
   uint64_t stores = l2_stats(s, 0).stores;
   l2_fail_loads(s, 0, bad, 1);
   ck_assert_uint_eq(l2_prefetch(s, ids, 3, &l, 0), 1);
-  ck_assert_int_eq(l2_l1_state(s, 1), L1_ABSENT);
-  ck_assert_int_eq(l2_l1_state(s, 2), L1_ABSENT);
+  l2_expect_states(s, 1, 2, L1_ABSENT);
   l2_read_release(s, ids, 1, 0, 0);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
+  l2_flush(s);
   ck_assert_uint_eq(l2_stats(s, 0).stores, stores);
   ck_assert_int_eq(l2_l1_state(s, 0), 0);
-  done(rt);
+  l2_finish(rt);
 }
 END_TEST
 

@@ -112,11 +112,15 @@ static bool tracing;
     }                                                                                              \
   } while (0)
 
-static uint64_t rnd(run *r) {
-  uint64_t z = (r->rng += 0x9e3779b97f4a7c15ull);
+/* splitmix64's finalizer: the PRNG's output and the bytes' hash stream. */
+static uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+static uint64_t rnd(run *r) {
+  return mix(r->rng += 0x9e3779b97f4a7c15ull);
 }
 
 static uint32_t below(run *r, uint32_t n) {
@@ -132,15 +136,18 @@ static uint64_t evictions(run *r) {
   return st.evicted + st.evicted_on_demand;
 }
 
-/* A run of keys [first, first + n), n >= 1, inside [0, NIDS). */
-static size_t pick_run(run *r, uint64_t *first, uint32_t max) {
-  *first = below(r, NIDS);
-  size_t n = 1 + below(r, max);
-  return n < NIDS - *first ? n : NIDS - *first;
-}
-
 static void keys_of(kva_key *k, uint64_t first, size_t n) {
   for (size_t i = 0; i < n; i++) k[i] = fixture_key(first + i);
+}
+
+/* A run of keys [first, first + n), n >= 1, inside [0, NIDS), into k[]
+ * (room for max). */
+static size_t pick_run(run *r, kva_key *k, uint64_t *first, uint32_t max) {
+  *first = below(r, NIDS);
+  size_t n = 1 + below(r, max);
+  if (n > NIDS - *first) n = NIDS - *first;
+  keys_of(k, *first, n);
+  return n;
 }
 
 /* ---- the checks --------------------------------------------------------- */
@@ -150,10 +157,7 @@ static void keys_of(kva_key *k, uint64_t first, size_t n) {
  * of a key share their bytes however many there are. */
 static uint64_t word_of(uint64_t id, uint32_t v, size_t i) {
   if (i == 0) return id << 32 | v;
-  uint64_t z = id * 0x9e3779b97f4a7c15ull ^ (uint64_t)v * 0xc2b2ae3d27d4eb4full ^ i;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return mix(id * 0x9e3779b97f4a7c15ull ^ (uint64_t)v * 0xc2b2ae3d27d4eb4full ^ i);
 }
 
 static void fill_version(void *p, size_t len, uint64_t id, uint32_t v) {
@@ -199,11 +203,10 @@ static void check_read(run *r, uint64_t id, const kva_buf *b, uint64_t ev_now) {
 
 static void do_write(run *r) {
   uint64_t first;
-  size_t n = pick_run(r, &first, 4);
   kva_key k[4];
+  size_t n = pick_run(r, k, &first, 4);
   kva_buf b[4];
   int st[4];
-  keys_of(k, first, n);
   int rc = kva_reserve_write(r->s, k, n, &r->l, KVA_WRITE_ALL, b, st);
   ck_assert_int_ge(rc, 0);
   TRACE(r, "write [%lu, +%zu): %d ok (st %d %d %d %d)", (unsigned long)first, n, rc, st[0],
@@ -249,11 +252,10 @@ static bool may_force(run *r) {
 
 static void do_delete(run *r) {
   uint64_t first;
-  size_t n = pick_run(r, &first, 3);
-  int force = below(r, 4) == 0 && may_force(r);
   kva_key k[3];
+  size_t n = pick_run(r, k, &first, 3);
+  int force = below(r, 4) == 0 && may_force(r);
   int st[3];
-  keys_of(k, first, n);
   int rc = kva_delete(r->s, k, n, force, st);
   ck_assert_int_ge(rc, 0);
   TRACE(r, "delete%s [%lu, +%zu): %d ok", force ? " (force)" : "", (unsigned long)first, n, rc);
@@ -294,19 +296,17 @@ static void complete_oldest(run *r) {
 static void do_submit(run *r) {
   if (r->nout == MAX_OUT) complete_oldest(r);
   pending *p = &r->out[r->nout++];
-  p->n = pick_run(r, &p->first, MAX_RUN);
-  p->extra = below(r, 4) == 0 ? 1 : 0;
   kva_key k[MAX_RUN];
-  keys_of(k, p->first, p->n);
+  p->n = pick_run(r, k, &p->first, MAX_RUN);
+  p->extra = below(r, 4) == 0 ? 1 : 0;
   ck_assert_int_eq(kva_submit_prefetch(r->s, k, p->n, &r->l, p->extra, &p->h), KVA_OK);
   TRACE(r, "submit [%lu, +%zu) extra %u", (unsigned long)p->first, p->n, p->extra);
 }
 
 static void do_lookup(run *r) {
   uint64_t first;
-  size_t n = pick_run(r, &first, MAX_RUN);
   kva_key k[MAX_RUN];
-  keys_of(k, first, n);
+  size_t n = pick_run(r, k, &first, MAX_RUN);
   int pin = below(r, 2);
   kva_tier_hits th;
   ck_assert_int_eq(kva_lookup(r->s, k, n, pin, &th), KVA_OK);
@@ -319,9 +319,8 @@ static void do_lookup(run *r) {
 
 static void do_touch(run *r) {
   uint64_t first;
-  size_t n = pick_run(r, &first, MAX_RUN);
   kva_key k[MAX_RUN];
-  keys_of(k, first, n);
+  size_t n = pick_run(r, k, &first, MAX_RUN);
   ck_assert_int_ge(kva_touch(r->s, k, n), 0);
   TRACE(r, "touch [%lu, +%zu)", (unsigned long)first, n);
 }
@@ -600,9 +599,19 @@ static kva_runtime *start_lazy(void) {
 }
 
 static void force_delete(kva_storage *s, uint64_t id) {
+  ck_assert_int_eq(l2_delete_one(s, id, 1), KVA_OK);
+}
+
+/* Reads key id's prefetched object, which must be version 1 of id (and
+ * says so when it is version 1 of key `other`), then releases it. */
+static void expect_own_bytes(kva_storage *s, uint64_t id, uint64_t other) {
   kva_key k = fixture_key(id);
-  int st;
-  ck_assert_int_eq(kva_delete(s, &k, 1, 1, &st), 1);
+  kva_buf buf;
+  ck_assert_int_eq(kva_read_prefetched(s, &k, 1, &buf), KVA_OK);
+  ck_assert_msg(l2_matches(buf.ptr, buf.len, id, 1), "key %lu holds %s", (unsigned long)id,
+                l2_matches(buf.ptr, buf.len, other, 1) ? "the other key's bytes"
+                                                       : "bytes never written");
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
 }
 
 /* The store task of key a still holds a's buffer when a is force-deleted;
@@ -622,12 +631,7 @@ START_TEST(forced_delete_during_a_store_keeps_the_bytes_it_stores) {
   kva_runtime_advance(rt, 2000000u);
   ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
   ck_assert_uint_eq(l2_prefetch(s, &a, 1, &l, 0), 1);
-  kva_key k = fixture_key(a);
-  kva_buf buf;
-  ck_assert_int_eq(kva_read_prefetched(s, &k, 1, &buf), KVA_OK);
-  ck_assert_msg(l2_matches(buf.ptr, buf.len, a, 1), "key %lu served with %s", (unsigned long)a,
-                l2_matches(buf.ptr, buf.len, b, 1) ? "key b's bytes" : "bytes never written");
-  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+  expect_own_bytes(s, a, b);
   kva_runtime_shutdown(rt);
 }
 END_TEST
@@ -649,12 +653,7 @@ START_TEST(forced_delete_during_a_load_leaves_other_objects_alone) {
   l2_write(s, &b, 1, &l, 1);           /* over a's memory */
   ck_assert_uint_eq(l2_wait(s, h), 0); /* a is gone */
   ck_assert_uint_eq(l2_prefetch(s, &b, 1, &l, 0), 1);
-  kva_key k = fixture_key(b);
-  kva_buf buf;
-  ck_assert_int_eq(kva_read_prefetched(s, &k, 1, &buf), KVA_OK);
-  ck_assert_msg(l2_matches(buf.ptr, buf.len, b, 1), "key %lu now holds %s", (unsigned long)b,
-                l2_matches(buf.ptr, buf.len, a, 1) ? "key a's bytes" : "bytes never written");
-  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+  expect_own_bytes(s, b, a);
   kva_runtime_shutdown(rt);
 }
 END_TEST

@@ -16,8 +16,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #include "l1/l1_manager.h"
 #include "storage_internal.h"
@@ -29,22 +27,8 @@
 #define NPF 8u                /* prefetches in flight, 2 keys each */
 #define STORE_SLOW_US 500000u /* per STORE: two tasks keep a tier busy 1 s */
 
-static void sleep_ms(unsigned ms) {
-  nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
-}
-
-/* A storage with one mock tier holding keys [0, 2 * NPF) (version 0), at
- * most 4 prefetches past their lookup, and the mock slowed down after the
- * seeding. Log lines are captured from here on. */
-static kva_runtime *start_seeded(int workers, uint64_t latency_us) {
-  kva_runtime *rt = l2_start(workers, 64 * MiB, 1, "", "prefetch_max_in_flight=4", NULL);
-  kva_storage *s = kva_storage_of(rt);
-  kva_layout l = fixture_layout_basic();
-  l2_seed_range(s, 0, 0, 2 * NPF, &l);
-  l2_set_latency(s, 0, latency_us);
-  l2_log_start(KVA_LOG_WARN);
-  return rt;
-}
+/* Loop tests run threaded (_i = 0) and deterministic (_i = 1). */
+static const int workers[] = {2, 0};
 
 static void submit_pairs(kva_storage *s, kva_prefetch **h) {
   kva_layout l = fixture_layout_basic();
@@ -54,30 +38,56 @@ static void submit_pairs(kva_storage *s, kva_prefetch **h) {
   }
 }
 
-/* Threaded mode: waits until the mock holds lookup locks (the first
- * prefetches reached it). */
-static void wait_l2_locked(kva_storage *s) {
-  uint64_t deadline = fixture_now_ns() + 5000000000ull;
-  while (l2_stats(s, 0).keys_locked == 0 && fixture_now_ns() < deadline) sleep_ms(1);
-  ck_assert_uint_gt(l2_stats(s, 0).keys_locked, 0);
+/* A storage with one mock tier holding keys [0, 2 * NPF) (version 0), at
+ * most 4 prefetches past their lookup, and the mock slowed down to SLOW_US
+ * after the seeding; log lines are captured from here on. Then NPF
+ * prefetches of two keys each (submit_pairs). */
+static kva_runtime *start_prefetches(int nworkers, kva_prefetch **h) {
+  kva_runtime *rt = l2_start(nworkers, 64 * MiB, 1, "", "prefetch_max_in_flight=4", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  l2_seed_range(s, 0, 0, 2 * NPF, &l);
+  l2_set_latency(s, 0, SLOW_US);
+  l2_log_start(KVA_LOG_WARN);
+  submit_pairs(s, h);
+  return rt;
+}
+
+/* Lets what was just submitted reach the runtime's actors, then asserts
+ * pred: deterministic mode runs until idle (virtual time stands still, so
+ * nothing that waits for the mock completes), threaded mode polls for up
+ * to 5 s. */
+static void settle(kva_runtime *rt, bool threaded, bool (*pred)(kva_storage *s, void *arg),
+                   const char *what) {
+  kva_storage *s = kva_storage_of(rt);
+  if (!threaded) kva_runtime_run_until_idle(rt);
+  ck_assert_msg(threaded ? l2_wait_until(pred, s, NULL, 5000) : pred(s, NULL), "%s", what);
+}
+
+/* The mock holds lookup locks: the first prefetches reached it. */
+static bool l2_locked(kva_storage *s, void *arg) {
+  return l2_stats(s, 0).keys_locked > 0;
+}
+
+/* Shuts down; how long that took, in milliseconds. */
+static unsigned timed_shutdown(kva_runtime *rt) {
+  uint64_t t0 = fixture_now_ns();
+  kva_runtime_shutdown(rt);
+  return (unsigned)((fixture_now_ns() - t0) / 1000000u);
 }
 
 /* Shuts down, fails on a hang (> limit_ms) or on any lock warning. */
 static void shutdown_clean(kva_runtime *rt, unsigned limit_ms) {
-  uint64_t t0 = fixture_now_ns();
-  kva_runtime_shutdown(rt);
-  uint64_t ms = (fixture_now_ns() - t0) / 1000000u;
+  unsigned ms = timed_shutdown(rt);
   l2_log_stop();
-  ck_assert_msg(ms < limit_ms, "shutdown took %lu ms", (unsigned long)ms);
+  ck_assert_msg(ms < limit_ms, "shutdown took %u ms", ms);
   ck_assert_msg(l2_log_lock_warnings() == 0, "locks left at shutdown:\n%s", l2_log_text());
 }
 
 START_TEST(shutdown_with_prefetches_in_flight_releases_all_locks) {
-  kva_runtime *rt = start_seeded(2, SLOW_US);
-  kva_storage *s = kva_storage_of(rt);
   kva_prefetch *h[NPF];
-  submit_pairs(s, h);
-  wait_l2_locked(s);
+  kva_runtime *rt = start_prefetches(2, h);
+  settle(rt, true, l2_locked, "no prefetch reached the mock");
   shutdown_clean(rt, 10000);
 }
 END_TEST
@@ -86,10 +96,9 @@ END_TEST
  * storage. Virtual time stands still unless the drain waits for a reply,
  * so the prefetches are exactly where this test put them. */
 START_TEST(deterministic_shutdown_with_prefetches_in_flight) {
-  kva_runtime *rt = start_seeded(0, SLOW_US);
-  kva_storage *s = kva_storage_of(rt);
   kva_prefetch *h[NPF];
-  submit_pairs(s, h);
+  kva_runtime *rt = start_prefetches(0, h);
+  kva_storage *s = kva_storage_of(rt);
   kva_runtime_run_until_idle(rt);
   ck_assert_uint_eq(l2_stats(s, 0).keys_locked, 8); /* 4 lookups of 2 keys */
   /* lookups answered at 200 ms; the loads share the mock's channel */
@@ -102,37 +111,17 @@ START_TEST(deterministic_shutdown_with_prefetches_in_flight) {
 END_TEST
 
 START_TEST(memcheck_fails_while_prefetches_hold_locks_then_passes) {
-  kva_runtime *rt = start_seeded(2, SLOW_US);
-  kva_storage *s = kva_storage_of(rt);
   kva_prefetch *h[NPF];
-  submit_pairs(s, h);
-  wait_l2_locked(s);
+  kva_runtime *rt = start_prefetches(workers[_i], h);
+  kva_storage *s = kva_storage_of(rt);
+  settle(rt, workers[_i] != 0, l2_locked, "no prefetch reached the mock");
   char report[256] = "";
   ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
   ck_assert_msg(report[0] != '\0', "memcheck failed without a report");
   for (uint64_t i = 0; i < NPF; i++) {
     size_t hits = 0;
-    ck_assert_int_eq(kva_wait_prefetch(s, h[i], 10000, &hits), KVA_OK);
-    ck_assert_uint_eq(hits, 2);
-    l2_read_release_range(s, 2 * i, 2, 0);
-  }
-  l2_assert_unlocked(s);
-  fixture_memcheck_clean(s);
-  shutdown_clean(rt, 10000);
-}
-END_TEST
-
-START_TEST(deterministic_memcheck_fails_while_prefetches_hold_locks_then_passes) {
-  kva_runtime *rt = start_seeded(0, SLOW_US);
-  kva_storage *s = kva_storage_of(rt);
-  kva_prefetch *h[NPF];
-  submit_pairs(s, h);
-  kva_runtime_run_until_idle(rt);
-  char report[256] = "";
-  ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
-  for (uint64_t i = 0; i < NPF; i++) {
-    size_t hits = 0;
-    ck_assert_int_eq(kva_wait_prefetch(s, h[i], 60000, &hits), KVA_OK);
+    int wait_ms = workers[_i] ? 10000 : 60000; /* virtual: 16 loads queue on one channel */
+    ck_assert_int_eq(kva_wait_prefetch(s, h[i], wait_ms, &hits), KVA_OK);
     ck_assert_uint_eq(hits, 2);
     l2_read_release_range(s, 2 * i, 2, 0);
   }
@@ -143,7 +132,7 @@ START_TEST(deterministic_memcheck_fails_while_prefetches_hold_locks_then_passes)
 END_TEST
 
 /* Whether a store task holds one of the keys write_slow_stores wrote. */
-static bool store_locked(kva_storage *s) {
+static bool store_locked(kva_storage *s, void *arg) {
   for (uint64_t id = 100; id < 108; id++)
     if (l2_readers(s, id) > 0) return true;
   return false;
@@ -155,30 +144,15 @@ static bool store_locked(kva_storage *s) {
 static void write_slow_stores(kva_runtime *rt, bool threaded) {
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
-  for (uint64_t i = 0; i < 2; i++) {
-    uint64_t ids[4] = {100 + 4 * i, 101 + 4 * i, 102 + 4 * i, 103 + 4 * i};
-    l2_write(s, ids, 4, &l, 1);
-  }
-  if (!threaded) kva_runtime_run_until_idle(rt);
-  uint64_t deadline = fixture_now_ns() + 5000000000ull;
-  while (threaded && !store_locked(s) && fixture_now_ns() < deadline) sleep_ms(1);
-  ck_assert_msg(store_locked(s), "no store task holds a lock");
+  for (uint64_t i = 0; i < 2; i++) l2_write_range(s, 100 + 4 * i, 4, &l, 1);
+  settle(rt, threaded, store_locked, "no store task holds a lock");
 }
 
 START_TEST(shutdown_with_stores_in_flight_releases_all_locks) {
-  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start(workers[_i], 64 * MiB, 1, "", NULL);
   l2_set_latency(kva_storage_of(rt), 0, STORE_SLOW_US);
   l2_log_start(KVA_LOG_WARN);
-  write_slow_stores(rt, true);
-  shutdown_clean(rt, 10000);
-}
-END_TEST
-
-START_TEST(deterministic_shutdown_with_stores_in_flight) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
-  l2_set_latency(kva_storage_of(rt), 0, STORE_SLOW_US);
-  l2_log_start(KVA_LOG_WARN);
-  write_slow_stores(rt, false);
+  write_slow_stores(rt, workers[_i] != 0);
   shutdown_clean(rt, 10000);
 }
 END_TEST
@@ -211,9 +185,8 @@ static void wait_done_unread(kva_prefetch *h) {
  * extra readers: all done, none read. */
 static void submit_unread(kva_storage *s, kva_prefetch **h) {
   kva_layout l = fixture_layout_basic();
-  uint64_t l1[4] = {200, 201, 202, 203};
-  l2_write(s, l1, 4, &l, 1);
-  ck_assert_int_eq(kva_flush(s, 10000), KVA_OK);
+  l2_write_range(s, 200, 4, &l, 1);
+  l2_flush(s);
   l2_seed_range(s, 0, 0, 2 * NPF, &l);
   uint64_t a[2] = {200, 201}, b[3] = {0, 1, 2}, c[3] = {202, 3, 4}, d[1] = {200};
   h[0] = l2_submit(s, a, 2, &l, 0);
@@ -235,24 +208,15 @@ static void expect_unread_locks(kva_storage *s) {
 }
 
 START_TEST(shutdown_releases_read_locks_of_prefetches_nobody_read) {
-  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start(workers[_i], 64 * MiB, 1, "", NULL);
   kva_storage *s = kva_storage_of(rt);
   l2_log_start(KVA_LOG_WARN);
   kva_prefetch *h[4];
   submit_unread(s, h);
-  for (int i = 0; i < 4; i++) wait_done_unread(h[i]);
-  expect_unread_locks(s);
-  shutdown_clean(rt, 10000);
-}
-END_TEST
-
-START_TEST(deterministic_shutdown_releases_read_locks_of_prefetches_nobody_read) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
-  kva_storage *s = kva_storage_of(rt);
-  l2_log_start(KVA_LOG_WARN);
-  kva_prefetch *h[4];
-  submit_unread(s, h);
-  kva_runtime_run_until_idle(rt);
+  if (workers[_i])
+    for (int i = 0; i < 4; i++) wait_done_unread(h[i]);
+  else
+    kva_runtime_run_until_idle(rt);
   expect_unread_locks(s);
   shutdown_clean(rt, 10000);
 }
@@ -275,32 +239,39 @@ static void *wait_forever(void *arg) {
 }
 
 /* Two prefetches in flight, unread, and a third queued behind them
- * (prefetch_max_in_flight=2) that a thread waits for: shutdown waits for
- * the waiter's call, whose prefetch still runs to its end, so the waiter
- * gets its hits. Those read locks belong to the waiter, who can no longer
- * release them: the L1 manager's warning names exactly them. */
-START_TEST(waiter_in_wait_prefetch_returns_when_shutdown_runs) {
+ * (prefetch_max_in_flight=2) that thread *t waits for with *w; the mock
+ * takes latency_us per operation. */
+static kva_runtime *start_waiter(uint64_t latency_us, waiter *w, pthread_t *t) {
   kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", "prefetch_max_in_flight=2", NULL);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_basic();
   l2_seed_range(s, 0, 0, 6, &l);
-  l2_set_latency(s, 0, SLOW_US);
+  l2_set_latency(s, 0, latency_us);
   l2_log_start(KVA_LOG_WARN);
   uint64_t a[2] = {0, 1}, b[2] = {2, 3}, c[2] = {4, 5};
   l2_submit(s, a, 2, &l, 0);
   l2_submit(s, b, 2, &l, 0);
-  waiter w = {.s = s, .h = l2_submit(s, c, 2, &l, 0), .rc = 1};
+  *w = (waiter){.s = s, .h = l2_submit(s, c, 2, &l, 0), .rc = 1};
+  ck_assert_int_eq(pthread_create(t, NULL, wait_forever, w), 0);
+  return rt;
+}
+
+/* Shutdown waits for the waiter's call, whose prefetch still runs to its
+ * end, so the waiter gets its hits. Those read locks belong to the waiter,
+ * who can no longer release them: the L1 manager's warning names exactly
+ * them. */
+START_TEST(waiter_in_wait_prefetch_returns_when_shutdown_runs) {
+  waiter w;
   pthread_t t;
-  ck_assert_int_eq(pthread_create(&t, NULL, wait_forever, &w), 0);
+  kva_runtime *rt = start_waiter(SLOW_US, &w, &t);
+  kva_storage *s = kva_storage_of(rt);
   /* the waiter is inside its call once the facade counts it */
   uint64_t deadline = fixture_now_ns() + 5000000000ull;
   while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST) == 0 && fixture_now_ns() < deadline)
     sched_yield();
   ck_assert_uint_gt(__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST), 0);
-  sleep_ms(20);
-  uint64_t t0 = fixture_now_ns();
-  kva_runtime_shutdown(rt);
-  unsigned ms = (unsigned)((fixture_now_ns() - t0) / 1000000u);
+  l2_sleep_ms(20);
+  unsigned ms = timed_shutdown(rt);
   ck_assert_int_eq(pthread_join(t, NULL), 0);
   l2_log_stop();
   ck_assert_msg(ms < 10000, "shutdown took %u ms", ms);
@@ -316,22 +287,13 @@ END_TEST
  * anywhere. (The waiter releases its locks before the main thread shuts
  * down, so only the controllers' own work is in flight.) */
 START_TEST(waiter_that_released_its_locks_leaves_none) {
-  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", "prefetch_max_in_flight=2", NULL);
-  kva_storage *s = kva_storage_of(rt);
-  kva_layout l = fixture_layout_basic();
-  l2_seed_range(s, 0, 0, 6, &l);
-  l2_set_latency(s, 0, SLOW_US / 4);
-  l2_log_start(KVA_LOG_WARN);
-  uint64_t a[2] = {0, 1}, b[2] = {2, 3}, c[2] = {4, 5};
-  l2_submit(s, a, 2, &l, 0);
-  l2_submit(s, b, 2, &l, 0);
-  waiter w = {.s = s, .h = l2_submit(s, c, 2, &l, 0), .rc = 1};
+  waiter w;
   pthread_t t;
-  ck_assert_int_eq(pthread_create(&t, NULL, wait_forever, &w), 0);
+  kva_runtime *rt = start_waiter(SLOW_US / 4, &w, &t);
   ck_assert_int_eq(pthread_join(t, NULL), 0);
   ck_assert_int_eq(w.rc, KVA_OK);
   ck_assert_uint_eq(w.hits, 2);
-  l2_read_release(s, c, 2, 0, 0);
+  l2_read_release_range(kva_storage_of(rt), 4, 2, 0);
   shutdown_clean(rt, 10000);
 }
 END_TEST
@@ -342,13 +304,10 @@ Suite *kva_test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, shutdown_with_prefetches_in_flight_releases_all_locks);
   tcase_add_test(tc, deterministic_shutdown_with_prefetches_in_flight);
-  tcase_add_test(tc, memcheck_fails_while_prefetches_hold_locks_then_passes);
-  tcase_add_test(tc, deterministic_memcheck_fails_while_prefetches_hold_locks_then_passes);
-  tcase_add_test(tc, shutdown_with_stores_in_flight_releases_all_locks);
-  tcase_add_test(tc, deterministic_shutdown_with_stores_in_flight);
+  tcase_add_loop_test(tc, memcheck_fails_while_prefetches_hold_locks_then_passes, 0, 2);
+  tcase_add_loop_test(tc, shutdown_with_stores_in_flight_releases_all_locks, 0, 2);
   tcase_add_test(tc, shutdown_with_stores_and_prefetches_in_flight);
-  tcase_add_test(tc, shutdown_releases_read_locks_of_prefetches_nobody_read);
-  tcase_add_test(tc, deterministic_shutdown_releases_read_locks_of_prefetches_nobody_read);
+  tcase_add_loop_test(tc, shutdown_releases_read_locks_of_prefetches_nobody_read, 0, 2);
   tcase_add_test(tc, waiter_in_wait_prefetch_returns_when_shutdown_runs);
   tcase_add_test(tc, waiter_that_released_its_locks_leaves_none);
   suite_add_tcase(su, tc);

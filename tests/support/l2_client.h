@@ -18,7 +18,17 @@
  * mock0.., each with the given extra JSON members (may be "" or NULL),
  * plus the NULL-terminated "k=v" settings. */
 kva_runtime *l2_start(int workers, uint64_t l1_bytes, int ntiers, const char *mock_json, ...);
+/* l2_start with 64 MiB of L1 and prefetch_writeback=false (LMCache's
+ * prefetched objects are temporary), plus one setting `more` (or NULL). */
+kva_runtime *l2_start_no_writeback(int workers, int ntiers, const char *more);
 kva_actor *l2_tier_actor(kva_storage *s, uint32_t tier);
+/* Every facade test ends here: waits until no tier holds a lock
+ * (l2_assert_unlocked), asserts kva_memcheck is clean, shuts down. */
+void l2_finish(kva_runtime *rt);
+/* kva_runtime_start with one mock tier and setting key=value: its result.
+ * A runtime that starts is shut down at once; one that does not must
+ * leave *rt NULL. */
+int l2_try_start(const char *key, const char *value);
 
 /* The byte at offset o of the object written for key id, version v. */
 static inline uint8_t l2_pattern(uint64_t id, uint32_t v, size_t o) {
@@ -30,10 +40,19 @@ bool l2_matches(const void *p, size_t len, uint64_t id, uint32_t v);
 /* Writes keys fixture_key(ids[i]) into L1 with version v bytes, finishes
  * them (so the store controller copies them to L2), asserts all succeed. */
 void l2_write(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l, uint32_t v);
+void l2_write_range(kva_storage *s, uint64_t first, size_t n, const kva_layout *l, uint32_t v);
+/* Like l2_write, but of keys already in L1 (KVA_WRITE_UPDATE). */
+void l2_rewrite(kva_storage *s, const uint64_t *ids, size_t n, const kva_layout *l, uint32_t v);
+/* kva_flush (10 s), asserting success: every store task has answered. */
+void l2_flush(kva_storage *s);
 /* Stores keys straight into one tier (bypassing L1), version v bytes. */
 void l2_seed(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n, const kva_layout *l,
              uint32_t v);
 void l2_seed_range(kva_storage *s, uint32_t tier, uint64_t first, size_t n, const kva_layout *l);
+/* Seeds each tier t < ntiers with the keys i whose bit i of held[t] is set,
+ * version 0, except that a copy a lower tier holds too is version 9: other
+ * bytes, so a read tells which tier served the key. */
+void l2_seed_tiers(kva_storage *s, uint32_t ntiers, const uint8_t *held, const kva_layout *l);
 
 kva_l2_stats l2_stats(kva_storage *s, uint32_t tier);
 /* Sends a MOCK_CONTROL and waits until it is in effect. */
@@ -54,6 +73,17 @@ void l2_read_release_range(kva_storage *s, uint64_t first, size_t n, uint32_t v)
 /* L1's view of key id: L1_ABSENT, or its read-lock count | L1_WRITE_LOCKED
  * | L1_TEMPORARY | L1_PINNED (l1/l1_manager.h). */
 int l2_l1_state(kva_storage *s, uint64_t id);
+/* Asserts l2_l1_state(s, i) == want for every key of [first, first + n). */
+void l2_expect_states(kva_storage *s, uint64_t first, size_t n, int want);
+/* kva_lookup of keys [first, first + n) (n <= 16), asserting success. */
+kva_tier_hits l2_lookup_range(kva_storage *s, uint64_t first, size_t n, int pin);
+
+/* Single-key calls that return the key's status (KVA_OK or KVA_KEY_*),
+ * asserting that the call's count agrees with it. l2_reserve leaves key id
+ * write-locked (KVA_WRITE_NEW) until l2_finish_one. */
+void l2_reserve(kva_storage *s, uint64_t id, const kva_layout *l);
+int l2_finish_one(kva_storage *s, uint64_t id);
+int l2_delete_one(kva_storage *s, uint64_t id, int force);
 
 /* ---- added for the store / lookup / modes suites ------------------------ */
 
@@ -76,6 +106,7 @@ kva_storage_stats l2_storage_stats(kva_storage *s);
  * timeout_ms passed; returns its last value. */
 bool l2_wait_until(bool (*pred)(kva_storage *s, void *arg), kva_storage *s, void *arg,
                    int timeout_ms);
+void l2_sleep_ms(unsigned ms);
 
 /* ---- added for the prefetch suites --------------------------------------- */
 
@@ -105,5 +136,18 @@ const char *l2_log_text(void);
 /* Captured lines that say a lock outlived shutdown: the L1 manager's, a
  * controller's or a mock's on_stop warning, or a drain that gave up. */
 size_t l2_log_lock_warnings(void);
+
+/* ---- added for the disk suites ------------------------------------------- */
+
+/* A storage runtime (l1_bytes of L1) with one disk tier named disk0 whose
+ * extra JSON members are disk_json ("" = schema defaults: a temporary
+ * file), plus the NULL-terminated "k=v" settings; asserts it starts. */
+kva_runtime *l2_start_disk(int workers, uint64_t l1_bytes, const char *disk_json, ...);
+/* The same with 16 MiB of L1, returning kva_runtime_start's result (*rt
+ * is NULL when it fails). */
+int l2_try_start_disk(int workers, const char *disk_json, kva_runtime **rt);
+/* Sends one request straight to a tier from a port of the test's own,
+ * waits for its KVA_L2_DONE and returns r->result. */
+int l2_ask(kva_storage *s, uint32_t tier, uint32_t type, kva_l2_req *r);
 
 #endif
