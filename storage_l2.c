@@ -22,9 +22,9 @@
 #define DRAIN_TIMEOUT_MS 30000
 
 /* Built-in types whose adapters are not in this build yet: a config that
- * names them (the embedded default names "disk") starts without them. */
+ * names them starts without them. */
 static bool coming_later(const char *type) {
-  return strcmp(type, "disk") == 0 || strcmp(type, "redis") == 0;
+  return strcmp(type, "redis") == 0;
 }
 
 static int start_adapter(kva_storage *s, const kva_config *c, size_t i) {

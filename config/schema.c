@@ -114,14 +114,26 @@ static const config_key keys[] = {
     INT("mock", "seed", 0, U64MAX, "0", 0, "PRNG seed of the failure injection."),
     /* disk: io_uring on a file or block device */
     STR("disk", "path", "",
-        "File or block device; \"\" = a temporary file in $TMPDIR made at start."),
-    INT("disk", "capacity_bytes", 0, I64MAX, "1073741824", 0, "Bytes the tier holds."),
+        "File or block device; \"\" = a temporary file in $TMPDIR made at start, removed at "
+        "stop."),
+    INT("disk", "capacity_bytes", 0, I64MAX, "1073741824", 0,
+        "Bytes of a new (or empty) file, preallocated; an existing file or a block device "
+        "keeps its size."),
     INT("disk", "slot_bytes", 0, I64MAX, "0", 0,
-        "Bytes per object slot; 0 = derived from the first layout stored."),
-    BOOL("disk", "o_direct", "true", "Open with O_DIRECT (bypass the page cache)."),
-    INT("disk", "queue_depth", 1, 4096, "64", 0, "io_uring submission queue entries."),
-    BOOL("disk", "persist", "true", "Keep the data across restarts; false = discard at shutdown."),
-    INT("disk", "timeout_ms", 1, MAX_MS, "1000", 0, "Per-operation timeout."),
+        "Bytes per object slot (a 4 KiB header block + the payload; a multiple of 4096, at "
+        "least 8192); 0 = derived from the first layout stored. A formatted file keeps its "
+        "own."),
+    BOOL("disk", "o_direct", "true",
+         "Open with O_DIRECT (bypass the page cache). A filesystem that refuses it gets "
+         "buffered I/O and one warning."),
+    INT("disk", "queue_depth", 1, 4096, "64", 0,
+        "I/Os in flight at most (the io_uring gets twice as many entries: each I/O carries a "
+        "linked timeout); more wait in order inside the tier."),
+    BOOL("disk", "persist", "true",
+         "Keep the data across restarts (the index is saved at stop, rebuilt at start); false "
+         "= start empty and discard at stop."),
+    INT("disk", "timeout_ms", 1, MAX_MS, "1000", 0,
+        "Per-I/O deadline (io_uring linked timeout): a load past it is a miss, a store fails."),
     /* redis: hiredis async, optionally Redis Cluster */
     {.scope = "redis",
      .path = "addrs",

@@ -1,7 +1,7 @@
 /*
  * registry.c — adapter types and L2 policies by name (registry.h), with
- * the built-in entries: the "mock" adapter, the "default" and "skip_l1"
- * store policies and the "default" prefetch policy.
+ * the built-in entries: the "mock" and "disk" adapters, the "default" and
+ * "skip_l1" store policies and the "default" prefetch policy.
  */
 #include "l2/registry.h"
 
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "l2/disk.h"
 #include "l2/mock.h"
 
 #define MAX_ENTRIES 32
@@ -119,6 +120,7 @@ static int add_prefetch(const kva_prefetch_policy *p) {
 
 static void builtins_register(void) {
   add_adapter("mock", mock_adapter_spawn);
+  add_adapter("disk", disk_adapter_spawn);
   add_store(&(kva_store_policy){"default", all_targets, keep_all, NULL});
   add_store(&(kva_store_policy){"skip_l1", all_targets, delete_all, NULL});
   add_prefetch(&(kva_prefetch_policy){"default", lowest_tier, NULL});

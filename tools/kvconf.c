@@ -6,8 +6,10 @@
  *   kvconf check FILE                   "FILE: ok", or the error (exit 1)
  *   kvconf show [FILE]                  effective config as JSON
  *   kvconf schema [--markdown]          the configuration reference
+ *   kvconf fsck PATH [--repair]         check a disk tier (kvconf_fsck.c)
  *
- * Exit status: 0 success, 1 invalid input or I/O error, 2 usage error.
+ * Exit status: 0 success, 1 invalid input or I/O error, 2 usage error
+ * (fsck: 0 clean or repaired, 1 damage left, 2 not checked).
  * JSON is read with jansson (integers stay integers, reals stay floats);
  * it is written here, because jansson prints 0.8 as 0.80000000000000004
  * and cannot hold integers above INT64_MAX, which msgpack seeds may be.
@@ -23,6 +25,7 @@
 
 #include "config/config_internal.h"
 #include "kvact.h"
+#include "tools/kvconf_fsck.h"
 
 #define DECODE_MAX_BYTES (64u << 20)
 #define DECODE_MAX_DEPTH 32 /* msgpack-c's own unpacker stack */
@@ -34,10 +37,14 @@ static const char usage_text[] =
     "       kvconf show [FILE]                  print the effective config (defaults filled in;\n"
     "                                           the embedded default without FILE)\n"
     "       kvconf schema [--markdown]          print the configuration reference\n"
+    "       kvconf fsck PATH [--repair]         check a disk tier file or device; --repair\n"
+    "                                           drops bad slots and rebuilds the index\n"
     "       kvconf --help\n"
     "OUT.msgpack may be - for stdout. decode writes binary and extension values as hex\n"
     "strings, NaN and infinities as null, and bytes that are not UTF-8 as Latin-1.\n"
-    "Exit status: 0 ok, 1 invalid input or I/O error, 2 usage error.\n";
+    "Exit status: 0 ok, 1 invalid input or I/O error, 2 usage error.\n"
+    "fsck: 0 clean (or repaired), 1 bad slots found and not repaired, 2 not a disk tier,\n"
+    "unreadable, or in use.\n";
 
 static int usage(const char *why) {
   fprintf(stderr, "kvconf: %s\n%s", why, usage_text);
@@ -370,6 +377,15 @@ static int cmd_schema(int markdown) {
   return fflush(stdout) != 0;
 }
 
+/* fsck PATH, fsck PATH --repair or fsck --repair PATH. */
+static int cmd_fsck(int nargs, char **args) {
+  if (nargs == 1 && args[0][0] != '-') return kvconf_fsck(args[0], false);
+  for (int i = 0; nargs == 2 && i < 2; i++)
+    if (!strcmp(args[i], "--repair") && args[1 - i][0] != '-')
+      return kvconf_fsck(args[1 - i], true);
+  return usage("fsck takes PATH [--repair]");
+}
+
 int main(int argc, char **argv) {
   const char *cmd = argc > 1 ? argv[1] : NULL;
   int nargs = argc - 2;
@@ -385,6 +401,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "check")) return nargs == 1 ? cmd_check(argv[2]) : usage("check takes FILE");
   if (!strcmp(cmd, "show"))
     return nargs <= 1 ? cmd_show(nargs ? argv[2] : NULL) : usage("show takes at most FILE");
+  if (!strcmp(cmd, "fsck")) return cmd_fsck(nargs, argv + 2);
   if (!strcmp(cmd, "schema")) {
     if (nargs == 0) return cmd_schema(0);
     if (nargs == 1 && !strcmp(argv[2], "--markdown")) return cmd_schema(1);

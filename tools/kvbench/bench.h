@@ -10,21 +10,25 @@
 #include "kvact.h"
 
 typedef struct bench_opts {
-  int workers;          /* runtime.workers for kvact and the CAF anchor */
-  int reps;             /* repetitions; figures are medians */
-  uint64_t pingpong;    /* round trips */
-  uint64_t fanin;       /* messages, all senders together */
-  uint64_t ring_hops;   /* token-ring hops */
-  uint64_t ring_msgs;   /* raw ck_ring anchor messages */
-  const char *anchors;  /* folder holding caf_bench and ring_anchor */
-  uint64_t cycle_bytes; /* l1: bytes through the write+read cycle per size */
-  uint64_t cp_cycles;   /* l1: 64-key control-plane cycles per thread */
-  uint64_t rtt_samples; /* l1: single-key prefetch round trips */
+  int workers;           /* runtime.workers for kvact and the CAF anchor */
+  int reps;              /* repetitions; figures are medians */
+  uint64_t pingpong;     /* round trips */
+  uint64_t fanin;        /* messages, all senders together */
+  uint64_t ring_hops;    /* token-ring hops */
+  uint64_t ring_msgs;    /* raw ck_ring anchor messages */
+  const char *anchors;   /* folder holding caf_bench and ring_anchor */
+  uint64_t cycle_bytes;  /* l1: bytes through the write+read cycle per size */
+  uint64_t cp_cycles;    /* l1: 64-key control-plane cycles per thread */
+  uint64_t rtt_samples;  /* l1: single-key prefetch round trips */
+  const char *disk_file; /* disk: the tier's file (NULL: kvbench-disk.tmp in the
+                            directory bazel run was called from) */
+  unsigned disk_chunks;  /* disk: 8 MiB objects per pass */
 } bench_opts;
 
 int suite_runtime(const bench_opts *o);
 int suite_l1(const bench_opts *o);
 int suite_l2_mock(const bench_opts *o);
+int suite_disk(const bench_opts *o);
 
 double bench_median(double *v, int n);
 /* A runtime with `workers` workers and an L1 of l1_bytes (0 = no storage);
@@ -33,10 +37,21 @@ kva_runtime *bench_start(int workers, uint64_t l1_bytes);
 /* The same with more settings: path, value, path, value, ..., NULL (as
  * kva_config_set takes them); settings may be NULL. */
 kva_runtime *bench_start_with(int workers, uint64_t l1_bytes, const char *const *settings);
+/* The same without exiting: KVA_OK and *out, or the error with what the
+ * config parser or the runtime said in err (may be empty). */
+int bench_try_start_with(int workers, uint64_t l1_bytes, const char *const *settings,
+                         kva_runtime **out, char *err, size_t errlen);
 uint64_t bench_now_ns(void);
 /* Runs cmd and keeps its stdout; -1 if it could not run or failed. */
 int bench_capture(const char *cmd, char *out, size_t cap);
 /* The msgs_per_s of the line holding "measure=<measure> ", or -1. */
 double bench_parse(const char *out, const char *measure);
+/* A counter of the kernel tracepoint group:name (e.g. "io_uring",
+ * "io_uring_submit_req") over this process and every thread it creates
+ * from now on (open it before kva_runtime_start); -1 if tracefs or
+ * perf_event_open is not available (not root, perf_event_paranoid). */
+int bench_tracepoint_open(const char *group, const char *name);
+/* Its count so far, all threads together; 0 for fd -1. */
+uint64_t bench_tracepoint_read(int fd);
 
 #endif

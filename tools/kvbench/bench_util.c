@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
 
 #include "tools/kvbench/bench.h"
 
@@ -52,22 +55,67 @@ kva_runtime *bench_start(int workers, uint64_t l1_bytes) {
   return bench_start_with(workers, l1_bytes, NULL);
 }
 
-kva_runtime *bench_start_with(int workers, uint64_t l1_bytes, const char *const *settings) {
+int bench_try_start_with(int workers, uint64_t l1_bytes, const char *const *settings,
+                         kva_runtime **out, char *err, size_t errlen) {
   kva_config *c = kva_config_default();
-  char num[32], size[32], err[256] = "";
+  char num[32], size[32];
   snprintf(num, sizeof(num), "%d", workers);
   snprintf(size, sizeof(size), "%llu", (unsigned long long)l1_bytes);
-  int rc = !c ? KVA_ENOMEM : kva_config_set_err(c, "runtime.workers", num, err, sizeof(err));
-  if (rc == KVA_OK) rc = kva_config_set_err(c, "l1.size_bytes", size, err, sizeof(err));
+  err[0] = 0;
+  int rc = !c ? KVA_ENOMEM : kva_config_set_err(c, "runtime.workers", num, err, errlen);
+  if (rc == KVA_OK) rc = kva_config_set_err(c, "l1.size_bytes", size, err, errlen);
   for (size_t i = 0; rc == KVA_OK && settings && settings[i]; i += 2)
-    rc = kva_config_set_err(c, settings[i], settings[i + 1], err, sizeof(err));
-  kva_runtime *rt = NULL;
-  if (rc == KVA_OK) rc = kva_runtime_start(c, &rt);
+    rc = kva_config_set_err(c, settings[i], settings[i + 1], err, errlen);
+  *out = NULL;
+  if (rc == KVA_OK) rc = kva_runtime_start(c, out);
+  kva_config_free(c);
+  return rc;
+}
+
+kva_runtime *bench_start_with(int workers, uint64_t l1_bytes, const char *const *settings) {
+  char err[256];
+  kva_runtime *rt;
+  int rc = bench_try_start_with(workers, l1_bytes, settings, &rt, err, sizeof(err));
   if (rc != KVA_OK) {
     fprintf(stderr, "kvbench: cannot start a runtime (workers %d, L1 %llu bytes): %s%s%s\n",
             workers, (unsigned long long)l1_bytes, kva_strerror(rc), err[0] ? ": " : "", err);
     exit(1);
   }
-  kva_config_free(c);
   return rt;
+}
+
+/* The tracepoint's id from tracefs (either mount point), or -1. */
+static long tracepoint_id(const char *group, const char *name) {
+  static const char *const roots[] = {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"};
+  for (int r = 0; r < 2; r++) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/events/%s/%s/id", roots[r], group, name);
+    FILE *f = fopen(path, "r");
+    long id = -1;
+    if (!f) continue;
+    if (fscanf(f, "%ld", &id) != 1) id = -1;
+    fclose(f);
+    if (id >= 0) return id;
+  }
+  return -1;
+}
+
+int bench_tracepoint_open(const char *group, const char *name) {
+  long id = tracepoint_id(group, name);
+  if (id < 0) return -1;
+  struct perf_event_attr attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_TRACEPOINT;
+  attr.config = (uint64_t)id;
+  attr.inherit = 1; /* threads created later count too; read() sums them */
+  attr.exclude_hv = 1;
+  long fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  return fd < 0 ? -1 : (int)fd;
+}
+
+uint64_t bench_tracepoint_read(int fd) {
+  uint64_t v = 0;
+  if (fd < 0 || read(fd, &v, sizeof(v)) != (ssize_t)sizeof(v)) return 0;
+  return v;
 }

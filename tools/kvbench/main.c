@@ -1,7 +1,10 @@
 /*
  * kvbench — kvact's benchmark driver.
  *
- *   kvbench [--suite runtime|l1|l2-mock|all] [--reps N] [--workers N] [--quick] ...
+ *   kvbench [--suite runtime|l1|l2-mock|disk|all] [--reps N] [--workers N] [--quick] ...
+ *
+ * "all" is runtime, l1 and l2-mock; disk writes a file of a few GB, so it
+ * runs only when asked for.
  *
  * Until the serving-engine simulation lands (the kvbench issue), running it
  * with no arguments runs the runtime suite.
@@ -18,13 +21,18 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: kvbench [options]\n"
-             "  --suite NAME      runtime | l1 | l2-mock | all (default: runtime)\n"
+             "  --suite NAME      runtime | l1 | l2-mock | disk | all (default: runtime;\n"
+             "                    all = runtime, l1, l2-mock)\n"
              "  --reps N          repetitions per measure, medians reported (5)\n"
              "  --workers N       scheduler threads for kvact and CAF (online CPUs)\n"
              "  --pingpong N      ping-pong round trips (2000000)\n"
              "  --fanin N         fan-in messages (8000000)\n"
              "  --ring-hops N     token-ring hops (1000000)\n"
              "  --anchors DIR     folder of caf_bench and ring_anchor\n"
+             "  --disk-file PATH  disk: the tier's file, removed at the end (relative to\n"
+             "                    the directory bazel run was called from; default\n"
+             "                    kvbench-disk.tmp)\n"
+             "  --disk-chunks N   disk: 8 MiB objects per pass (64)\n"
              "  --quick           small sizes (a smoke run, figures meaningless)\n");
 }
 
@@ -52,13 +60,14 @@ int main(int argc, char **argv) {
                   .anchors = default_anchors(),
                   .cycle_bytes = 4ull << 30,
                   .cp_cycles = 4000,
-                  .rtt_samples = 100000};
+                  .rtt_samples = 100000,
+                  .disk_chunks = 64};
   const char *suite = "runtime";
-  static const struct option opts[] = {{"suite", 1, 0, 's'},   {"reps", 1, 0, 'r'},
-                                       {"workers", 1, 0, 'w'}, {"pingpong", 1, 0, 'p'},
-                                       {"fanin", 1, 0, 'f'},   {"ring-hops", 1, 0, 'h'},
-                                       {"anchors", 1, 0, 'a'}, {"quick", 0, 0, 'q'},
-                                       {"help", 0, 0, 'H'},    {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"suite", 1, 0, 's'},       {"reps", 1, 0, 'r'},  {"workers", 1, 0, 'w'},
+      {"pingpong", 1, 0, 'p'},    {"fanin", 1, 0, 'f'}, {"ring-hops", 1, 0, 'h'},
+      {"anchors", 1, 0, 'a'},     {"quick", 0, 0, 'q'}, {"disk-file", 1, 0, 'D'},
+      {"disk-chunks", 1, 0, 'C'}, {"help", 0, 0, 'H'},  {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -83,6 +92,12 @@ int main(int argc, char **argv) {
     case 'a':
       o.anchors = optarg;
       break;
+    case 'D':
+      o.disk_file = optarg;
+      break;
+    case 'C':
+      o.disk_chunks = (unsigned)strtoul(optarg, NULL, 10);
+      break;
     case 'q':
       o.reps = 1;
       o.pingpong = 20000;
@@ -92,6 +107,7 @@ int main(int argc, char **argv) {
       o.cycle_bytes = 256ull << 20;
       o.cp_cycles = 100;
       o.rtt_samples = 2000;
+      o.disk_chunks = 16;
       break;
     case 'H':
       usage(stdout);
@@ -101,18 +117,21 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (o.reps < 1 || o.workers < 1 || !o.pingpong || !o.fanin || !o.ring_hops) {
+  if (o.reps < 1 || o.workers < 1 || !o.pingpong || !o.fanin || !o.ring_hops || !o.disk_chunks) {
     fprintf(stderr, "kvbench: --reps, --workers and sizes must be positive\n");
     return 2;
   }
   bool all = strcmp(suite, "all") == 0;
-  if (!all && strcmp(suite, "runtime") && strcmp(suite, "l1") && strcmp(suite, "l2-mock")) {
-    fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, l1, l2-mock, all)\n", suite);
+  bool disk = strcmp(suite, "disk") == 0;
+  if (!all && !disk && strcmp(suite, "runtime") && strcmp(suite, "l1") &&
+      strcmp(suite, "l2-mock")) {
+    fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, l1, l2-mock, disk, all)\n", suite);
     return 2;
   }
   int rc = 0;
   if (all || strcmp(suite, "runtime") == 0) rc |= suite_runtime(&o);
   if (all || strcmp(suite, "l1") == 0) rc |= suite_l1(&o);
   if (all || strcmp(suite, "l2-mock") == 0) rc |= suite_l2_mock(&o);
+  if (disk) rc |= suite_disk(&o);
   return rc;
 }

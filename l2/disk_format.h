@@ -1,0 +1,125 @@
+/*
+ * disk_format.h — the on-disk format of the disk tier (l2/disk_*.c) and of
+ * `kvconf fsck`. Everything is little-endian, every block 4 KiB aligned.
+ *
+ *   offset 0                 superblock (one 4 KiB block)
+ *   DISK_INDEX_OFFSET        index region: nslots disk_index_entry, rounded
+ *                            up to 4 KiB (written at clean shutdown)
+ *   data_offset              slot 0, slot 1, ... (slot_bytes each)
+ *
+ * A slot is [one 4 KiB header block][payload, rounded up to 4 KiB]. A
+ * store writes the payload first and the header after it (linked), so a
+ * process killed mid-store leaves either the old header (whose checksum no
+ * longer matches the payload) or no valid header: either way the slot is
+ * never served. A load checks the header's magic, version, key, layout
+ * fingerprint, length, sequence and the payload's xxh3-64 before it says
+ * "loaded"; any mismatch is a miss and the slot is dropped.
+ *
+ * Checksums. A struct's checksum field is the xxh3-64 of the struct's bytes
+ * before that field, padding included (the key's 3 bytes after hash[] and
+ * the 4 before the header's checksum). Zero a struct before filling it
+ * (disk_super_init / disk_header_init do), so the bytes written are a
+ * function of the fields alone: no stack garbage on disk, identical files
+ * for identical contents. The structs are written as host structs, so the
+ * format is little-endian hosts only; disk_format.c asserts the sizes and
+ * offsets at compile time, so the layout cannot drift silently.
+ */
+#ifndef KVA_L2_DISK_FORMAT_H
+#define KVA_L2_DISK_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvact.h"
+
+#define DISK_BLOCK 4096u
+/* Eight ASCII bytes read as a little-endian u64: the first byte is the
+ * least significant, so the file starts with the text itself. */
+#define DISK_ASCII8(a, b, c, d, e, f, g, h)                                                        \
+  ((uint64_t)(a) | (uint64_t)(b) << 8 | (uint64_t)(c) << 16 | (uint64_t)(d) << 24 |                \
+   (uint64_t)(e) << 32 | (uint64_t)(f) << 40 | (uint64_t)(g) << 48 | (uint64_t)(h) << 56)
+/* "KVACTDSK" = 4b 56 41 43 54 44 53 4b = 0x4b5344544341564b */
+#define DISK_MAGIC DISK_ASCII8('K', 'V', 'A', 'C', 'T', 'D', 'S', 'K')
+/* "KVASLOT1" = 4b 56 41 53 4c 4f 54 31 = 0x31544f4c5341564b */
+#define DISK_SLOT_MAGIC DISK_ASCII8('K', 'V', 'A', 'S', 'L', 'O', 'T', '1')
+#define DISK_VERSION 1u
+#define DISK_INDEX_OFFSET DISK_BLOCK
+
+typedef struct disk_super {
+  uint64_t magic;       /* DISK_MAGIC */
+  uint32_t version;     /* DISK_VERSION */
+  uint32_t clean;       /* 1 = closed cleanly: the index region is current */
+  uint64_t slot_bytes;  /* header block + payload capacity, multiple of 4 KiB */
+  uint64_t nslots;
+  uint64_t data_offset; /* first slot, multiple of 4 KiB */
+  uint64_t seq;         /* highest slot sequence number issued so far */
+  uint64_t created_ns;  /* CLOCK_REALTIME at format, for humans */
+  uint64_t checksum;    /* xxh3-64 of the fields above */
+} disk_super;
+
+typedef struct disk_slot_header {
+  uint64_t magic;       /* DISK_SLOT_MAGIC */
+  uint32_t version;     /* DISK_VERSION */
+  uint32_t pad;
+  uint64_t seq;         /* store sequence number (> 0), unique per store */
+  uint64_t fingerprint; /* layout_fingerprint of the object's layout */
+  uint64_t length;      /* payload bytes */
+  uint64_t payload_sum; /* xxh3-64 of the payload's length bytes */
+  kva_key key;          /* the full key */
+  uint64_t checksum;    /* xxh3-64 of the fields above */
+} disk_slot_header;
+
+/* One per slot in the index region (seq 0 = free). */
+typedef struct disk_index_entry {
+  uint64_t seq;
+  uint64_t key_hash; /* key_hash of the slot's key */
+} disk_index_entry;
+
+/* Layout of a tier of capacity_bytes with slots of slot_bytes (0 when they
+ * do not leave room for one slot). */
+uint64_t disk_slot_count(uint64_t capacity_bytes, uint64_t slot_bytes, uint64_t *data_offset);
+/* slot_bytes for objects of `payload` bytes: a header block plus the
+ * payload rounded up to 4 KiB. */
+uint64_t disk_slot_bytes_for(uint64_t payload);
+
+/* The seal functions set only the checksum (magic and version are the
+ * caller's, so a test can seal a wrong one). */
+void disk_super_seal(disk_super *s);
+/* KVA_OK, or KVA_ECONFIG with why (wrong magic = "not a kvact disk tier",
+ * another version, a bad checksum, inconsistent geometry). */
+int disk_super_check(const disk_super *s, uint64_t file_bytes, char *why, size_t len);
+
+void disk_header_seal(disk_slot_header *h);
+/* Whether the header is intact (magic, version, own checksum). */
+bool disk_header_valid(const disk_slot_header *h);
+/* Whether the header is intact and describes this key, layout and payload
+ * bytes. It does not bound length: check it against disk_slot_capacity
+ * before reading that many payload bytes. */
+bool disk_header_matches(const disk_slot_header *h, const kva_key *k, uint64_t fingerprint,
+                         const void *payload, uint64_t length);
+uint64_t disk_payload_sum(const void *payload, uint64_t length);
+
+/* ---- helpers (added with disk_format.c) ---- */
+
+/* Bytes of the index region for nslots (rounded up to 4 KiB; UINT64_MAX
+ * when it overflows). */
+uint64_t disk_index_bytes(uint64_t nslots);
+/* File offset of slot i's header block (s already checked). */
+uint64_t disk_slot_offset(const disk_super *s, uint64_t slot);
+/* Payload bytes a slot of slot_bytes holds (slot_bytes less the header
+ * block; 0 for less than one block). */
+uint64_t disk_slot_capacity(uint64_t slot_bytes);
+/* A fresh, sealed superblock for a tier of capacity_bytes with slots of
+ * slot_bytes: zeroed, magic, version, geometry (disk_slot_count), clean 0,
+ * seq 0, created_ns now. KVA_ECONFIG when not even one slot fits. */
+int disk_super_init(disk_super *s, uint64_t capacity_bytes, uint64_t slot_bytes);
+/* A sealed header for a store of `length` payload bytes with sequence seq:
+ * zeroed, then filled; only the key's significant bytes are copied (the
+ * model up to its NUL, hash[0..hash_len)), so the bytes are deterministic. */
+void disk_header_init(disk_slot_header *h, const kva_key *k, uint64_t fingerprint,
+                      const void *payload, uint64_t length, uint64_t seq);
+/* Whether all len bytes are zero (a never-written or cleared header block). */
+bool disk_block_is_zero(const void *buf, size_t len);
+
+#endif
