@@ -15,6 +15,7 @@
  * KVA_L2_UNLOCK (kva_key[n])           |
  * KVA_MSG_FD_READY (ring eventfd)      | the replies of completed requests
  * KVA_MSG_TIMER (submit retry)         |
+ * DISK_HASHED (disk_hasher.c)          | DISK_HASH to its disk_hasher
  *
  * Invariants:
  *  - every request with a sender is answered exactly once, after the
@@ -39,6 +40,7 @@
  * adapter waits for its own I/O before returning: replies then depend only
  * on the order of messages, as replays need.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +72,7 @@ static disk_task *task_get(disk *d, const kva_msg *msg, kva_l2_req *r) {
     if (!k) {
       t->next_free = d->free_tasks;
       d->free_tasks = t;
-      return NULL;
+      return NULL; /* not live yet */
     }
     t->k = k;
     t->capk = r->n;
@@ -82,11 +84,23 @@ static disk_task *task_get(disk *d, const kva_msg *msg, kva_l2_req *r) {
   t->req = r;
   t->fp = r->layout ? layout_fingerprint(r->layout) : 0;
   t->pending = 0;
+  t->jobs = 0;
+  t->gen++;
+  t->live_prev = NULL;
+  t->live_next = d->live;
+  if (d->live) d->live->live_prev = t;
+  d->live = t;
   return t;
 }
 
 void disk_task_finish(disk *d, disk_task *t, int result) {
   kva_l2_req *r = t->req;
+  assert(!t->jobs); /* the hasher may still read the L1 bytes */
+  if (t->live_prev)
+    t->live_prev->live_next = t->live_next;
+  else
+    d->live = t->live_next;
+  if (t->live_next) t->live_next->live_prev = t->live_prev;
   r->result = result;
   kva_send(t->to, KVA_L2_DONE, &r, sizeof(r), d->self, t->tag); /* ESHUTDOWN: gone */
   t->req = NULL;
@@ -291,6 +305,9 @@ static void disk_receive(kva_actor *self, void *state, const kva_msg *msg) {
   case KVA_MSG_TIMER:
     d->retry_timer = -1;
     break;
+  case DISK_HASHED:
+    disk_hash_received(d, msg);
+    break;
   case KVA_L2_STORE:
   case KVA_L2_LOOKUP_AND_LOCK:
   case KVA_L2_LOAD:
@@ -328,6 +345,8 @@ static void disk_free(disk *d) {
 
 static void disk_on_stop(kva_actor *self, void *state) {
   disk *d = state;
+  disk_hash_settle(d);       /* no hasher reply can reach us now */
+  kva_actor_stop(d->hasher); /* stopped already when the runtime shuts down */
   while (d->io_ok && disk_io_busy(&d->io)) disk_io_wait(&d->io); /* answers what is left */
   if (d->ix.locks)
     LOG_WARN("%s: stopped with %llu lookup locks still held", d->cfg.name,
@@ -396,6 +415,10 @@ kva_actor *disk_adapter_spawn(kva_runtime *rt, const kva_config_node *cfg, char 
   kva_behavior b = {.name = d->cfg.name, .receive = disk_receive, .on_stop = disk_on_stop};
   kva_actor *a = d->self = kva_spawn(rt, &b, d, NULL);
   if (!a) return fail(d, err, errlen, "disk: cannot spawn the actor");
+  /* spawned after the adapter, so stopped before it (see disk_hasher.c);
+   * deterministic mode sums everything inside the adapter's messages */
+  if (!d->det && !(d->hasher = disk_hasher_spawn(rt)))
+    LOG_WARN("%s: no disk_hasher: every checksum on the adapter", d->cfg.name);
   kva_send(a, DISK_START, NULL, 0, NULL, 0); /* first in its mailbox: nobody else knows it */
   return a;
 }

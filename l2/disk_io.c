@@ -66,6 +66,13 @@ void disk_io_queue(disk_io *io, disk_op *op) {
   io->npend++;
 }
 
+void disk_io_queue_front(disk_io *io, disk_op *op) {
+  op->next = io->pend_head;
+  io->pend_head = op;
+  if (!io->pend_tail) io->pend_tail = op;
+  io->npend++;
+}
+
 /* Two SQEs for the head of the FIFO; false when the ring has no room. */
 static bool prep_one(disk_io *io, disk_op *op) {
   if (io_uring_sq_space_left(&io->ring) < 2) return false;

@@ -67,6 +67,10 @@ void disk_io_destroy(disk_io *io);
 
 /* Queues op (never blocks); it reaches the kernel at the next submit. */
 void disk_io_queue(disk_io *io, disk_op *op);
+/* Queues op ahead of everything waiting: a store's header, which completes
+ * the slot its payload already filled, must not wait behind the payloads
+ * of the rest of the batch. */
+void disk_io_queue_front(disk_io *io, disk_op *op);
 /* Moves queued operations into the ring (up to depth in the kernel) and
  * submits them: KVA_OK, or KVA_EAGAIN when the kernel refused for now
  * (they stay queued: call again later). */

@@ -7,7 +7,9 @@
  * and a memcpy, since O_DIRECT moves whole blocks and the L1 buffer ends
  * at len). Then the bytes in L1 are checked against the header read in
  * the same I/O: intact, same seq as the index, same key, layout, length
- * and payload checksum. Only then is the bit set. A slot that fails that
+ * and payload checksum (every other key's summed by the disk_hasher actor
+ * on another core, disk_hasher.c, the read's buffers held until its sum
+ * comes back). Only then is the bit set. A slot that fails that
  * check, or whose read failed or timed out, is dropped: never served
  * again, freed once its holders unlocked it.
  */
@@ -93,22 +95,29 @@ void disk_load_start(disk *d, disk_task *t) {
     t->k[i] = (disk_tkey){.slot = DISK_NONE};
     if (d->formatted) issue_read(d, t, i);
   }
-  if (!t->pending) load_finish(d, t);
+  if (disk_task_idle(t)) load_finish(d, t);
 }
 
-/* The bounce copies into L1, then the header and checksum check over the
- * bytes the caller will read. */
-static bool verify(disk *d, disk_xop *x) {
-  const kva_l2_req *r = x->task->req;
-  const kva_buf *b = &r->bufs[x->key];
+/* The bounce copies into L1: the checksum is of the bytes the caller
+ * will read. */
+static void copy_in(disk_xop *x) {
+  const kva_buf *b = &x->task->req->bufs[x->key];
   if (x->big) memcpy(b->ptr, x->big, b->len);
   if (x->tail) {
     uint64_t body = b->len & ~(uint64_t)(DISK_BLOCK - 1);
     memcpy((uint8_t *)b->ptr + body, x->tail, b->len - body);
   }
+}
+
+/* The header read with the payload against the index and the request,
+ * and its payload_sum against the sum of the bytes now in L1. */
+static bool verify(const disk_xop *x, uint64_t sum) {
+  const disk_task *t = x->task;
+  const kva_l2_req *r = t->req;
   const disk_slot_header *h = x->hdr;
-  return disk_header_valid(h) && h->seq == x->task->k[x->key].seq &&
-         disk_header_matches(h, &r->keys[x->key], x->task->fp, b->ptr, b->len);
+  return disk_header_valid(h) && h->seq == t->k[x->key].seq && h->fingerprint == t->fp &&
+         h->length == r->bufs[x->key].len && key_equal(&h->key, &r->keys[x->key]) &&
+         h->payload_sum == sum;
 }
 
 static void drop(disk *d, uint32_t id, int res) {
@@ -119,12 +128,11 @@ static void drop(disk *d, uint32_t id, int res) {
   disk_index_drop(&d->ix, id);
 }
 
-void disk_load_done(disk *d, disk_xop *x) {
+/* Key x->key is decided: served (its bit set) or, unless another load
+ * dropped it already, its slot dropped. */
+static void settle(disk *d, disk_xop *x, bool ok) {
   disk_task *t = x->task;
   disk_tkey *k = &t->k[x->key];
-  t->pending--;
-  k->err = x->op.res;
-  bool ok = k->err == 0 && verify(d, x);
   const disk_slot *s = &d->ix.slots[k->slot];
   bool mine = s->state == SLOT_VALID && s->seq == k->seq; /* not dropped by another load */
   disk_index_read_end(&d->ix, k->slot);
@@ -133,5 +141,30 @@ void disk_load_done(disk *d, disk_xop *x) {
   else if (mine)
     drop(d, k->slot, k->err);
   disk_xop_put(d, x);
-  if (!t->pending) load_finish(d, t);
+  if (disk_task_idle(t)) load_finish(d, t);
+}
+
+void disk_load_done(disk *d, disk_xop *x) {
+  disk_task *t = x->task;
+  disk_tkey *k = &t->k[x->key];
+  const kva_buf *b = &t->req->bufs[x->key];
+  t->pending--;
+  k->err = x->op.res;
+  k->done = true;
+  if (k->err) {
+    settle(d, x, false);
+    return;
+  }
+  copy_in(x);
+  if (disk_hash_share(d, x->key) && disk_hash_send(d, t, x->key, b->ptr, b->len)) {
+    k->held = x; /* verified when the sum comes (disk_load_hashed) */
+    return;
+  }
+  settle(d, x, verify(x, disk_payload_sum(b->ptr, b->len)));
+}
+
+void disk_load_hashed(disk *d, disk_task *t, size_t i) {
+  disk_xop *x = t->k[i].held;
+  t->k[i].held = NULL;
+  settle(d, x, verify(x, t->k[i].sum));
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "actors/log.h"
@@ -105,10 +106,18 @@ static int make_temp(disk *d, char *err, size_t errlen) {
 
 /* One user at a time: two runtimes (or a runtime and `kvconf fsck
  * --repair`, which takes the same lock) writing one tier would corrupt
- * each other's slots. The lock goes with the descriptor. */
+ * each other's slots. The lock goes with the descriptor — but a process
+ * that just died with I/O in flight keeps its file (and lock) until the
+ * kernel has torn its io_uring down, after the process is gone: a busy
+ * lock is retried for a second before the tier is called in use. */
 static int lock_file(disk *d, char *err, size_t errlen) {
-  if (flock(d->fd, LOCK_EX | LOCK_NB) == 0) return KVA_OK;
-  int e = errno;
+  int e = 0;
+  for (int i = 0; i < 100; i++) {
+    if (flock(d->fd, LOCK_EX | LOCK_NB) == 0) return KVA_OK;
+    e = errno;
+    if (e != EWOULDBLOCK) break;
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  }
   snprintf(err, errlen, "%s: %s", d->cfg.path,
            e == EWOULDBLOCK ? "in use by another process (a kvact runtime or kvconf fsck --repair)"
                             : strerror(e));

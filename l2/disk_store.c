@@ -5,14 +5,15 @@
  * a key is locked or being loaded (KVA_EAGAIN) or if its keys do not fit
  * in free plus evictable slots (KVA_ENOMEM). Then per distinct key: take
  * its own slot (rewrite in place), a free one, or the LRU idle one; it is
- * WRITING, so lookups miss it. The payload is written first; only when it
- * completed is its checksum computed (from the L1 bytes, read-locked by
- * the sender until the reply) and the sealed header written. A process
- * killed in between leaves a header that does not match the payload, so
- * the slot is dropped at recovery. The header is not linked to the payload
- * in the ring: issuing it from the payload's completion keeps every
- * submission one op + its link timeout, so a full ring never splits a
- * chain, and the order on disk is the same.
+ * WRITING, so lookups miss it. The payload is written first; its checksum
+ * is computed meanwhile (from the L1 bytes, read-locked by the sender
+ * until the reply), every other key's by the disk_hasher actor on another
+ * core (disk_hasher.c), and once both the write completed and the sum is
+ * known the sealed header is written. A process killed in between leaves
+ * no header matching the payload, so the slot is dropped at recovery. The
+ * header is not linked to the payload in the ring: issuing it after the
+ * payload's completion keeps every submission one op + its link timeout,
+ * so a full ring never splits a chain, and the order on disk is the same.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -132,14 +133,12 @@ static void issue_payload(disk *d, disk_task *t, size_t i) {
   disk_io_queue(&d->io, &x->op);
 }
 
-/* The payload is on disk: the header that makes the slot valid. */
-static void issue_header(disk *d, disk_xop *x) {
-  disk_task *t = x->task;
-  size_t i = x->key;
+/* The payload of key i is on disk and its sum known: the header that
+ * makes the slot valid. */
+static void issue_header(disk *d, disk_task *t, size_t i) {
   disk_tkey *k = &t->k[i];
   const kva_l2_req *r = t->req;
-  disk_xop_put(d, x); /* payload buffers back: the header needs its own */
-  x = disk_xop_get(d, t, i, XOP_HEADER);
+  disk_xop *x = disk_xop_get(d, t, i, XOP_HEADER);
   if (x) x->hdr = disk_bounce_get(&d->bounce, DISK_BLOCK);
   if (!x || !x->hdr) {
     if (x) disk_xop_put(d, x);
@@ -161,7 +160,7 @@ static void issue_header(disk *d, disk_xop *x) {
   x->op.iov[0] = (struct iovec){x->hdr, DISK_BLOCK};
   x->op.niov = 1;
   t->pending++;
-  disk_io_queue(&d->io, &x->op);
+  disk_io_queue_front(&d->io, &x->op);
 }
 
 /* Every I/O of the task completed: failed keys' slots go back to the free
@@ -196,10 +195,23 @@ static void hash_ahead(disk_task *t, size_t n) {
   const kva_l2_req *r = t->req;
   for (; n && t->next_hash < r->n; t->next_hash++) {
     disk_tkey *k = &t->k[t->next_hash];
-    if (k->slot == DISK_NONE || k->hashed || k->err) continue;
+    if (k->slot == DISK_NONE || k->hashed || k->job || k->err) continue;
     k->sum = disk_payload_sum(r->bufs[t->next_hash].ptr, r->bufs[t->next_hash].len);
     k->hashed = true;
     n--;
+  }
+}
+
+/* The hasher's share of the sums, asked for in issue order (up to the
+ * jobs it may have out; each answer asks for more): it works through them
+ * while the writes fly. A key hash_ahead reached first is summed here. */
+static void share_hashes(disk *d, disk_task *t) {
+  const kva_l2_req *r = t->req;
+  for (; t->next_share < r->n; t->next_share++) {
+    size_t i = t->next_share;
+    const disk_tkey *k = &t->k[i];
+    if (k->slot == DISK_NONE || k->err || k->hashed || !disk_hash_share(d, i)) continue;
+    if (!disk_hash_send(d, t, i, r->bufs[i].ptr, r->bufs[i].len)) return;
   }
 }
 
@@ -215,31 +227,42 @@ void disk_store_start(disk *d, disk_task *t) {
     return;
   }
   take_slots(d, t);
-  for (size_t i = 0; i < t->req->n; i++) {
-    t->k[i].hashed = false;
+  for (size_t i = 0; i < t->req->n; i++)
     if (t->k[i].slot != DISK_NONE) issue_payload(d, t, i);
-  }
-  t->next_hash = 0;
+  t->next_hash = t->next_share = 0;
   disk_io_submit(&d->io); /* the writes go first, their checksums while they fly */
+  share_hashes(d, t);
   hash_ahead(t, d->io.depth);
-  if (!t->pending) store_finish(d, t);
+  if (disk_task_idle(t)) store_finish(d, t);
 }
 
 void disk_store_done(disk *d, disk_xop *x) {
   disk_task *t = x->task;
-  disk_tkey *k = &t->k[x->key];
+  size_t i = x->key;
+  disk_tkey *k = &t->k[i];
   t->pending--;
   if (x->op.res && !k->err) k->err = x->op.res;
-  if (x->stage == XOP_PAYLOAD && !k->err) {
-    /* summed while the writes fly (hash_ahead), never before the first
-     * write is out: the sender keeps the L1 bytes read-locked (unchanged)
-     * until the reply */
-    const kva_buf *b = &t->req->bufs[x->key];
-    if (!k->hashed) k->sum = disk_payload_sum(b->ptr, b->len);
-    k->hashed = true;
-    issue_header(d, x);
+  bool payload = x->stage == XOP_PAYLOAD;
+  disk_xop_put(d, x); /* payload buffers back: the header needs its own */
+  if (payload && !k->err) {
+    /* summed while the writes fly (hash_ahead, the hasher), never before
+     * the first write is out: the sender keeps the L1 bytes read-locked
+     * (unchanged) until the reply */
+    k->done = true;
+    const kva_buf *b = &t->req->bufs[i];
+    if (!k->hashed && !k->job) {
+      k->sum = disk_payload_sum(b->ptr, b->len);
+      k->hashed = true;
+    }
+    if (k->hashed) issue_header(d, t, i); /* else when the hasher answers */
     hash_ahead(t, 1);
-  } else
-    disk_xop_put(d, x);
-  if (!t->pending) store_finish(d, t);
+  }
+  if (disk_task_idle(t)) store_finish(d, t);
+}
+
+void disk_store_hashed(disk *d, disk_task *t, size_t i) {
+  disk_tkey *k = &t->k[i];
+  if (k->done && !k->err) issue_header(d, t, i);
+  share_hashes(d, t);
+  if (disk_task_idle(t)) store_finish(d, t);
 }
