@@ -4,6 +4,7 @@
 #include "actors/stats.h"
 
 #include <ck_pr.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +35,13 @@ static void *map_segment(stats_segment *s) {
   unsigned n = ck_pr_faa_32(&segment_seq, 1);
   snprintf(s->name, sizeof(s->name), "/kvact.%d.%u", (int)getpid(), n);
   int fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    /* the name holds our pid and our own counter, so an existing segment
+     * was left by a dead process that had this pid (killed before its
+     * shutdown unlinked it): reclaim it */
+    shm_unlink(s->name);
+    fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
   if (fd < 0) return NULL;
   void *p = MAP_FAILED;
   if (ftruncate(fd, (off_t)s->bytes) == 0)

@@ -242,6 +242,26 @@ END_TEST
 static void noop_receive(kva_actor *self, void *state, const kva_msg *m) {}
 static const kva_behavior named_behavior = {"l1_manager", noop_receive, NULL};
 
+/* Segments left by a killed process whose pid we now have are reclaimed,
+ * not a reason to run without stats. */
+START_TEST(stale_segments_of_a_dead_process_with_our_pid_are_reclaimed) {
+  char path[128];
+  for (int n = 0; n < 256; n++) {
+    snprintf(path, sizeof(path), "/dev/shm/kvact.%d.%d", (int)getpid(), n);
+    int fd = open(path, O_CREAT | O_RDWR, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+  }
+  kva_runtime *rt = fixture_runtime(1, NULL);
+  ck_assert_ptr_nonnull(kva_runtime_stats_name(rt));
+  kva_runtime_shutdown(rt);
+  for (int n = 0; n < 256; n++) {
+    snprintf(path, sizeof(path), "/dev/shm/kvact.%d.%d", (int)getpid(), n);
+    unlink(path);
+  }
+}
+END_TEST
+
 START_TEST(stats_segment_names_actors_and_disappears_at_shutdown) {
   kva_runtime *rt = fixture_runtime(2, NULL);
   kva_actor *a = kva_spawn(rt, &named_behavior, NULL, NULL);
@@ -357,6 +377,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, deterministic_timers_run_on_virtual_time);
   tcase_add_test(tc, threaded_runtime_refuses_deterministic_calls);
   tcase_add_test(tc, stats_segment_names_actors_and_disappears_at_shutdown);
+  tcase_add_test(tc, stale_segments_of_a_dead_process_with_our_pid_are_reclaimed);
   tcase_add_test(tc, pinned_actor_runs_on_its_own_thread_and_sleeps_on_its_eventfd);
   tcase_add_test(tc, idle_workers_go_to_sleep);
   suite_add_tcase(s, tc);
