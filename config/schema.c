@@ -127,8 +127,9 @@ static const config_key keys[] = {
          "Open with O_DIRECT (bypass the page cache). A filesystem that refuses it gets "
          "buffered I/O and one warning."),
     INT("disk", "queue_depth", 1, 4096, "64", 0,
-        "I/Os in flight at most (the io_uring gets twice as many entries: each I/O carries a "
-        "linked timeout); more wait in order inside the tier."),
+        "Payload I/Os in flight at most, plus as many 4 KiB header writes (each I/O carries a "
+        "linked timeout, so the io_uring gets four times as many entries); more wait in order "
+        "inside the tier, headers first."),
     BOOL("disk", "persist", "true",
          "Keep the data across restarts (the index is saved at stop, rebuilt at start); false "
          "= start empty and discard at stop."),

@@ -34,9 +34,9 @@ int disk_io_init(disk_io *io, int fd, unsigned depth, uint32_t timeout_ms, disk_
   io->done_arg = done_arg;
   io->timeout.tv_sec = timeout_ms / 1000;
   io->timeout.tv_nsec = (long long)(timeout_ms % 1000) * 1000000;
-  int rc = io_uring_queue_init(2 * io->depth, &io->ring, 0);
+  int rc = io_uring_queue_init(4 * io->depth, &io->ring, 0);
   if (rc < 0) {
-    snprintf(err, errlen, "io_uring_queue_init(%u): %s", 2 * io->depth, strerror(-rc));
+    snprintf(err, errlen, "io_uring_queue_init(%u): %s", 4 * io->depth, strerror(-rc));
     return KVA_EIO;
   }
   io->ring_ok = true;
@@ -91,12 +91,17 @@ static bool prep_one(disk_io *io, disk_op *op) {
 
 int disk_io_submit(disk_io *io) {
   unsigned added = 0;
-  while (io->pend_head && io->inflight < io->depth && prep_one(io, io->pend_head)) {
+  while (io->pend_head &&
+         (io->pend_head->small ? io->inflight_small : io->inflight) < io->depth &&
+         prep_one(io, io->pend_head)) {
     disk_op *op = io->pend_head;
     io->pend_head = op->next;
     if (!io->pend_head) io->pend_tail = NULL;
     io->npend--;
-    io->inflight++;
+    if (op->small)
+      io->inflight_small++;
+    else
+      io->inflight++;
     added++;
   }
   if (!added && !io_uring_sq_ready(&io->ring)) return KVA_OK;
@@ -130,7 +135,10 @@ static unsigned take_cqes(disk_io *io, disk_op **done) {
     int res = cqe->res;
     io_uring_cqe_seen(&io->ring, cqe);
     if (!op) continue; /* a link timeout's own CQE */
-    io->inflight--;
+    if (op->small)
+      io->inflight_small--;
+    else
+      io->inflight--;
     op->res = op_result(op, res);
     done[n++] = op;
   }
@@ -159,7 +167,7 @@ void disk_io_wait(disk_io *io) {
   disk_io_submit(io); /* moves queued ops into the ring */
   /* submits what the kernel has not taken yet, then waits for one CQE (or
    * returns at once with an error: the caller loops) */
-  if (io->inflight) io_uring_submit_and_wait(&io->ring, 1);
+  if (io->inflight + io->inflight_small) io_uring_submit_and_wait(&io->ring, 1);
   disk_io_reap(io);
 }
 

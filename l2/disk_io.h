@@ -32,6 +32,7 @@
  * disk_io_queue until its completion callback. */
 typedef struct disk_op {
   bool write;
+  bool small; /* a header block: counted apart from the depth of big I/Os */
   uint64_t off;
   struct iovec iov[DISK_IO_MAX_IOV];
   int niov;
@@ -48,7 +49,9 @@ typedef struct disk_io {
   bool ring_ok;
   int fd;                         /* the tier's file */
   int efd;                        /* eventfd registered with the ring */
-  unsigned depth;                 /* operations in the kernel at most */
+  unsigned depth;                 /* operations in the kernel at most (and
+                                     as many small ones besides) */
+  unsigned inflight_small;
   unsigned inflight;              /* operations in the kernel now */
   disk_op *pend_head, *pend_tail; /* waiting for room, in order */
   unsigned npend;
@@ -84,7 +87,7 @@ unsigned disk_io_reap(disk_io *io);
 void disk_io_wait(disk_io *io);
 /* Operations queued or in the kernel. */
 static inline unsigned disk_io_busy(const disk_io *io) {
-  return io->inflight + io->npend;
+  return io->inflight + io->inflight_small + io->npend;
 }
 
 /* ---- aligned bounce buffers ------------------------------------------- */

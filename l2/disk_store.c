@@ -156,6 +156,7 @@ static void issue_header(disk *d, disk_task *t, size_t i) {
   disk_key_normal(&r->keys[i], &h->key);
   disk_header_seal(h);
   x->op.write = true;
+  x->op.small = true;
   x->op.off = disk_slot_off(d, k->slot);
   x->op.iov[0] = (struct iovec){x->hdr, DISK_BLOCK};
   x->op.niov = 1;
