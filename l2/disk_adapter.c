@@ -52,10 +52,10 @@
 #include "actors/runtime_internal.h"
 #include "config/config_internal.h"
 #include "l1/key.h"
+#include "l2/request.h"
 #include "l2/disk_internal.h"
 
 #define DISK_START 290 /* the adapter to itself (MOCK_CONTROL is 280) */
-#define DISK_MAX_KEYS (1u << 24)
 #define DISK_EFD_TAG 1
 #define DISK_RETRY_NS 1000000ull /* resubmit after the kernel said EAGAIN */
 
@@ -153,32 +153,6 @@ static void on_io_done(disk_op *op, void *arg) {
 
 /* ---- validation --------------------------------------------------------- */
 
-static kva_l2_req *req_of(const kva_msg *msg) {
-  kva_l2_req *r = NULL;
-  if (msg->len == sizeof(r)) memcpy(&r, msg->data, sizeof(r));
-  return r;
-}
-
-static const char *bufs_problem(uint32_t type, const kva_l2_req *r) {
-  for (size_t i = 0; i < r->n; i++) {
-    if (!key_valid(&r->keys[i])) return "an invalid key";
-    if (type == KVA_L2_STORE && (!r->bufs[i].ptr || !r->bufs[i].len)) return "an empty buffer";
-    if (type == KVA_L2_LOAD && !r->bufs[i].ptr && r->bufs[i].len) return "a NULL buffer";
-  }
-  return NULL;
-}
-
-/* Why a request cannot be served, or NULL when it is well formed. */
-static const char *req_problem(uint32_t type, const kva_l2_req *r) {
-  if (type == KVA_L2_STATS) return r->stats ? NULL : "no stats to fill";
-  if (!r->keys || r->n == 0) return "no keys";
-  if (r->n > DISK_MAX_KEYS) return "too many keys";
-  if (type != KVA_L2_STORE && !r->bits) return "no bits";
-  if (type == KVA_L2_LOOKUP_AND_LOCK) return bufs_problem(type, r);
-  if (!r->bufs) return "no buffers";
-  if (!r->layout || layout_bytes(r->layout) == 0) return "no valid layout";
-  return bufs_problem(type, r);
-}
 
 static void reply_now(disk *d, const kva_msg *msg, kva_l2_req *r) {
   kva_send(msg->from, KVA_L2_DONE, &r, sizeof(r), d->self, msg->tag);
@@ -246,8 +220,8 @@ static void on_request(disk *d, const kva_msg *msg) {
     LOG_WARN("%s: request %u without a sender to answer: dropped", d->cfg.name, msg->type);
     return;
   }
-  kva_l2_req *r = req_of(msg);
-  const char *bad = r ? req_problem(msg->type, r) : "not a request pointer";
+  kva_l2_req *r = l2_req_of(msg);
+  const char *bad = r ? l2_req_problem(msg->type, r) : "not a request pointer";
   if (bad) {
     LOG_WARN("%s: request %u refused: %s", d->cfg.name, msg->type, bad);
     if (r) r->result = KVA_EINVAL;

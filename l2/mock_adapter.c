@@ -30,9 +30,9 @@
 
 #include "actors/log.h"
 #include "l1/key.h"
+#include "l2/request.h"
 #include "l2/mock_internal.h"
 
-#define MOCK_MAX_KEYS (1u << 24)           /* keys per request; more is malformed */
 #define MOCK_MAX_LATENCY_US 60000000ull    /* as in the schema */
 #define MOCK_DEFAULT_CAPACITY (1ull << 30) /* schema default, for a NULL cfg */
 
@@ -61,33 +61,6 @@ static bool key_listed(const kva_key *list, uint32_t n, const kva_key *k) {
 
 /* ---- validation --------------------------------------------------------- */
 
-/* The request pointer of an L2 message; NULL when the payload is not one. */
-static kva_l2_req *req_of(const kva_msg *msg) {
-  kva_l2_req *r = NULL;
-  if (msg->len == sizeof(r)) memcpy(&r, msg->data, sizeof(r));
-  return r;
-}
-
-static const char *bufs_problem(uint32_t type, const kva_l2_req *r) {
-  for (size_t i = 0; i < r->n; i++) {
-    if (!key_valid(&r->keys[i])) return "an invalid key";
-    if (type == KVA_L2_STORE && (!r->bufs[i].ptr || !r->bufs[i].len)) return "an empty buffer";
-    if (type == KVA_L2_LOAD && !r->bufs[i].ptr && r->bufs[i].len) return "a NULL buffer";
-  }
-  return NULL;
-}
-
-/* Why a request cannot be served, or NULL when it is well formed. */
-static const char *req_problem(uint32_t type, const kva_l2_req *r) {
-  if (type == KVA_L2_STATS) return r->stats ? NULL : "no stats to fill";
-  if (!r->keys || r->n == 0) return "no keys";
-  if (r->n > MOCK_MAX_KEYS) return "too many keys";
-  if (type != KVA_L2_STORE && !r->bits) return "no bits";
-  if (type == KVA_L2_LOOKUP_AND_LOCK) return bufs_problem(type, r);
-  if (!r->bufs) return "no buffers";
-  if (!r->layout || layout_bytes(r->layout) == 0) return "no valid layout";
-  return bufs_problem(type, r);
-}
 
 static const char *type_name(uint32_t type) {
   switch (type) {
@@ -207,13 +180,13 @@ static void on_request(mock *m, const kva_msg *msg) {
     LOG_WARN("%s: %s without a sender to answer: dropped", m->name, what);
     return;
   }
-  kva_l2_req *r = req_of(msg);
+  kva_l2_req *r = l2_req_of(msg);
   if (!r) {
     LOG_WARN("%s: %s of %u bytes is not a request pointer", m->name, what, msg->len);
     mock_reply_now(m, msg->from, msg->tag, NULL);
     return;
   }
-  const char *bad = req_problem(msg->type, r);
+  const char *bad = l2_req_problem(msg->type, r);
   if (bad) {
     LOG_WARN("%s: %s refused: %s", m->name, what, bad);
     r->result = KVA_EINVAL;

@@ -34,6 +34,11 @@ double bench_median(double *v, int n);
 /* A runtime with `workers` workers and an L1 of l1_bytes (0 = no storage);
  * exits on failure. */
 kva_runtime *bench_start(int workers, uint64_t l1_bytes);
+/* Key i of a benchmark's own model name. */
+kva_key bench_key(const char *model, uint64_t i);
+/* Exactly `bytes` per object: one u8 tensor (kva_layout_bytes adds no
+ * padding to it). */
+kva_layout bench_layout_bytes(uint64_t bytes);
 /* The same with more settings: path, value, path, value, ..., NULL (as
  * kva_config_set takes them); settings may be NULL. */
 kva_runtime *bench_start_with(int workers, uint64_t l1_bytes, const char *const *settings);

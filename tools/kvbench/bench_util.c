@@ -122,3 +122,22 @@ uint64_t bench_tracepoint_read(int fd) {
   if (fd < 0 || read(fd, &v, sizeof(v)) != (ssize_t)sizeof(v)) return 0;
   return v;
 }
+
+kva_key bench_key(const char *model, uint64_t i) {
+  kva_key k;
+  memset(&k, 0, sizeof(k));
+  snprintf(k.model, sizeof(k.model), "%s", model);
+  k.hash_len = 8;
+  memcpy(k.hash, &i, 8);
+  return k;
+}
+
+kva_layout bench_layout_bytes(uint64_t bytes) {
+  kva_layout l;
+  memset(&l, 0, sizeof(l));
+  l.ntensors = 1;
+  l.tensor[0].ndim = 1;
+  l.tensor[0].shape[0] = bytes;
+  l.tensor[0].dtype = KVA_DT_U8;
+  return l;
+}

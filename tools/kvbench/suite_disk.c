@@ -87,25 +87,7 @@ typedef struct disk_bench {
   double sqes[NMEASURES][MAX_REPS], enters[NMEASURES][MAX_REPS];
 } disk_bench;
 
-static kva_key chunk_key(uint64_t i) {
-  kva_key k;
-  memset(&k, 0, sizeof(k));
-  strcpy(k.model, "kvbench-disk");
-  k.hash_len = 8;
-  memcpy(k.hash, &i, 8);
-  return k;
-}
 
-/* Exactly CHUNK_BYTES: one u8 tensor. */
-static kva_layout chunk_layout(void) {
-  kva_layout l;
-  memset(&l, 0, sizeof(l));
-  l.ntensors = 1;
-  l.tensor[0].ndim = 1;
-  l.tensor[0].shape[0] = CHUNK_BYTES;
-  l.tensor[0].dtype = KVA_DT_U8;
-  return l;
-}
 
 /* The file: --disk-file or kvbench-disk.tmp, relative to the directory
  * `bazel run` was called from (BUILD_WORKING_DIRECTORY), not to the
@@ -139,8 +121,8 @@ static void kv_alloc(kv_side *k, unsigned n) {
     fprintf(stderr, "kvbench: out of memory\n");
     exit(1);
   }
-  for (unsigned i = 0; i < n; i++) k->keys[i] = chunk_key(i);
-  k->layout = chunk_layout();
+  for (unsigned i = 0; i < n; i++) k->keys[i] = bench_key("kvbench-disk", i);
+  k->layout = bench_layout_bytes(CHUNK_BYTES);
 }
 
 /* A runtime with an L1 of 1 GiB (more if the chunks need it) on huge pages

@@ -25,24 +25,11 @@
 #define MiB (1024ull * 1024ull)
 #define BATCH 64
 
-static kva_key bench_key(uint64_t i, uint32_t rank) {
-  kva_key k;
-  memset(&k, 0, sizeof(k));
-  strcpy(k.model, "kvbench");
+/* Key i of engine thread `rank` (each thread its own kv_rank). */
+static kva_key rank_key(uint64_t i, uint32_t rank) {
+  kva_key k = bench_key("kvbench", i);
   k.kv_rank = rank;
-  k.hash_len = 8;
-  memcpy(k.hash, &i, 8);
   return k;
-}
-
-static kva_layout bytes_layout(uint64_t bytes) {
-  kva_layout l;
-  memset(&l, 0, sizeof(l));
-  l.ntensors = 1;
-  l.tensor[0].ndim = 1;
-  l.tensor[0].shape[0] = bytes;
-  l.tensor[0].dtype = KVA_DT_U8;
-  return l;
 }
 
 static void must(int rc, int want, const char *what) {
@@ -57,7 +44,7 @@ static void must(int rc, int want, const char *what) {
 
 static void one_cycle(kva_storage *s, uint64_t i, const kva_layout *l, const char *src, char *dst,
                       size_t bytes) {
-  kva_key k = bench_key(i, 0);
+  kva_key k = rank_key(i, 0);
   kva_buf b;
   int st;
   must(kva_reserve_write(s, &k, 1, l, KVA_WRITE_NEW, &b, &st), 1, "reserve_write");
@@ -89,7 +76,7 @@ static char *huge_buffer(size_t bytes) {
 static void run_cycle(int workers, size_t bytes, uint64_t total, double *kv, double *mc) {
   kva_runtime *rt = bench_start(workers, 4 * bytes + 64 * MiB);
   kva_storage *s = kva_storage_of(rt);
-  kva_layout l = bytes_layout(bytes);
+  kva_layout l = bench_layout_bytes(bytes);
   char *src = malloc(bytes), *dst = malloc(bytes), *mid = huge_buffer(bytes);
   memset(src, 7, bytes);
   memset(dst, 0, bytes);
@@ -151,10 +138,10 @@ static void cp_cycle(kva_storage *s, kva_key *k, const kva_layout *l) {
 
 static void *cp_main(void *arg) {
   cp_thread *t = arg;
-  kva_layout l = bytes_layout(4096);
+  kva_layout l = bench_layout_bytes(4096);
   kva_key k[BATCH];
   for (uint64_t c = 0; c < t->cycles; c++) {
-    for (int i = 0; i < BATCH; i++) k[i] = bench_key(c * BATCH + (uint64_t)i, t->rank);
+    for (int i = 0; i < BATCH; i++) k[i] = rank_key(c * BATCH + (uint64_t)i, t->rank);
     cp_cycle(t->s, k, &l);
   }
   return NULL;
@@ -205,8 +192,8 @@ static int cmp_u64(const void *a, const void *b) {
 static void bench_prefetch_rtt(const bench_opts *o) {
   kva_runtime *rt = bench_start(o->workers, 64 * MiB);
   kva_storage *s = kva_storage_of(rt);
-  kva_layout l = bytes_layout(4096);
-  kva_key k = bench_key(1, 0);
+  kva_layout l = bench_layout_bytes(4096);
+  kva_key k = rank_key(1, 0);
   kva_buf b;
   int st;
   must(kva_reserve_write(s, &k, 1, &l, KVA_WRITE_NEW, &b, &st), 1, "reserve_write");

@@ -54,25 +54,7 @@ static void must(int rc, int want, const char *what) {
   }
 }
 
-static kva_key chunk_key(uint64_t i) {
-  kva_key k;
-  memset(&k, 0, sizeof(k));
-  strcpy(k.model, "kvbench-l2");
-  k.hash_len = 8;
-  memcpy(k.hash, &i, 8);
-  return k;
-}
 
-/* Exactly CHUNK_BYTES: one u8 tensor (kva_layout_bytes adds no padding). */
-static kva_layout chunk_layout(void) {
-  kva_layout l;
-  memset(&l, 0, sizeof(l));
-  l.ntensors = 1;
-  l.tensor[0].ndim = 1;
-  l.tensor[0].shape[0] = CHUNK_BYTES;
-  l.tensor[0].dtype = KVA_DT_U8;
-  return l;
-}
 
 static void l2_bench_start(l2_bench *b, int workers) {
   char tier[256];
@@ -84,9 +66,9 @@ static void l2_bench_start(l2_bench *b, int workers) {
                                   tier,           NULL};
   b->rt = bench_start_with(workers, 1024 * MiB, settings);
   b->s = kva_storage_of(b->rt);
-  b->layout = chunk_layout();
+  b->layout = bench_layout_bytes(CHUNK_BYTES);
   must(kva_layout_bytes(&b->layout) == CHUNK_BYTES, 1, "kva_layout_bytes == 8 MiB");
-  for (int i = 0; i < CHUNKS; i++) b->keys[i] = chunk_key((uint64_t)i);
+  for (int i = 0; i < CHUNKS; i++) b->keys[i] = bench_key("kvbench-l2", (uint64_t)i);
 }
 
 /* Minor page faults of the whole process so far (every thread). */
