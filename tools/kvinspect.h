@@ -1,0 +1,61 @@
+/*
+ * kvinspect.h — shared types of kvinspect's files: kvinspect.c (options,
+ * the refresh loop), kvinspect_segment.c (finding, mapping and sampling the
+ * stats segments of a process) and kvinspect_show.c (the table and JSON).
+ */
+#ifndef KVA_TOOLS_KVINSPECT_H
+#define KVA_TOOLS_KVINSPECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "actors/stats.h"
+
+/* One actor's (or port's) row, from two samples of its slot. */
+typedef struct kvi_row {
+  char name[KVA_STATS_NAME];
+  const char *kind;      /* "actor", "pinned", "port" */
+  const char *state;     /* "live", "stopped" */
+  uint64_t depth;        /* p_tail - c_head of the live ring */
+  uint64_t peak_depth;   /* deepest mailbox at a turn start */
+  uint64_t enqueued;     /* as of the consumer's last turn */
+  uint64_t dequeued;     /* messages received */
+  double rate;           /* dequeued per second over the last interval */
+  uint64_t p50_ns;       /* receive time: upper bound of the p50 bucket, 0 = none */
+  uint64_t p99_ns;       /* same for p99 */
+  uint64_t overflowed;   /* messages that went to the overflow queue */
+  uint64_t backpressure; /* sends that had to wait or overflow */
+  uint64_t turns;        /* scheduler turns */
+} kvi_row;
+
+/* One mapped segment /dev/shm/kvact.<pid>.<n>, read-only. */
+typedef struct kvi_segment {
+  char name[64];           /* "kvact.<pid>.<n>" */
+  unsigned seq;            /* <n> */
+  const stats_header *hdr; /* the mapping */
+  const stats_slot *slots; /* hdr + header_bytes */
+  size_t bytes;            /* mapping length */
+  uint64_t *prev_dequeued; /* max_slots counters of the previous sample */
+  kvi_row *rows;           /* max_slots rows; nrows filled by kvi_sample */
+  uint32_t nrows;
+  double uptime_s; /* since the runtime created the segment */
+} kvi_segment;
+
+enum { KVI_SORT_NAME, KVI_SORT_DEPTH, KVI_SORT_RATE, KVI_SORT_P99 };
+
+/* Maps every segment of pid into *out (sorted by <n>); on failure prints
+ * the reason to stderr and returns -1. */
+int kvi_open_all(int pid, kvi_segment **out, int *count);
+void kvi_close_all(kvi_segment *segs, int count);
+/* Remembers every slot's dequeued counter (the start of an interval). */
+void kvi_mark(kvi_segment *s);
+/* Fills s->rows from the slots, rates over `seconds` since kvi_mark. */
+void kvi_sample(kvi_segment *s, double seconds);
+void kvi_sort(kvi_segment *s, int key);
+
+void kvi_show_table(int pid, const kvi_segment *segs, int count, int interval_ms,
+                    const char *sort_name, int clear);
+/* Returns 0, or -1 when jansson failed. */
+int kvi_show_json(int pid, const kvi_segment *segs, int count, int interval_ms);
+
+#endif

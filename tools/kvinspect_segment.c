@@ -1,0 +1,262 @@
+/*
+ * kvinspect_segment.c — finds /dev/shm/kvact.<pid>.* for a process, maps
+ * each read-only after checking its header, and turns the slots into rows.
+ *
+ * The runtime writes the segment while we read it: every counter is read
+ * with one atomic load (torn-free), but rows are not a snapshot across
+ * fields, so depth and dequeued may be a few messages apart.
+ */
+#include <ck_pr.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tools/kvinspect.h"
+
+#define SHM_DIR "/dev/shm"
+
+/* Loads a 64-bit counter the runtime may be writing (relaxed: each value
+ * stands alone, the table needs no order between fields). */
+static uint64_t load64(const uint64_t *p) {
+  return ck_pr_load_64((uint64_t *)p);
+}
+
+static uint32_t load32(const uint32_t *p) {
+  return ck_pr_load_32((uint32_t *)p);
+}
+
+/* Checks the header of a mapped segment; prints why it is unusable. */
+static int check_header(const char *path, const void *map, size_t bytes) {
+  const stats_header *h = map;
+  if (bytes < sizeof(stats_header)) {
+    fprintf(stderr, "kvinspect: %s: too small for a kvact stats segment (%zu bytes)\n", path,
+            bytes);
+    return -1;
+  }
+  /* acquire: the runtime stores the magic last, after a store fence */
+  uint64_t magic = load64(&h->magic);
+  ck_pr_fence_load();
+  if (magic != KVA_STATS_MAGIC) {
+    fprintf(stderr, "kvinspect: %s: not a kvact stats segment (bad magic)\n", path);
+    return -1;
+  }
+  if (h->version != KVA_STATS_VERSION || h->header_bytes != sizeof(stats_header) ||
+      h->slot_bytes != sizeof(stats_slot)) {
+    fprintf(stderr,
+            "kvinspect: %s: stats layout version %u (header %u, slot %u bytes); this kvinspect "
+            "reads version %u (header %zu, slot %zu bytes)\n",
+            path, h->version, h->header_bytes, h->slot_bytes, KVA_STATS_VERSION,
+            sizeof(stats_header), sizeof(stats_slot));
+    return -1;
+  }
+  if (bytes < h->header_bytes + (size_t)h->max_slots * h->slot_bytes) {
+    fprintf(stderr, "kvinspect: %s: too small for its %u slots (%zu bytes)\n", path, h->max_slots,
+            bytes);
+    return -1;
+  }
+  return 0;
+}
+
+/* Maps one segment read-only into s (s->name already set). */
+static int map_one(kvi_segment *s) {
+  char path[128];
+  snprintf(path, sizeof(path), SHM_DIR "/%s", s->name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EACCES || errno == EPERM)
+      fprintf(stderr,
+              "kvinspect: %s: permission denied (the segment is mode 0600: run as the "
+              "process's user or root)\n",
+              path);
+    else
+      fprintf(stderr, "kvinspect: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  void *map = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && st.st_size > 0)
+    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) {
+    fprintf(stderr, "kvinspect: %s: too small for a kvact stats segment (%lld bytes)\n", path,
+            (long long)st.st_size);
+    return -1;
+  }
+  s->hdr = map;
+  s->bytes = (size_t)st.st_size;
+  if (check_header(path, map, s->bytes) != 0) return -1;
+  s->slots = (const stats_slot *)((const char *)map + s->hdr->header_bytes);
+  s->prev_dequeued = calloc(s->hdr->max_slots + 1, sizeof(uint64_t));
+  s->rows = calloc(s->hdr->max_slots + 1, sizeof(kvi_row));
+  if (!s->prev_dequeued || !s->rows) {
+    fprintf(stderr, "kvinspect: out of memory\n");
+    return -1;
+  }
+  return 0;
+}
+
+static int by_seq(const void *a, const void *b) {
+  const kvi_segment *x = a, *y = b;
+  return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* Collects the names kvact.<pid>.<n> under /dev/shm into a new array. */
+static int find_names(int pid, kvi_segment **out, int *count) {
+  DIR *d = opendir(SHM_DIR);
+  if (!d) {
+    fprintf(stderr, "kvinspect: " SHM_DIR ": %s\n", strerror(errno));
+    return -1;
+  }
+  char prefix[32];
+  int plen = snprintf(prefix, sizeof(prefix), "kvact.%d.", pid);
+  kvi_segment *segs = NULL;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    char *end;
+    if (strncmp(e->d_name, prefix, (size_t)plen) != 0 || !e->d_name[plen]) continue;
+    unsigned long seq = strtoul(e->d_name + plen, &end, 10);
+    if (*end || strlen(e->d_name) >= sizeof(segs->name)) continue;
+    kvi_segment *grown = realloc(segs, (size_t)(n + 1) * sizeof(*segs));
+    if (!grown) break;
+    segs = grown;
+    memset(&segs[n], 0, sizeof(segs[n]));
+    memcpy(segs[n].name, e->d_name, strlen(e->d_name) + 1); /* checked to fit above */
+    segs[n++].seq = (unsigned)seq;
+  }
+  closedir(d);
+  if (n) qsort(segs, (size_t)n, sizeof(*segs), by_seq);
+  *out = segs;
+  *count = n;
+  return 0;
+}
+
+int kvi_open_all(int pid, kvi_segment **out, int *count) {
+  if (find_names(pid, out, count) != 0) return -1;
+  if (*count == 0) {
+    fprintf(stderr,
+            "kvinspect: process %d has no kvact stats segment (" SHM_DIR "/kvact.%d.*): not a "
+            "kvact process, or runtime.stats = false\n",
+            pid, pid);
+    free(*out);
+    return -1;
+  }
+  for (int i = 0; i < *count; i++) {
+    if (map_one(&(*out)[i]) != 0) {
+      kvi_close_all(*out, *count);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void kvi_close_all(kvi_segment *segs, int count) {
+  for (int i = 0; i < count; i++) {
+    if (segs[i].hdr) munmap((void *)segs[i].hdr, segs[i].bytes);
+    free(segs[i].prev_dequeued);
+    free(segs[i].rows);
+  }
+  free(segs);
+}
+
+/* Slots claimed so far, never more than the segment holds. */
+static uint32_t slot_count(const kvi_segment *s) {
+  uint32_t n = load32(&s->hdr->nslots);
+  return n < s->hdr->max_slots ? n : s->hdr->max_slots;
+}
+
+void kvi_mark(kvi_segment *s) {
+  uint32_t n = slot_count(s);
+  for (uint32_t i = 0; i < n; i++) s->prev_dequeued[i] = load64(&s->slots[i].dequeued);
+}
+
+/* Upper bound in ns of the bucket holding quantile q (permille) of the
+ * receive times: bucket b holds [2^b, 2^(b+1)) ns, so the answer is exact
+ * to within a factor of two. 0 when the actor never received. */
+static uint64_t hist_quantile(const uint64_t *hist, unsigned permille) {
+  uint64_t counts[KVA_STATS_HIST], total = 0;
+  for (int b = 0; b < KVA_STATS_HIST; b++) total += counts[b] = load64(&hist[b]);
+  if (total == 0) return 0;
+  uint64_t rank = (total * permille + 999) / 1000, seen = 0;
+  for (int b = 0; b < KVA_STATS_HIST; b++) {
+    seen += counts[b];
+    if (seen >= rank) return 2ull << b;
+  }
+  return 2ull << (KVA_STATS_HIST - 1);
+}
+
+static const char *kind_name(uint32_t kind) {
+  return kind == STATS_KIND_PINNED ? "pinned" : kind == STATS_KIND_PORT ? "port" : "actor";
+}
+
+/* The ring's depth: p_tail and c_head are the consumer's and producers'
+ * own counters, each read once; a reader racing both may see a transient
+ * value, clamped to the ring's size. */
+static uint64_t ring_depth(const ck_ring_t *r) {
+  uint32_t tail = load32((const uint32_t *)&r->p_tail);
+  uint32_t head = load32((const uint32_t *)&r->c_head);
+  uint32_t depth = tail - head, size = load32((const uint32_t *)&r->size);
+  return depth > size ? size : depth;
+}
+
+static void fill_row(kvi_row *r, const stats_slot *sl, uint64_t prev, double seconds) {
+  memcpy(r->name, sl->name, sizeof(r->name));
+  r->name[sizeof(r->name) - 1] = '\0';
+  r->kind = kind_name(sl->kind);
+  r->state = load32(&sl->state) == STATS_SLOT_STOPPED ? "stopped" : "live";
+  r->depth = ring_depth(&sl->ring);
+  r->peak_depth = load64(&sl->peak_depth);
+  r->dequeued = load64(&sl->dequeued);
+  /* acquire: the consumer stores enqueued before dequeued */
+  ck_pr_fence_load();
+  r->enqueued = load64(&sl->enqueued);
+  r->rate = seconds > 0 && r->dequeued >= prev ? (double)(r->dequeued - prev) / seconds : 0;
+  r->p50_ns = hist_quantile(sl->hist, 500);
+  r->p99_ns = hist_quantile(sl->hist, 990);
+  r->overflowed = load64(&sl->overflowed);
+  r->backpressure = load64(&sl->backpressure);
+  r->turns = load64(&sl->turns);
+}
+
+void kvi_sample(kvi_segment *s, double seconds) {
+  uint32_t n = slot_count(s);
+  s->nrows = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const stats_slot *sl = &s->slots[i];
+    /* acquire: name and kind are written before the slot shows as live */
+    if (load32(&sl->state) == STATS_SLOT_FREE) continue;
+    ck_pr_fence_load();
+    fill_row(&s->rows[s->nrows++], sl, s->prev_dequeued[i], seconds);
+  }
+  uint64_t start = s->hdr->start_ns;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts); /* the runtime's clock, system-wide */
+  uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  s->uptime_s = now > start ? (double)(now - start) / 1e9 : 0;
+}
+
+static int sort_key;
+
+static int cmp_u64_desc(uint64_t a, uint64_t b) {
+  return (a < b) - (a > b);
+}
+
+static int cmp_rows(const void *pa, const void *pb) {
+  const kvi_row *a = pa, *b = pb;
+  int c = 0;
+  if (sort_key == KVI_SORT_DEPTH) c = cmp_u64_desc(a->depth, b->depth);
+  if (sort_key == KVI_SORT_RATE) c = (a->rate < b->rate) - (a->rate > b->rate);
+  if (sort_key == KVI_SORT_P99) c = cmp_u64_desc(a->p99_ns, b->p99_ns);
+  return c ? c : strcmp(a->name, b->name);
+}
+
+void kvi_sort(kvi_segment *s, int key) {
+  sort_key = key;
+  qsort(s->rows, s->nrows, sizeof(kvi_row), cmp_rows);
+}

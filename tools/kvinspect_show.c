@@ -1,0 +1,79 @@
+/*
+ * kvinspect_show.c — kvinspect's two outputs: the table (one block per
+ * segment, one row per actor, like top) and the --once --json object.
+ */
+#include <jansson.h>
+#include <stdio.h>
+
+#include "tools/kvinspect.h"
+
+#define CLEAR_SCREEN "\033[H\033[2J"
+
+/* A receive-time bucket bound: "-" (no receive), "512ns", "4.1us" ... */
+static const char *fmt_ns(char *buf, size_t len, uint64_t ns) {
+  if (ns == 0)
+    snprintf(buf, len, "-");
+  else if (ns < 1000)
+    snprintf(buf, len, "%lluns", (unsigned long long)ns);
+  else if (ns < 1000000)
+    snprintf(buf, len, "%.1fus", (double)ns / 1e3);
+  else if (ns < 1000000000)
+    snprintf(buf, len, "%.1fms", (double)ns / 1e6);
+  else
+    snprintf(buf, len, "%.1fs", (double)ns / 1e9);
+  return buf;
+}
+
+static void show_row(const kvi_row *r) {
+  char p50[16], p99[16];
+  printf("%-24s %-6s %-7s %7llu %7llu %10.0f %8s %8s %9llu %9llu\n", r->name, r->kind, r->state,
+         (unsigned long long)r->depth, (unsigned long long)r->peak_depth, r->rate,
+         fmt_ns(p50, sizeof(p50), r->p50_ns), fmt_ns(p99, sizeof(p99), r->p99_ns),
+         (unsigned long long)r->overflowed, (unsigned long long)r->backpressure);
+}
+
+void kvi_show_table(int pid, const kvi_segment *segs, int count, int interval_ms,
+                    const char *sort_name, int clear) {
+  if (clear) fputs(CLEAR_SCREEN, stdout);
+  printf("kvinspect: pid %d, %d segment%s, interval %d ms, sorted by %s\n", pid, count,
+         count == 1 ? "" : "s", interval_ms, sort_name);
+  for (int i = 0; i < count; i++) {
+    const kvi_segment *s = &segs[i];
+    printf("\n%s: %u actors, up %.1fs\n", s->name, s->nrows, s->uptime_s);
+    printf("%-24s %-6s %-7s %7s %7s %10s %8s %8s %9s %9s\n", "ACTOR", "KIND", "STATE", "DEPTH",
+           "PEAK", "MSG/S", "RECV_P50", "RECV_P99", "OVERFLOW", "BACKPRESS");
+    for (uint32_t r = 0; r < s->nrows; r++) show_row(&s->rows[r]);
+  }
+  if (!clear) putchar('\n');
+  fflush(stdout);
+}
+
+static json_t *row_json(const kvi_row *r) {
+  return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I}", "name",
+                   r->name, "kind", r->kind, "state", r->state, "depth", (json_int_t)r->depth,
+                   "peak_depth", (json_int_t)r->peak_depth, "enqueued", (json_int_t)r->enqueued,
+                   "dequeued", (json_int_t)r->dequeued, "rate", r->rate, "recv_p50_ns",
+                   (json_int_t)r->p50_ns, "recv_p99_ns", (json_int_t)r->p99_ns, "overflowed",
+                   (json_int_t)r->overflowed, "backpressure", (json_int_t)r->backpressure, "turns",
+                   (json_int_t)r->turns);
+}
+
+static json_t *segment_json(const kvi_segment *s) {
+  json_t *actors = json_array();
+  for (uint32_t r = 0; actors && r < s->nrows; r++)
+    json_array_append_new(actors, row_json(&s->rows[r]));
+  return json_pack("{s:s, s:i, s:i, s:f, s:o}", "name", s->name, "version", (int)s->hdr->version,
+                   "max_slots", (int)s->hdr->max_slots, "uptime_s", s->uptime_s, "actors", actors);
+}
+
+int kvi_show_json(int pid, const kvi_segment *segs, int count, int interval_ms) {
+  json_t *arr = json_array();
+  for (int i = 0; arr && i < count; i++) json_array_append_new(arr, segment_json(&segs[i]));
+  json_t *root = json_pack("{s:i, s:i, s:s, s:o}", "pid", pid, "interval_ms", interval_ms,
+                           "recv_time", "upper bound of the log2 bucket, ns", "segments", arr);
+  if (!root) return -1;
+  int rc = json_dumpf(root, stdout, JSON_INDENT(2)) == 0 ? 0 : -1;
+  putchar('\n');
+  json_decref(root);
+  return rc;
+}
