@@ -1,13 +1,12 @@
 /*
  * kvbench — kvact's benchmark driver.
  *
- *   kvbench [--suite runtime|l1|l2-mock|disk|all] [--reps N] [--workers N] [--quick] ...
+ *   kvbench [--model NAME] [--duration S] [-o key=value] [--json] ...
+ *   kvbench --suite runtime|l1|l2-mock|disk|all [--reps N] [--workers N] [--quick] ...
  *
- * "all" is runtime, l1 and l2-mock; disk writes a file of a few GB, so it
- * runs only when asked for.
- *
- * Until the serving-engine simulation lands (the kvbench issue), running it
- * with no arguments runs the runtime suite.
+ * Without --suite it runs the serving-engine simulation (sim_main.c) on the
+ * embedded default config. "all" is runtime, l1 and l2-mock; disk writes a
+ * file of a few GB, so it runs only when asked for.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -18,11 +17,13 @@
 #include <unistd.h>
 
 #include "tools/kvbench/bench.h"
+#include "tools/kvbench/sim.h"
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: kvbench [options]\n"
-             "  --suite NAME      runtime | l1 | l2-mock | disk | all (default: runtime;\n"
-             "                    all = runtime, l1, l2-mock)\n"
+  fprintf(f, "usage: kvbench --suite NAME [options]   (without --suite: the simulation,\n"
+             "                                         kvbench --help)\n"
+             "  --suite NAME      runtime | l1 | l2-mock | disk | all\n"
+             "                    (all = runtime, l1, l2-mock)\n"
              "  --reps N          repetitions per measure, medians reported (5)\n"
              "  --workers N       scheduler threads for kvact and CAF (online CPUs)\n"
              "  --pingpong N      ping-pong round trips (2000000)\n"
@@ -49,7 +50,15 @@ static const char *default_anchors(void) {
   return dir;
 }
 
+/* Whether argv asks for a suite (--suite NAME or --suite=NAME). */
+static bool wants_suite(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--suite") == 0 || strncmp(argv[i], "--suite=", 8) == 0) return true;
+  return false;
+}
+
 int main(int argc, char **argv) {
+  if (!wants_suite(argc, argv)) return sim_main(argc, argv);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   bench_opts o = {.workers = cpus > 0 ? (int)cpus : 1,
                   .reps = 5,

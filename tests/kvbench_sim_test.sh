@@ -1,0 +1,44 @@
+#!/bin/sh
+# kvbench_sim_test.sh KVBENCH — the serving-engine simulation (kvbench with
+# no --suite) runs on the embedded default config and without L2, and its
+# JSON report holds: hits on the repeated system prompts, no wrong bytes,
+# bytes stored = stored chunks x chunk bytes, and the chart is written.
+set -eu
+kvbench=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0 failed=0
+
+# field NAME FILE: the number after "NAME": in the report's top level.
+field() { sed -n "s/^  \"$1\": \([0-9.eE+-]*\),\{0,1\}$/\1/p" "$2"; }
+
+check() { # check NAME CONDITION-DESCRIPTION COMMAND...
+  name=$1 what=$2
+  shift 2
+  if "$@"; then passed=$((passed + 1)); else echo "$name: $what"; failed=$((failed + 1)); fi
+}
+
+run() { # run NAME [kvbench options...]
+  name=$1
+  shift
+  out=$dir/$name.json svg=$dir/$name.svg
+  if ! "$kvbench" --model tiny --duration 2 --json --svg "$svg" "$@" > "$out" 2> "$dir/$name.err"; then
+    echo "$name: kvbench failed"
+    cat "$dir/$name.err"
+    failed=$((failed + 1))
+    return
+  fi
+  hit=$(field hit_ratio "$out") wrong=$(field wrong_bytes "$out") errs=$(field errors "$out")
+  stored=$(field bytes_stored "$out") chunks=$(field stored_chunks "$out")
+  cb=$(field chunk_bytes "$out")
+  check "$name" "hit_ratio '$hit' is not > 0" awk -v h="$hit" 'BEGIN { exit !(h > 0) }'
+  check "$name" "wrong_bytes '$wrong', errors '$errs'" test "$wrong" = 0 -a "$errs" = 0
+  check "$name" "bytes_stored '$stored' != $chunks x $cb" \
+    awk -v s="$stored" -v c="$chunks" -v b="$cb" 'BEGIN { exit !(s > 0 && s == c * b) }'
+  check "$name" "no chart at $svg" grep -q '</svg>' "$svg"
+}
+
+run default_config
+run no_l2 -o 'l2=[]' --threads 3 --conversations 5
+echo "$passed passed, $failed failed"
+test "$failed" = 0

@@ -1,0 +1,79 @@
+/*
+ * sim.h — kvbench's serving-engine simulation (what it runs with no
+ * --suite): engine threads run multi-turn conversations against the
+ * storage facade, and a report says what kvact saved.
+ */
+#ifndef KVA_TOOLS_SIM_H
+#define KVA_TOOLS_SIM_H
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvact.h"
+
+#define SIM_CHUNK 256       /* tokens per chunk (one key) */
+#define SIM_PROMPT 1024     /* tokens of each shared system prompt */
+#define SIM_MAX_TOKENS 8192 /* a conversation ends before its history passes this */
+#define SIM_MAX_KEYS (SIM_MAX_TOKENS / SIM_CHUNK + 1)
+#define SIM_MAX_SECONDS 3600 /* per-second series kept for the chart */
+#define SIM_MAX_TIERS 8
+
+typedef struct sim_model {
+  const char *name;
+  uint32_t layers, heads, head_dim; /* bf16 */
+} sim_model;
+
+typedef struct sim_opts {
+  const sim_model *model;
+  int conversations, threads, prompts;
+  uint64_t seed;
+  double prefill_tps, duration_s;
+  int json;
+  const char *svg; /* the chart's path */
+} sim_opts;
+
+/* Per-second series, one point per second of the run. */
+typedef struct sim_second {
+  uint64_t turns, hit_chunks, chunks;
+  double ttft_sum_s, ttft_base_sum_s;
+} sim_second;
+
+/* Everything the engine threads measure; guarded by mu. */
+typedef struct sim_stats {
+  pthread_mutex_t mu;
+  uint64_t turns, conversations, chunks, hit_chunks, l1_hits;
+  uint64_t tier_hits[SIM_MAX_TIERS]; /* [0] = L1, then l2[] in order */
+  char tier_name[SIM_MAX_TIERS][32];
+  uint32_t ntiers;
+  uint64_t stored_chunks, store_skipped, store_oom, wrong_bytes, errors;
+  double store_s, read_s;                    /* time in store and read copies, all threads */
+  double *prefetch_s, *ttft_s, *ttft_base_s; /* one sample per turn */
+  size_t nsamples, cap;
+  sim_second sec[SIM_MAX_SECONDS];
+} sim_stats;
+
+/* The run's result, handed to the report. */
+typedef struct sim_result {
+  const sim_opts *o;
+  size_t chunk_bytes;
+  double elapsed_s;
+  kva_storage_stats before, after;
+  sim_stats *st;
+} sim_result;
+
+int sim_main(int argc, char **argv);
+/* sim.c */
+kva_layout sim_layout(const sim_model *m);
+const sim_model *sim_model_find(const char *name);
+double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st);
+void sim_usage(FILE *f);
+/* sim_report.c */
+void sim_progress(const sim_opts *o, sim_stats *st, double t, int tty);
+void sim_report_text(const sim_result *r);
+int sim_report_json(const sim_result *r);
+int sim_write_svg(const sim_result *r, const char *path);
+double sim_pct(double *v, size_t n, double p); /* sorts v */
+
+#endif

@@ -1,0 +1,169 @@
+/*
+ * sim_main.c — kvbench with no --suite: options, the runtime on the
+ * embedded default config (or --config FILE, with -o overrides), the
+ * simulation, the report.
+ */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/kvbench/bench.h"
+#include "tools/kvbench/sim.h"
+
+void sim_usage(FILE *f) {
+  fprintf(f, "usage: kvbench [options]            serving-engine simulation (default)\n"
+             "       kvbench --suite NAME [...]   a benchmark suite (kvbench --suite NAME --help)\n"
+             "  --model NAME          llama3-8b (default), llama3-70b, qwen2.5-7b, tiny\n"
+             "  --conversations N     concurrent conversations (8)\n"
+             "  --threads N           engine threads (2)\n"
+             "  --prompts N           shared 1024-token system prompts (4)\n"
+             "  --prefill-tps X       simulated prefill speed, tokens/s (10000)\n"
+             "  --duration S          seconds to run (10)\n"
+             "  --seed N              token PRNG seed (1)\n"
+             "  --config FILE         config file (default: the embedded default)\n"
+             "  -o key=value          config override (repeatable), e.g. -o l2=[]\n"
+             "  --json                final report as JSON on stdout\n"
+             "  --svg PATH            chart (default kvbench-report.svg in the directory\n"
+             "                        bazel run was called from)\n");
+}
+
+static const char *default_svg(void) {
+  static char path[4096];
+  const char *dir = getenv("BUILD_WORKING_DIRECTORY");
+  snprintf(path, sizeof path, "%s%skvbench-report.svg", dir ? dir : "", dir ? "/" : "");
+  return path;
+}
+
+/* Loads the config and applies the -o overrides; NULL after saying why. */
+static kva_config *sim_config(const char *file, char **sets, int nsets) {
+  kva_config *c = NULL;
+  char err[256] = "";
+  if (file && kva_config_from_file(file, &c, err, sizeof err) != KVA_OK) {
+    fprintf(stderr, "kvbench: %s: %s\n", file, err);
+    return NULL;
+  }
+  if (!file && !(c = kva_config_default())) return NULL;
+  for (int i = 0; i < nsets; i++) {
+    char *eq = strchr(sets[i], '=');
+    if (eq) *eq = 0;
+    int rc = eq ? kva_config_set_err(c, sets[i], eq + 1, err, sizeof err) : KVA_EINVAL;
+    if (rc != KVA_OK) {
+      fprintf(stderr, "kvbench: -o %s%s%s: %s\n", sets[i], eq ? "=" : "", eq ? eq + 1 : "",
+              eq ? err : "want key=value");
+      kva_config_free(c);
+      return NULL;
+    }
+  }
+  return c;
+}
+
+static int sim_parse(int argc, char **argv, sim_opts *o, const char **cfg, char **sets,
+                     int *nsets) {
+  static const struct option opts[] = {
+      {"model", 1, 0, 'm'},   {"conversations", 1, 0, 'c'}, {"threads", 1, 0, 't'},
+      {"prompts", 1, 0, 'p'}, {"prefill-tps", 1, 0, 'P'},   {"duration", 1, 0, 'd'},
+      {"seed", 1, 0, 's'},    {"config", 1, 0, 'C'},        {"json", 0, 0, 'j'},
+      {"svg", 1, 0, 'S'},     {"help", 0, 0, 'H'},          {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+    switch (c) {
+    case 'm':
+      if (!(o->model = sim_model_find(optarg))) {
+        fprintf(stderr, "kvbench: unknown model \"%s\"\n", optarg);
+        return 2;
+      }
+      break;
+    case 'c':
+      o->conversations = atoi(optarg);
+      break;
+    case 't':
+      o->threads = atoi(optarg);
+      break;
+    case 'p':
+      o->prompts = atoi(optarg);
+      break;
+    case 'P':
+      o->prefill_tps = atof(optarg);
+      break;
+    case 'd':
+      o->duration_s = atof(optarg);
+      break;
+    case 's':
+      o->seed = strtoull(optarg, NULL, 10);
+      break;
+    case 'C':
+      *cfg = optarg;
+      break;
+    case 'o':
+      sets[(*nsets)++] = optarg;
+      break;
+    case 'j':
+      o->json = 1;
+      break;
+    case 'S':
+      o->svg = optarg;
+      break;
+    case 'H':
+      sim_usage(stdout);
+      return 0;
+    default:
+      sim_usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc || o->conversations < 1 || o->threads < 1 || o->prompts < 1 ||
+      !(o->prefill_tps > 0) || !(o->duration_s > 0) || o->duration_s > SIM_MAX_SECONDS) {
+    fprintf(stderr, "kvbench: counts, --prefill-tps and --duration must be positive\n");
+    return 2;
+  }
+  if (o->threads > o->conversations) o->threads = o->conversations;
+  return -1;
+}
+
+static int sim_finish(sim_result *r, kva_storage *s) {
+  kva_flush(s, 30000);
+  kva_storage_get_stats(s, &r->after);
+  if (r->o->json) {
+    if (sim_report_json(r)) return 1;
+  } else {
+    sim_report_text(r);
+  }
+  int svg = sim_write_svg(r, r->o->svg);
+  fprintf(stderr, "kvbench: chart %s%s\n", r->o->svg, svg ? " (could not be written)" : "");
+  return svg || r->st->wrong_bytes || r->st->errors ? 1 : 0;
+}
+
+int sim_main(int argc, char **argv) {
+  sim_opts o = {.model = sim_model_find("llama3-8b"),
+                .conversations = 8,
+                .threads = 2,
+                .prompts = 4,
+                .seed = 1,
+                .prefill_tps = 10000,
+                .duration_s = 10,
+                .svg = default_svg()};
+  const char *file = NULL;
+  char **sets = calloc((size_t)argc + 1, sizeof(char *));
+  int nsets = 0, rc = sets ? sim_parse(argc, argv, &o, &file, sets, &nsets) : 1;
+  kva_config *c = rc < 0 ? sim_config(file, sets, nsets) : NULL;
+  kva_runtime *rt = NULL;
+  if (rc < 0 && c && (rc = kva_runtime_start(c, &rt)) != KVA_OK)
+    fprintf(stderr, "kvbench: runtime: %s\n", kva_strerror(rc));
+  kva_config_free(c);
+  free(sets);
+  if (!rt) return rc < 0 || rc > 2 ? 1 : rc;
+  kva_storage *s = kva_storage_of(rt);
+  static sim_stats st = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  kva_layout l = sim_layout(o.model);
+  sim_result r = {.o = &o, .chunk_bytes = kva_layout_bytes(&l), .st = &st};
+  if (!s) {
+    fprintf(stderr, "kvbench: the config has no storage (l1.size_bytes = 0)\n");
+    rc = 1;
+  } else {
+    kva_storage_get_stats(s, &r.before);
+    r.elapsed_s = sim_run(&o, s, &st);
+    rc = r.elapsed_s < 0 ? 1 : sim_finish(&r, s);
+  }
+  kva_runtime_shutdown(rt);
+  return rc;
+}

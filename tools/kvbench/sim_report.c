@@ -1,0 +1,170 @@
+/*
+ * sim_report.c — the simulation's progress line, final report (text or
+ * JSON) and SVG chart.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/kvbench/sim.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double sim_pct(double *v, size_t n, double p) {
+  if (!n) return 0;
+  qsort(v, n, sizeof(double), cmp_double);
+  size_t i = (size_t)(p / 100 * (double)(n - 1) + 0.5);
+  return v[i < n ? i : n - 1];
+}
+
+static double ratio(uint64_t a, uint64_t b) {
+  return b ? (double)a / (double)b : 0;
+}
+
+void sim_progress(const sim_opts *o, sim_stats *st, double t, int tty) {
+  pthread_mutex_lock(&st->mu);
+  uint64_t turns = st->turns, hits = st->hit_chunks, chunks = st->chunks, bad = st->wrong_bytes;
+  pthread_mutex_unlock(&st->mu);
+  int done = (int)(20 * (t < o->duration_s ? t / o->duration_s : 1));
+  char bar[21];
+  for (int i = 0; i < 20; i++) bar[i] = i < done ? '#' : '.';
+  bar[20] = 0;
+  fprintf(stderr, "%s[%s] %5.1f/%.0f s  turns %llu  hit ratio %5.1f%%  wrong bytes %llu%s",
+          tty ? "\r" : "", bar, t, o->duration_s, (unsigned long long)turns,
+          100 * ratio(hits, chunks), (unsigned long long)bad, tty ? "" : "\n");
+}
+
+/* The figures both reports print, from the stats and their deltas. */
+typedef struct sim_figs {
+  double hit, p50, p95, p99, ttft, ttft_base, store_gbs, read_gbs;
+  uint64_t stored_bytes, l1_read_bytes, l2_loaded_bytes, l2_stored_bytes;
+} sim_figs;
+
+static sim_figs figs(const sim_result *r) {
+  sim_stats *st = r->st;
+  size_t n = st->nsamples, cb = r->chunk_bytes;
+  sim_figs f = {.hit = ratio(st->hit_chunks, st->chunks),
+                .p50 = sim_pct(st->prefetch_s, n, 50),
+                .p95 = sim_pct(st->prefetch_s, n, 95),
+                .p99 = sim_pct(st->prefetch_s, n, 99),
+                .ttft = sim_pct(st->ttft_s, n, 50),
+                .ttft_base = sim_pct(st->ttft_base_s, n, 50),
+                .stored_bytes = st->stored_chunks * cb,
+                .l1_read_bytes = (st->ntiers ? st->tier_hits[0] : 0) * cb,
+                .l2_loaded_bytes = (r->after.l2_loaded_keys - r->before.l2_loaded_keys) * cb,
+                .l2_stored_bytes = (r->after.l2_stored_keys - r->before.l2_stored_keys) * cb};
+  f.store_gbs = st->store_s > 0 ? (double)f.stored_bytes / st->store_s / 1e9 : 0;
+  f.read_gbs = st->read_s > 0 ? (double)(st->hit_chunks * cb) / st->read_s / 1e9 : 0;
+  return f;
+}
+
+void sim_report_text(const sim_result *r) {
+  sim_stats *st = r->st;
+  sim_figs f = figs(r);
+  const sim_opts *o = r->o;
+  printf("kvbench: %s (%u layers, %u KV heads, head dim %u, bf16), chunk %u tokens = %.1f MiB\n",
+         o->model->name, o->model->layers, o->model->heads, o->model->head_dim, SIM_CHUNK,
+         (double)r->chunk_bytes / 1048576);
+  printf("  %.1f s, %d engine threads: %llu requests (turns), %llu conversations\n", r->elapsed_s,
+         o->threads, (unsigned long long)st->turns, (unsigned long long)st->conversations);
+  printf("  hit ratio        %5.1f%% (%llu of %llu chunks)\n", 100 * f.hit,
+         (unsigned long long)st->hit_chunks, (unsigned long long)st->chunks);
+  for (uint32_t t = 0; t < st->ntiers; t++)
+    printf("    %-14s %5.1f%% (%llu chunks, %.1f MiB read)\n", st->tier_name[t],
+           100 * ratio(st->tier_hits[t], st->chunks), (unsigned long long)st->tier_hits[t],
+           (double)(st->tier_hits[t] * r->chunk_bytes) / 1048576);
+  printf("  stored           %.1f MiB into L1 (%llu chunks; %llu already there, %llu out of "
+         "memory), %.1f MiB to L2, %.1f MiB loaded from L2\n",
+         (double)f.stored_bytes / 1048576, (unsigned long long)st->stored_chunks,
+         (unsigned long long)st->store_skipped, (unsigned long long)st->store_oom,
+         (double)f.l2_stored_bytes / 1048576, (double)f.l2_loaded_bytes / 1048576);
+  printf("  throughput       store %.2f GB/s, read of prefetched %.2f GB/s\n", f.store_gbs,
+         f.read_gbs);
+  printf("  prefetch latency p50 %.3f ms  p95 %.3f ms  p99 %.3f ms\n", f.p50 * 1e3, f.p95 * 1e3,
+         f.p99 * 1e3);
+  printf("  simulated TTFT   p50 %.1f ms with kvact, %.1f ms without (prefill at %.0f tokens/s)\n",
+         f.ttft * 1e3, f.ttft_base * 1e3, o->prefill_tps);
+  printf("  wrong bytes      %llu, errors %llu\n", (unsigned long long)st->wrong_bytes,
+         (unsigned long long)st->errors);
+}
+
+int sim_report_json(const sim_result *r) {
+  sim_stats *st = r->st;
+  sim_figs f = figs(r);
+  json_t *tiers = json_array();
+  for (uint32_t t = 0; t < st->ntiers; t++)
+    json_array_append_new(tiers, json_pack("{s:s,s:I,s:f,s:I}", "name", st->tier_name[t],
+                                           "hit_chunks", (json_int_t)st->tier_hits[t], "hit_ratio",
+                                           ratio(st->tier_hits[t], st->chunks), "bytes_read",
+                                           (json_int_t)(st->tier_hits[t] * r->chunk_bytes)));
+  json_t *j = json_pack(
+      "{s:s,s:I,s:f,s:I,s:I,s:I,s:I,s:f,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,"
+      "s:I,s:I,s:s}",
+      "model", r->o->model->name, "chunk_bytes", (json_int_t)r->chunk_bytes, "elapsed_s",
+      r->elapsed_s, "requests", (json_int_t)st->turns, "conversations",
+      (json_int_t)st->conversations, "chunks", (json_int_t)st->chunks, "hit_chunks",
+      (json_int_t)st->hit_chunks, "hit_ratio", f.hit, "tiers", tiers, "stored_chunks",
+      (json_int_t)st->stored_chunks, "bytes_stored", (json_int_t)f.stored_bytes, "store_skipped",
+      (json_int_t)st->store_skipped, "store_out_of_memory", (json_int_t)st->store_oom,
+      "l2_bytes_stored", (json_int_t)f.l2_stored_bytes, "l2_bytes_loaded",
+      (json_int_t)f.l2_loaded_bytes, "store_gb_per_s", f.store_gbs, "read_gb_per_s", f.read_gbs,
+      "prefetch_p50_ms", f.p50 * 1e3, "prefetch_p95_ms", f.p95 * 1e3, "prefetch_p99_ms",
+      f.p99 * 1e3, "ttft_p50_ms", f.ttft * 1e3, "ttft_p50_ms_without_kvact", f.ttft_base * 1e3,
+      "wrong_bytes", (json_int_t)st->wrong_bytes, "errors", (json_int_t)st->errors, "svg",
+      r->o->svg);
+  if (!j) return -1;
+  int rc = json_dumpf(j, stdout, JSON_INDENT(2));
+  fputc('\n', stdout);
+  json_decref(j);
+  return rc;
+}
+
+/* Hit ratio (left axis, 0..100%) and mean TTFT with and without kvact
+ * (right axis) per second, as polylines. */
+int sim_write_svg(const sim_result *r, const char *path) {
+  sim_stats *st = r->st;
+  size_t n = (size_t)(r->elapsed_s + 0.999); /* the last, partial second too */
+  if (n < 1) n = 1;
+  if (n > SIM_MAX_SECONDS) n = SIM_MAX_SECONDS;
+  double tmax = 1e-3;
+  for (size_t i = 0; i < n; i++)
+    if (st->sec[i].turns && st->sec[i].ttft_base_sum_s / (double)st->sec[i].turns > tmax)
+      tmax = st->sec[i].ttft_base_sum_s / (double)st->sec[i].turns;
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  const double W = 720, H = 360, L = 60, R = 60, T = 40, B = 40, pw = W - L - R, ph = H - T - B;
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\">\n"
+          "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+          "<text x=\"%.0f\" y=\"24\" font-family=\"sans-serif\" font-size=\"14\">kvbench: %s, "
+          "hit ratio and mean simulated TTFT per second</text>\n"
+          "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+          "stroke=\"#888\"/>\n",
+          W, H, L, r->o->model->name, L, T, pw, ph);
+  fprintf(f,
+          "<text x=\"4\" y=\"%.0f\" font-size=\"11\" fill=\"#1f77b4\">100%%</text>\n"
+          "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" fill=\"#d62728\">%.0f ms</text>\n"
+          "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\">%zu s</text>\n",
+          T + 4, W - R + 4, T + 4, tmax * 1e3, W - R - 20, H - B + 16, n);
+  const char *color[3] = {"#1f77b4", "#d62728", "#999"};
+  const char *label[3] = {"hit ratio", "TTFT with kvact", "TTFT without"};
+  for (int s = 0; s < 3; s++) {
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color[s]);
+    for (size_t i = 0; i < n; i++) {
+      const sim_second *p = &st->sec[i];
+      if (!p->turns) continue; /* no turn finished in that second: no point */
+      double turns = p->turns ? (double)p->turns : 1;
+      double y = s == 0 ? ratio(p->hit_chunks, p->chunks)
+                        : (s == 1 ? p->ttft_sum_s : p->ttft_base_sum_s) / turns / tmax;
+      double x = L + (n > 1 ? pw * (double)i / (double)(n - 1) : pw / 2);
+      fprintf(f, "%.1f,%.1f ", x, T + ph * (1 - (y > 1 ? 1 : y)));
+    }
+    fprintf(f, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" fill=\"%s\">%s</text>\n",
+            L + 10 + 150 * s, H - 8, color[s], label[s]);
+  }
+  fputs("</svg>\n", f);
+  return fclose(f) ? -1 : 0;
+}
