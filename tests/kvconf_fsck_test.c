@@ -17,6 +17,7 @@
 #include "kvact.h"
 #include "l1/key.h"
 #include "l2/disk_format.h"
+#include "tests/support/cli.h"
 
 #define PAYLOAD (3 * DISK_BLOCK + 100) /* 5-block slots: 20480 bytes */
 #define SLOTS 16
@@ -25,38 +26,15 @@
 static const char *kvconf;
 static char tier[512], out_path[512], err_path[512];
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...) {
-  char cmd[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  ck_assert_msg(st != -1 && WIFEXITED(st), "did not run: %s", cmd);
-  return WEXITSTATUS(st);
-}
 
 /* kvconf fsck [--repair] on the tier; stdout and stderr to out/err. */
 static int fsck(const char *extra) {
-  return run("%s fsck %s %s > %s 2> %s", kvconf, tier, extra, out_path, err_path);
+  return cli_run("%s fsck %s %s > %s 2> %s", kvconf, tier, extra, out_path, err_path);
 }
 
-static const char *slurp(const char *path) {
-  static char buf[2][16384];
-  static int which;
-  char *b = buf[which ^= 1];
-  FILE *f = fopen(path, "r");
-  ck_assert_ptr_nonnull(f);
-  b[fread(b, 1, sizeof buf[0] - 1, f)] = '\0';
-  fclose(f);
-  return b;
-}
 
-#define assert_out_has(s)                                                                          \
-  ck_assert_msg(strstr(slurp(out_path), s), "stdout lacks \"%s\":\n%s", s, slurp(out_path))
-#define assert_err_has(s)                                                                          \
-  ck_assert_msg(strstr(slurp(err_path), s), "stderr lacks \"%s\":\n%s", s, slurp(err_path))
+#define assert_out_has(s) CLI_ASSERT_HAS(out_path, s)
+#define assert_err_has(s) CLI_ASSERT_HAS(err_path, s)
 
 static kva_key key_of(uint64_t i) {
   kva_key k;
@@ -142,7 +120,7 @@ START_TEST(clean_tier_passes_with_its_counts) {
   int fd = build_tier("clean");
   ck_assert_int_eq(fsck(""), 0);
   assert_out_has("valid 10 torn 0 mismatched 0 free 6 (slots 16, slot_bytes 20480)\n");
-  ck_assert_str_eq(slurp(err_path), "");
+  ck_assert_str_eq(cli_slurp(err_path), "");
   close(fd);
 }
 END_TEST
@@ -195,7 +173,7 @@ START_TEST(sealed_header_with_nonsense_fields_is_mismatched) {
   ck_assert_int_eq(fsck(""), 1);
   assert_out_has("slot 2: mismatched (seq 0)\n");
   assert_out_has("valid 8 torn 0 mismatched 2 free 6 ");
-  ck_assert_ptr_null(strstr(slurp(out_path), "index:")); /* bad slots are not counted twice */
+  ck_assert_ptr_null(strstr(cli_slurp(out_path), "index:")); /* bad slots are not counted twice */
   close(fd);
 }
 END_TEST
@@ -358,11 +336,11 @@ START_TEST(index_windows_are_checked_and_rewritten_past_the_first) {
 END_TEST
 
 START_TEST(usage_errors_exit_2) {
-  ck_assert_int_eq(run("%s fsck > /dev/null 2>&1", kvconf), 2);
-  ck_assert_int_eq(run("%s fsck --repair > /dev/null 2>&1", kvconf), 2);
-  ck_assert_int_eq(run("%s fsck a b > /dev/null 2>&1", kvconf), 2);
-  ck_assert_int_eq(run("%s fsck a --force > /dev/null 2>&1", kvconf), 2);
-  ck_assert_int_eq(run("%s --help | grep -q 'kvconf fsck PATH'", kvconf), 0);
+  ck_assert_int_eq(cli_run("%s fsck > /dev/null 2>&1", kvconf), 2);
+  ck_assert_int_eq(cli_run("%s fsck --repair > /dev/null 2>&1", kvconf), 2);
+  ck_assert_int_eq(cli_run("%s fsck a b > /dev/null 2>&1", kvconf), 2);
+  ck_assert_int_eq(cli_run("%s fsck a --force > /dev/null 2>&1", kvconf), 2);
+  ck_assert_int_eq(cli_run("%s --help | grep -q 'kvconf fsck PATH'", kvconf), 0);
 }
 END_TEST
 

@@ -17,6 +17,7 @@
 
 #include "actors/stats.h"
 #include "kvact.h"
+#include "tests/support/cli.h"
 #include "tests/support/fixture.h"
 
 enum { T_DATA = KVA_MSG_USER, T_PING };
@@ -25,38 +26,15 @@ enum { T_DATA = KVA_MSG_USER, T_PING };
 static const char *kvinspect;
 static char out_path[256], err_path[256];
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...) {
-  char cmd[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  ck_assert_msg(st != -1 && WIFEXITED(st), "did not run: %s", cmd);
-  return WEXITSTATUS(st);
-}
 
 /* kvinspect ARGS with stdout and stderr to out_path and err_path. */
 static int inspect(const char *args) {
-  return run("%s %s > %s 2> %s", kvinspect, args, out_path, err_path);
+  return cli_run("%s %s > %s 2> %s", kvinspect, args, out_path, err_path);
 }
 
-static const char *slurp(const char *path) {
-  static char buf[2][65536];
-  static int which;
-  char *b = buf[which ^= 1];
-  FILE *f = fopen(path, "r");
-  ck_assert_ptr_nonnull(f);
-  b[fread(b, 1, sizeof buf[0] - 1, f)] = '\0';
-  fclose(f);
-  return b;
-}
 
-#define assert_out_has(s)                                                                          \
-  ck_assert_msg(strstr(slurp(out_path), s), "stdout lacks \"%s\":\n%s", s, slurp(out_path))
-#define assert_err_has(s)                                                                          \
-  ck_assert_msg(strstr(slurp(err_path), s), "stderr lacks \"%s\":\n%s", s, slurp(err_path))
+#define assert_out_has(s) CLI_ASSERT_HAS(out_path, s)
+#define assert_err_has(s) CLI_ASSERT_HAS(err_path, s)
 
 static void setup(void) {
   const char *dir = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
@@ -134,12 +112,12 @@ START_TEST(once_json_finds_actors_by_name_with_their_counts) {
   ck_assert_int_eq(inspect(args), 0);
   json_error_t jerr;
   json_t *root = json_load_file(out_path, 0, &jerr);
-  ck_assert_msg(root, "bad JSON (%s): %s", jerr.text, slurp(out_path));
+  ck_assert_msg(root, "bad JSON (%s): %s", jerr.text, cli_slurp(out_path));
   ck_assert_int_eq(json_integer_value(json_object_get(root, "pid")), getpid());
   ck_assert_int_ge(json_array_size(json_object_get(root, "segments")), 1);
   json_t *sink = find_actor(root, "inspect_sink");
   json_t *ping = find_actor(root, "inspect_ping"), *pong = find_actor(root, "inspect_pong");
-  ck_assert_msg(sink && ping && pong, "actors missing: %s", slurp(out_path));
+  ck_assert_msg(sink && ping && pong, "actors missing: %s", cli_slurp(out_path));
   ck_assert_int_eq(field(sink, "dequeued"), SINK_MESSAGES);
   ck_assert_int_eq(field(sink, "enqueued"), SINK_MESSAGES);
   ck_assert_int_eq(field(sink, "depth"), 0);
@@ -171,11 +149,11 @@ START_TEST(once_table_has_the_header_and_the_actors) {
   assert_out_has("RECV_P99");
   assert_out_has("inspect_sink");
   assert_out_has("inspect_ping");
-  ck_assert_ptr_null(strstr(slurp(out_path), "\033[")); /* not a terminal: no clearing */
+  ck_assert_ptr_null(strstr(cli_slurp(out_path), "\033[")); /* not a terminal: no clearing */
   /* --count 2: two tables follow each other */
   snprintf(args, sizeof args, "%d --count 2 --interval 50", (int)getpid());
   ck_assert_int_eq(inspect(args), 0);
-  const char *out = slurp(out_path), *first = strstr(out, "kvinspect: pid");
+  const char *out = cli_slurp(out_path), *first = strstr(out, "kvinspect: pid");
   ck_assert_ptr_nonnull(first);
   ck_assert_ptr_nonnull(strstr(first + 1, "kvinspect: pid"));
   stop_flowing(rt);
@@ -249,11 +227,11 @@ START_TEST(bad_segments_exit_1_with_the_reason) {
                     .slot_bytes = sizeof(stats_slot),
                     .pid = (uint32_t)pid};
   int wrong_version = inspect_fake(pid, &h, sizeof h);
-  char *err_version = strdup(slurp(err_path));
+  char *err_version = strdup(cli_slurp(err_path));
   h.version = KVA_STATS_VERSION;
   h.magic = 0x1234;
   int bad_magic = inspect_fake(pid, &h, sizeof h);
-  char *err_magic = strdup(slurp(err_path));
+  char *err_magic = strdup(cli_slurp(err_path));
   int too_small = inspect_fake(pid, "kvact", 5);
   reap(pid);
   ck_assert_int_eq(wrong_version, 1);
