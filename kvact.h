@@ -484,8 +484,8 @@ typedef struct kva_eviction_policy {
   void (*on_created)(kva_policy_state *p, uint64_t id, uint64_t bytes);
   void (*on_touched)(kva_policy_state *p, uint64_t id);
   void (*on_removed)(kva_policy_state *p, uint64_t id);
-  size_t (*candidates)(const kva_policy_state *p, uint64_t after, uint64_t *ids,
-                       uint64_t *bytes, size_t max);
+  size_t (*candidates)(const kva_policy_state *p, uint64_t after, uint64_t *ids, uint64_t *bytes,
+                       size_t max);
   size_t (*count)(const kva_policy_state *p);
 } kva_eviction_policy;
 /* The struct is copied (name up to 31 bytes). KVA_EINVAL for a bad or

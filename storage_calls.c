@@ -64,8 +64,9 @@ static int memcheck_tiers(kva_storage *s, session *ss, void *arg) {
     kva_l2_req r = {.stats = &st};
     rc = session_ask(ss, s->tiers.t[t].actor, KVA_L2_STATS, &r, -1);
     if (rc == KVA_OK && r.result == KVA_OK && st.keys_locked) {
-      if (len) snprintf(report, len, "l2 tier %s: %lu keys locked", s->tiers.t[t].name,
-                        (unsigned long)st.keys_locked);
+      if (len)
+        snprintf(report, len, "l2 tier %s: %lu keys locked", s->tiers.t[t].name,
+                 (unsigned long)st.keys_locked);
       rc = KVA_EIO;
     }
   }

@@ -47,8 +47,8 @@ struct kva_storage {
   kva_runtime *rt;
   l1_manager *l1m;
   kva_actor *l1, *evictor;
-  l2_tiers tiers;                  /* n = 0: no L2 */
-  kva_actor *store, *prefetcher;   /* the controllers; NULL without L2 */
+  l2_tiers tiers;                /* n = 0: no L2 */
+  kva_actor *store, *prefetcher; /* the controllers; NULL without L2 */
   prober *prober;
   uint32_t closed;      /* atomic: shutdown began */
   uint32_t inflight;    /* atomic: calls between their closed check and reply */

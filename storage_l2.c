@@ -34,8 +34,8 @@ static int start_adapter(kva_storage *s, const kva_config *c, size_t i) {
   kva_config_node_str(node, "name", &name);
   kva_l2_factory f = l2_factory_find(type);
   if (!f && coming_later(type)) {
-    LOG_WARN("l2[%zu] (%s): the %s tier is not implemented in this build; started without it",
-             i, name, type);
+    LOG_WARN("l2[%zu] (%s): the %s tier is not implemented in this build; started without it", i,
+             name, type);
     return KVA_OK;
   }
   if (!f) {

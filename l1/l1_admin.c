@@ -177,8 +177,9 @@ static void report_locked(struct l1_manager *m, char *out, size_t len) {
     char k[160];
     key_format(&ob->key, k, sizeof(k));
     int w = snprintf(out + o, len - o, "%s%s (%s, %u readers, %u pins)", shown ? "; " : ": ", k,
-                     ob->write_locked ? "write-locked" : ob->zombie ? "deleted, still read"
-                                                                : "ready",
+                     ob->write_locked ? "write-locked"
+                     : ob->zombie     ? "deleted, still read"
+                                      : "ready",
                      ob->readers, ob->pins);
     if (w < 0 || (size_t)w >= len - o) return;
     o += (size_t)w;
@@ -202,8 +203,9 @@ static int check_accounting(struct l1_manager *m, char *out, size_t len) {
       return KVA_EIO;
     }
   }
-  if (objs != m->t.count + m->nzombies || objs != pool_live_blocks(m->pool) || blocks != pool_used(m->pool) ||
-      w != m->n_write_locked || rd != m->n_read_locked || tmp != m->n_temporary) {
+  if (objs != m->t.count + m->nzombies || objs != pool_live_blocks(m->pool) ||
+      blocks != pool_used(m->pool) || w != m->n_write_locked || rd != m->n_read_locked ||
+      tmp != m->n_temporary) {
     snprintf(out, len,
              "l1: accounting mismatch: %lu objects (table %lu, pool blocks %lu), %lu bytes "
              "(pool %lu), locks %lu/%lu (counted %lu/%lu), temporary %lu (counted %lu)",

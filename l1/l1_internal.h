@@ -57,7 +57,7 @@ typedef struct scratch {
 
 struct l1_manager {
   kva_actor *self;
-  kva_actor *evictor; /* eviction controller; NULL = none */
+  kva_actor *evictor;    /* eviction controller; NULL = none */
   kva_actor *store;      /* store controller; NULL = none */
   kva_actor *prefetcher; /* prefetch controller; NULL = none */
   /* the current request's finished writes, for the store controller */
@@ -75,7 +75,7 @@ struct l1_manager {
   uint64_t n_write_locked, n_read_locked, n_temporary; /* objects, maintained */
   uint32_t *zombies; /* slots of force-deleted objects still locked */
   size_t nzombies, cap_zombies;
-  kva_storage_stats st;                   /* counters */
+  kva_storage_stats st; /* counters */
 };
 
 /* l1_manager.c */

@@ -71,7 +71,7 @@ typedef struct l1_req {
   const uint8_t *del; /* FINISH_READ: del[i] = remove the object if it is
                          then unlocked (atomically with the release) */
   int pin;            /* LOOKUP */
-  int l2;                   /* PREFETCH: hand a partial hit to the prefetch controller */
+  int l2;             /* PREFETCH: hand a partial hit to the prefetch controller */
 } l1_req;
 
 /* Notifications the L1 manager sends to the controllers. */

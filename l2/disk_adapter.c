@@ -153,7 +153,6 @@ static void on_io_done(disk_op *op, void *arg) {
 
 /* ---- validation --------------------------------------------------------- */
 
-
 static void reply_now(disk *d, const kva_msg *msg, kva_l2_req *r) {
   kva_send(msg->from, KVA_L2_DONE, &r, sizeof(r), d->self, msg->tag);
 }

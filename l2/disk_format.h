@@ -47,10 +47,10 @@
 #define DISK_INDEX_OFFSET DISK_BLOCK
 
 typedef struct disk_super {
-  uint64_t magic;       /* DISK_MAGIC */
-  uint32_t version;     /* DISK_VERSION */
-  uint32_t clean;       /* 1 = closed cleanly: the index region is current */
-  uint64_t slot_bytes;  /* header block + payload capacity, multiple of 4 KiB */
+  uint64_t magic;      /* DISK_MAGIC */
+  uint32_t version;    /* DISK_VERSION */
+  uint32_t clean;      /* 1 = closed cleanly: the index region is current */
+  uint64_t slot_bytes; /* header block + payload capacity, multiple of 4 KiB */
   uint64_t nslots;
   uint64_t data_offset; /* first slot, multiple of 4 KiB */
   uint64_t seq;         /* highest slot sequence number issued so far */
@@ -59,8 +59,8 @@ typedef struct disk_super {
 } disk_super;
 
 typedef struct disk_slot_header {
-  uint64_t magic;       /* DISK_SLOT_MAGIC */
-  uint32_t version;     /* DISK_VERSION */
+  uint64_t magic;   /* DISK_SLOT_MAGIC */
+  uint32_t version; /* DISK_VERSION */
   uint32_t pad;
   uint64_t seq;         /* store sequence number (> 0), unique per store */
   uint64_t fingerprint; /* layout_fingerprint of the object's layout */

@@ -91,8 +91,7 @@ static bool prep_one(disk_io *io, disk_op *op) {
 
 int disk_io_submit(disk_io *io) {
   unsigned added = 0;
-  while (io->pend_head &&
-         (io->pend_head->small ? io->inflight_small : io->inflight) < io->depth &&
+  while (io->pend_head && (io->pend_head->small ? io->inflight_small : io->inflight) < io->depth &&
          prep_one(io, io->pend_head)) {
     disk_op *op = io->pend_head;
     io->pend_head = op->next;

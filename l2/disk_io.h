@@ -47,10 +47,10 @@ typedef void (*disk_io_done)(disk_op *op, void *arg);
 typedef struct disk_io {
   struct io_uring ring;
   bool ring_ok;
-  int fd;                         /* the tier's file */
-  int efd;                        /* eventfd registered with the ring */
-  unsigned depth;                 /* operations in the kernel at most (and
-                                     as many small ones besides) */
+  int fd;         /* the tier's file */
+  int efd;        /* eventfd registered with the ring */
+  unsigned depth; /* operations in the kernel at most (and
+                     as many small ones besides) */
   unsigned inflight_small;
   unsigned inflight;              /* operations in the kernel now */
   disk_op *pend_head, *pend_tail; /* waiting for room, in order */

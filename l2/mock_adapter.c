@@ -61,7 +61,6 @@ static bool key_listed(const kva_key *list, uint32_t n, const kva_key *k) {
 
 /* ---- validation --------------------------------------------------------- */
 
-
 static const char *type_name(uint32_t type) {
   switch (type) {
   case KVA_L2_STORE:

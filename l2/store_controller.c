@@ -190,8 +190,12 @@ static void start_task(sc *c, store_task *t) {
   t->slot = slot;
   c->ninflight++;
   t->state = RESERVING;
-  t->l1 = (l1_req){
-      .keys = t->keys, .n = t->n, .readers = 1, .bufs = t->bufs, .ids = t->ids, .status = t->status};
+  t->l1 = (l1_req){.keys = t->keys,
+                   .n = t->n,
+                   .readers = 1,
+                   .bufs = t->bufs,
+                   .ids = t->ids,
+                   .status = t->status};
   send_l1(c, t, L1_RESERVE_READ);
 }
 

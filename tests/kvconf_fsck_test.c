@@ -26,12 +26,10 @@
 static const char *kvconf;
 static char tier[512], out_path[512], err_path[512];
 
-
 /* kvconf fsck [--repair] on the tier; stdout and stderr to out/err. */
 static int fsck(const char *extra) {
   return cli_run("%s fsck %s %s > %s 2> %s", kvconf, tier, extra, out_path, err_path);
 }
-
 
 #define assert_out_has(s) CLI_ASSERT_HAS(out_path, s)
 #define assert_err_has(s) CLI_ASSERT_HAS(err_path, s)

@@ -26,12 +26,10 @@ enum { T_DATA = KVA_MSG_USER, T_PING };
 static const char *kvinspect;
 static char out_path[256], err_path[256];
 
-
 /* kvinspect ARGS with stdout and stderr to out_path and err_path. */
 static int inspect(const char *args) {
   return cli_run("%s %s > %s 2> %s", kvinspect, args, out_path, err_path);
 }
-
 
 #define assert_out_has(s) CLI_ASSERT_HAS(out_path, s)
 #define assert_err_has(s) CLI_ASSERT_HAS(err_path, s)

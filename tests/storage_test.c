@@ -367,7 +367,7 @@ START_TEST(delete_and_clear_respect_locks_unless_forced) {
   ck_assert_uint_eq(x.l1_read_locked, 1);
   ck_assert_int_eq(kva_finish_read_prefetched(s, k, 1, 0), 1);
   ck_assert_int_eq(kva_finish_read_prefetched(s, k, 1, 0), 0); /* released once */
-  ck_assert_int_eq(kva_clear(s, 1), 1);                         /* the write-locked key 3 */
+  ck_assert_int_eq(kva_clear(s, 1), 1);                        /* the write-locked key 3 */
   x = stats_of(s);
   ck_assert_uint_eq(x.l1_objects, 0);
   ck_assert_uint_eq(x.l1_write_locked, 1); /* its writer still holds its buffer */

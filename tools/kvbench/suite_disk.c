@@ -87,8 +87,6 @@ typedef struct disk_bench {
   double sqes[NMEASURES][MAX_REPS], enters[NMEASURES][MAX_REPS];
 } disk_bench;
 
-
-
 /* The file: --disk-file or kvbench-disk.tmp, relative to the directory
  * `bazel run` was called from (BUILD_WORKING_DIRECTORY), not to the
  * runfiles tree it runs in. */

@@ -54,8 +54,6 @@ static void must(int rc, int want, const char *what) {
   }
 }
 
-
-
 static void l2_bench_start(l2_bench *b, int workers) {
   char tier[256];
   snprintf(tier, sizeof(tier),
