@@ -13,6 +13,7 @@
  */
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvact.h"
@@ -110,4 +111,23 @@ int kva_eviction_policy_register(const kva_eviction_policy *p) {
   }
   pthread_mutex_unlock(&policy_table_lock);
   return rc;
+}
+
+size_t policy_grown_cap(size_t cap, size_t need, size_t size) {
+  cap = cap ? cap : 64;
+  while (cap < need) {
+    if (cap > SIZE_MAX / 2 / size) return 0;
+    cap *= 2;
+  }
+  return cap;
+}
+
+void *policy_reserve_slot(void *arr, size_t *cap, uint32_t slot, size_t size) {
+  if (slot < *cap) return arr;
+  size_t n = policy_grown_cap(*cap, (size_t)slot + 1, size);
+  unsigned char *a = n ? realloc(arr, n * size) : NULL;
+  if (!a) return NULL;
+  memset(a + *cap * size, 0, (n - *cap) * size);
+  *cap = n;
+  return a;
 }

@@ -34,7 +34,6 @@
 #include "l1/policy.h"
 
 #define LFU_NIL UINT32_MAX /* "none": ends of lists, empty free list */
-#define LFU_MIN_CAP 64u    /* first allocation of each array, in entries */
 
 typedef struct lfu_item {
   uint64_t id;     /* full id (generation and slot) of the live object */
@@ -71,33 +70,18 @@ static lfu_item *lfu_find(const lfu_policy *lp, uint64_t id) {
   return it->live && it->id == id ? it : NULL;
 }
 
-/* The next capacity >= need, doubling from `cap`; 0 when it would not fit
- * in memory at `size` bytes an entry. */
-static size_t lfu_grown_cap(size_t cap, size_t need, size_t size) {
-  cap = cap ? cap : LFU_MIN_CAP;
-  while (cap < need) {
-    if (cap > SIZE_MAX / 2 / size) return 0;
-    cap *= 2;
-  }
-  return cap;
-}
-
 /* Makes room for item index `slot`; new items are zeroed (not live). */
 static bool lfu_reserve_items(lfu_policy *lp, uint32_t slot) {
-  if (slot < lp->item_cap) return true;
-  size_t cap = lfu_grown_cap(lp->item_cap, (size_t)slot + 1, sizeof(lfu_item));
-  lfu_item *items = cap ? realloc(lp->items, cap * sizeof(*items)) : NULL;
+  lfu_item *items = policy_reserve_slot(lp->items, &lp->item_cap, slot, sizeof(*items));
   if (!items) return false;
-  memset(items + lp->item_cap, 0, (cap - lp->item_cap) * sizeof(*items));
   lp->items = items;
-  lp->item_cap = cap;
   return true;
 }
 
 /* Makes room for `need` buckets; the new ones go on the free list. */
 static bool lfu_reserve_buckets(lfu_policy *lp, size_t need) {
   if (need <= lp->bucket_cap) return true;
-  size_t cap = lfu_grown_cap(lp->bucket_cap, need, sizeof(lfu_bucket));
+  size_t cap = policy_grown_cap(lp->bucket_cap, need, sizeof(lfu_bucket));
   if (cap == 0 || cap > LFU_NIL) return false; /* indexes must fit below LFU_NIL */
   lfu_bucket *b = realloc(lp->buckets, cap * sizeof(*b));
   if (!b) return false;

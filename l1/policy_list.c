@@ -29,7 +29,6 @@
 #include "l1/policy.h"
 
 #define LIST_NIL UINT32_MAX /* "no node": ends of the list */
-#define LIST_MIN_CAP 64u    /* first allocation, in nodes */
 
 /* Which end candidates start from and whether touches reorder. */
 typedef enum { LIST_LRU, LIST_MRU, LIST_FIFO } list_kind;
@@ -64,17 +63,9 @@ static list_node *list_find(const list_policy *lp, uint64_t id) {
  * O(n) in total; new entries are zeroed (not live). false when out of
  * memory, leaving the array as it was. */
 static bool list_reserve(list_policy *lp, uint32_t slot) {
-  if (slot < lp->cap) return true;
-  size_t cap = lp->cap ? lp->cap : LIST_MIN_CAP;
-  while (cap <= slot) {
-    if (cap > SIZE_MAX / 2 / sizeof(list_node)) return false;
-    cap *= 2;
-  }
-  list_node *nodes = realloc(lp->nodes, cap * sizeof(*nodes));
+  list_node *nodes = policy_reserve_slot(lp->nodes, &lp->cap, slot, sizeof(*nodes));
   if (!nodes) return false;
-  memset(nodes + lp->cap, 0, (cap - lp->cap) * sizeof(*nodes));
   lp->nodes = nodes;
-  lp->cap = cap;
   return true;
 }
 
