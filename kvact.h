@@ -495,6 +495,76 @@ int kva_prefetch_policy_register(const kva_prefetch_policy *p);
 int kva_eviction_policy_register(const kva_eviction_policy *p);
 
 /* ------------------------------------------------------------------------
+ * GPU copy (gpu/): moving KV between an engine's paged cache and L1.
+ *
+ * One copy actor per device, on its own thread, gathers a request's tokens
+ * out of the paged cache into L1 chunk objects (store) and scatters
+ * prefetched chunks back (load). Chunk objects are KV_2LTD: one tensor
+ * [2, layers, tokens, heads * head_dim] of the cache's dtype (see
+ * kva_kv_chunk_layout). Copies are bytewise, so any dtype of the right
+ * element size round-trips exactly.
+ *
+ * KVA_DEVICE_HOST is a device whose "device memory" is host memory: the
+ * same gather/scatter on CPU threads, the same completion path. A CUDA
+ * ordinal needs a CUDA device and a page-locked L1 (l1.pinned); without
+ * them kva_kv_register answers KVA_ENOTSUP (and logs why). Threaded
+ * runtimes only (runtime.workers > 0).
+ * ------------------------------------------------------------------------ */
+enum { KVA_DEVICE_HOST = -1 };
+typedef enum {
+  KVA_KV_FLASH,     /* per layer [2, blocks, block_size, heads, head_dim] */
+  KVA_KV_FLASHINFER /* per layer [blocks, 2, block_size, heads, head_dim] */
+} kva_kv_format;
+typedef struct kva_paged_kv {
+  int device; /* CUDA ordinal or KVA_DEVICE_HOST */
+  kva_kv_format format;
+  kva_dtype dtype;
+  uint32_t num_layers, num_blocks, block_size, num_heads, head_dim;
+  void *const *layers; /* num_layers base pointers (device or host memory) */
+} kva_paged_kv;
+typedef struct kva_kv kva_kv;
+typedef struct kva_op kva_op;
+/* Copies *d (and the layer pointers). KVA_EINVAL for a bad shape,
+ * KVA_ENOTSUP for a device that cannot be served. Wait for every op of a
+ * kv before unregistering it or shutting the runtime down (an op still
+ * copying then never completes); unregistering after the shutdown only
+ * frees the kv. */
+int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out);
+void kva_kv_unregister(kva_kv *kv); /* waits for the kv's ops still copying */
+/* KV_2LTD layout of a chunk of chunk_tokens tokens (ntensors 0 if invalid) */
+kva_layout kva_kv_chunk_layout(const kva_kv *kv, uint32_t chunk_tokens);
+/* Chunk i of k[] holds tokens [i * chunk_tokens, min((i + 1) * chunk_tokens,
+ * ntokens)): ntokens must be in ((nchunks - 1) * chunk_tokens, nchunks *
+ * chunk_tokens], so only the last chunk may be partial (its object has the
+ * layout of its own token count). slot_mapping[t] = block * block_size +
+ * offset; -1 = skip this token (stored as zeros in its chunk, not written
+ * to the cache on load). slot_mapping is host
+ * memory, copied by the call.
+ *
+ * kva_kv_store: reserve_write(NEW) + gather + finish_write. Keys already
+ * present are skipped, not an error. Op status: KVA_OK, or KVA_ENOMEM when
+ * some chunks had no room (the others are stored), or KVA_EIO when the copy
+ * failed (nothing of it is stored). */
+int kva_kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
+                 uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens, kva_op **op);
+/* kva_kv_load: the keys must have been prefetched (read-locked, e.g. by
+ * kva_submit_prefetch); scatters them layer by layer, then releases one
+ * read lock of each. A key not read-locked, or whose object does not have
+ * the chunk layout: the call fails (KVA_KEY_NOT_EXIST / NOT_READABLE /
+ * KVA_EINVAL), writes nothing and releases the locks it was given. */
+int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
+                uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens, kva_op **op);
+/* KVA_OK with *status = the op's result once it is complete (locks
+ * released), then frees op; KVA_ETIMEDOUT (op still live) after timeout_ms
+ * (< 0: forever). */
+int kva_op_wait(kva_op *op, int timeout_ms, int *status);
+/* KVA_OK once layer `layer` of a load is in the paged cache (a store's
+ * layers land together, when its copy is done); KVA_ETIMEDOUT; KVA_EINVAL
+ * for a layer out of range. Does not free op. */
+int kva_op_wait_layer(kva_op *op, uint32_t layer, int timeout_ms);
+int kva_op_eventfd(const kva_op *op); /* readable once the op is complete */
+
+/* ------------------------------------------------------------------------
  * Logging: library code prints only through this. Default: warnings and
  * errors to stderr. A NULL fn restores the default.
  * ------------------------------------------------------------------------ */

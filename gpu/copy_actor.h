@@ -1,0 +1,52 @@
+/*
+ * copy_actor.h — the copy actor of one device (copy_actor.c) and the table
+ * that gives each (runtime, device) one of them (devices.c).
+ */
+#ifndef KVA_GPU_COPY_ACTOR_H
+#define KVA_GPU_COPY_ACTOR_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "gpu/backend.h"
+#include "kvact.h"
+
+enum {
+  COPY_START = 512,  /* no payload: watch the completion eventfd */
+  COPY_SUBMIT = 513, /* payload kva_op *: copy job, then finish in L1 */
+};
+
+typedef struct copy_actor {
+  kva_actor *self;
+  kva_actor *l1;        /* the L1 manager, which finishes writes and reads */
+  gpu_backend *backend; /* owned; destroyed in on_stop */
+  int efd;              /* rung by job callbacks (backend threads) */
+  pthread_mutex_t lock; /* copied_head/tail: backend threads -> actor */
+  kva_op *copied_head, *copied_tail;
+  /* devices.c, under its table lock */
+  kva_runtime *rt;
+  int device;
+  uint32_t refs; /* registered kvs */
+  int in_table;
+  int orphan; /* stopped by shutdown while kvs still hold it */
+  struct copy_actor *next;
+} copy_actor;
+
+/* Spawns the pinned copy actor of `device` over `backend` (taken over,
+ * destroyed on failure). NULL on failure. */
+copy_actor *copy_actor_spawn(kva_runtime *rt, kva_actor *l1, int device, gpu_backend *backend);
+/* Hands op to the actor; KVA_ESHUTDOWN when it is stopped (op untouched). */
+int copy_actor_submit(copy_actor *d, kva_op *op);
+
+/* devices.c: the copy actor of (rt, device), spawned at its first use with
+ * `streams` streams; one reference per call. KVA_ENOTSUP for a device that
+ * cannot be served. */
+int devices_acquire(kva_runtime *rt, kva_actor *l1, int device, uint32_t streams, copy_actor **out);
+/* Drops one reference; the last stops the actor. */
+void devices_release(copy_actor *d);
+/* copy_actor.c's on_stop: forget d if it is still in the table. Returns 1
+ * when kvs still hold d: on_stop must then leave the struct to the last
+ * devices_release. */
+int devices_forget(copy_actor *d);
+
+#endif

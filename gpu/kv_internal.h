@@ -1,0 +1,29 @@
+/*
+ * kv_internal.h — a registered paged KV cache (kva_kv, kv.c).
+ */
+#ifndef KVA_GPU_KV_INTERNAL_H
+#define KVA_GPU_KV_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "gpu/copy_actor.h"
+#include "gpu/kv_geom.h"
+#include "kvact.h"
+
+struct kva_kv {
+  kva_storage *s;
+  kva_paged_kv desc; /* desc.layers points at `layers` */
+  void **layers;     /* copy of the caller's pointers */
+  kv_geom g;
+  copy_actor *dev;      /* one reference, dropped by unregister */
+  pthread_mutex_t lock; /* inflight */
+  pthread_cond_t idle;  /* broadcast when inflight drops to 0 */
+  uint32_t inflight;    /* ops started and not yet complete */
+};
+
+/* An op of kv is starting / has completed (op_complete). */
+void kv_op_started(kva_kv *kv);
+void kv_op_finished(kva_kv *kv);
+
+#endif
