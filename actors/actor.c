@@ -37,6 +37,7 @@ kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
                         : kind == ACTOR_PINNED ? STATS_KIND_PINNED
                                                : STATS_KIND_ACTOR;
   a->stats = stats_claim(rt->stats, b->name, stats_kind);
+  a->trace_id = a->stats ? stats_index(rt->stats, a->stats) : TRACE_NOBODY;
   uint32_t cap = o && o->mailbox_capacity ? o->mailbox_capacity : rt->mailbox_capacity;
   a->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (!a->stats || a->efd < 0 || mailbox_init(&a->mb, &a->stats->ring, cap) != 0) {
@@ -101,6 +102,16 @@ static int push_slow(kva_actor *to, const mailbox_env *e) {
   }
 }
 
+/* Records the send when tracing, and marks the envelope (env_traced) so
+ * that its receive can be paired with it. Messages to ports are not
+ * traced: a port's receive is not an actor's turn. */
+static void trace_push(kva_actor *to, mailbox_env *e) {
+  kva_actor *from = e->from;
+  if (!from || from->rt != to->rt || to->kind == ACTOR_PORT) return;
+  if (trace_send(to->rt->trace, from->trace_id, to->trace_id, e->type, rt_current == from))
+    e->from = (kva_actor *)((uintptr_t)from | 1);
+}
+
 static int actor_push(kva_actor *to, uint32_t type, const void *data, uint32_t len, kva_actor *from,
                       uint64_t tag) {
   mailbox_env e;
@@ -108,6 +119,7 @@ static int actor_push(kva_actor *to, uint32_t type, const void *data, uint32_t l
   e.len = len;
   e.from = from;
   e.tag = tag;
+  if (trace_active(to->rt->trace)) trace_push(to, &e);
   if (len <= MAILBOX_INLINE_BYTES) {
     if (len) memcpy(e.u.inl, data, len);
   } else {
@@ -161,7 +173,7 @@ void actor_deliver(kva_actor *a, const mailbox_env *e) {
   kva_msg m;
   m.type = e->type;
   m.len = e->len;
-  m.from = e->from;
+  m.from = env_from(e);
   m.tag = e->tag;
   m.data = e->len <= MAILBOX_INLINE_BYTES ? (const void *)e->u.inl : e->u.heap;
   if (e->type == KVA_MSG_STOP) {
@@ -170,9 +182,16 @@ void actor_deliver(kva_actor *a, const mailbox_env *e) {
     ck_pr_store_32(&a->life, LIFE_CLOSED);
     return;
   }
+  trace_ring *tr = trace_active(a->rt->trace) ? a->rt->trace : NULL;
+  uint64_t start_ns = tr ? clock_mono_ns() : 0;
   uint64_t t0 = clock_ticks();
   a->beh.receive(a, a->state, &m);
-  stats_record_recv(a->stats, clock_ticks_to_ns(clock_ticks() - t0));
+  uint64_t ns = clock_ticks_to_ns(clock_ticks() - t0);
+  stats_record_recv(a->stats, ns);
+  if (tr) {
+    uint32_t peer = m.from && m.from->rt == a->rt ? m.from->trace_id : TRACE_NOBODY;
+    trace_recv(tr, a->trace_id, peer, m.type, start_ns, ns, env_traced(e));
+  }
 }
 
 static void actor_finish(kva_actor *a) {

@@ -66,7 +66,7 @@ static void copy_out(kva_actor *a, const mailbox_env *e, kva_msg *out, void *buf
   if (n) memcpy(buf, src, n);
   out->type = e->type;
   out->len = e->len;
-  out->from = e->from;
+  out->from = env_from(e);
   out->tag = e->tag;
   out->data = buf;
   if (e->len > MAILBOX_INLINE_BYTES) payload_pool_put(a->rt->pool, e->u.heap);

@@ -37,9 +37,10 @@ static int runtime_init(kva_runtime *rt) {
   pthread_mutex_init(&rt->reg_lock, NULL);
   pthread_mutex_init(&rt->mute_lock, NULL);
   clock_calibrate();
-  rt->stats = stats_open(stats_on, STATS_SLOTS);
+  rt->stats = stats_open(stats_on, STATS_SLOTS, config_bool_or(rt->cfg, "runtime.trace", 0));
   rt->pool = payload_pool_create();
   if (!rt->stats || !rt->pool) return KVA_ENOMEM;
+  rt->trace = stats_trace(rt->stats);
   if (rt->workers == 0) {
     int rc = det_create(rt, (uint64_t)config_i64_or(rt->cfg, "runtime.seed", 0));
     if (rc != KVA_OK) return rc;

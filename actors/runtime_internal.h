@@ -39,6 +39,7 @@ struct kva_actor {
   int efd;           /* eventfd doorbell */
   uint32_t rung;     /* atomic: the doorbell was rung and not yet cleared */
   stats_slot *stats; /* counters, in the shared segment when it has room */
+  uint32_t trace_id; /* the slot's index for trace events (TRACE_NOBODY: none) */
   /* Muting (Pony's rule). mute_target is written by this actor's own
    * receive when a send overflowed; parked_on/park_next under rt->mute_lock. */
   kva_actor *mute_target;
@@ -59,6 +60,7 @@ struct kva_runtime {
   uint32_t batch;
   uint32_t mailbox_capacity;
   stats_segment *stats;
+  trace_ring *trace; /* the stats segment's trace ring, NULL when private */
   payload_pool *pool;
 
   pthread_mutex_t reg_lock; /* actors list and nactors */
@@ -88,6 +90,15 @@ struct kva_runtime {
   /* counters (atomic, relaxed) */
   uint64_t n_overflowed, n_blocked, n_mutes, n_eventfd_writes, n_wakes, n_sleeps;
 };
+
+/* An envelope's sender. Its low bit (actors are 64-byte aligned) marks a
+ * message whose send was traced (actors/trace.h). */
+static inline kva_actor *env_from(const mailbox_env *e) {
+  return (kva_actor *)((uintptr_t)e->from & ~(uintptr_t)1);
+}
+static inline bool env_traced(const mailbox_env *e) {
+  return (uintptr_t)e->from & 1;
+}
 
 /* The actor whose receive runs on this thread, or NULL. */
 extern __thread kva_actor *rt_current;

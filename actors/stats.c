@@ -27,6 +27,7 @@ struct stats_segment {
   char name[64];
   pthread_mutex_t lock; /* guards the private list only */
   private_slot *privates;
+  trace_ring trace; /* lanes == NULL without a ring */
 };
 
 static uint32_t segment_seq; /* atomic: distinguishes runtimes of one process */
@@ -54,13 +55,43 @@ static void *map_segment(stats_segment *s) {
   return p;
 }
 
-stats_segment *stats_open(int shared, uint32_t max_slots) {
+static size_t slots_end(uint32_t max_slots) {
+  size_t end = sizeof(stats_header) + (size_t)max_slots * sizeof(stats_slot);
+  return (end + 4095) & ~(size_t)4095; /* the lanes start on a page */
+}
+
+static uint64_t lane_bytes(void) {
+  return TRACE_LANE_BYTES + (uint64_t)TRACE_LANE_EVENTS * TRACE_EVENT_WORDS * 8;
+}
+
+/* The ring's fields in the header, and the writer's view of them. The
+ * lanes' pages stay untouched (and cost no memory) until events arrive. */
+static void trace_setup(stats_segment *s, uint32_t max_slots, bool trace) {
+  stats_header *h = s->hdr;
+  h->trace_offset = slots_end(max_slots);
+  h->trace_lanes = TRACE_LANES;
+  h->trace_lane_events = TRACE_LANE_EVENTS;
+  h->trace_event_bytes = TRACE_EVENT_WORDS * 8;
+  h->trace_on = trace ? TRACE_ON_CONFIG : 0;
+  s->trace = (trace_ring){.on = &h->trace_on,
+                          .until_ns = &h->trace_until_ns,
+                          .lanes = (char *)h + h->trace_offset,
+                          .nlanes = TRACE_LANES,
+                          .lane_mask = TRACE_LANE_EVENTS - 1,
+                          .lane_bytes = lane_bytes()};
+}
+
+stats_segment *stats_open(int shared, uint32_t max_slots, bool trace) {
   stats_segment *s = calloc(1, sizeof(*s));
   if (!s) return NULL;
-  s->bytes = sizeof(stats_header) + (size_t)max_slots * sizeof(stats_slot);
+  s->bytes = shared ? slots_end(max_slots) + TRACE_LANES * lane_bytes()
+                    : sizeof(stats_header) + (size_t)max_slots * sizeof(stats_slot);
   void *p = shared ? map_segment(s) : NULL;
   s->shared = p != NULL;
-  if (!p) p = calloc(1, s->bytes); /* private, or shm unavailable */
+  if (!p) { /* private, or shm unavailable */
+    s->bytes = sizeof(stats_header) + (size_t)max_slots * sizeof(stats_slot);
+    p = calloc(1, s->bytes);
+  }
   if (!p) {
     free(s);
     return NULL;
@@ -75,6 +106,7 @@ stats_segment *stats_open(int shared, uint32_t max_slots) {
   s->hdr->pid = (uint32_t)getpid();
   s->hdr->start_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
   s->hdr->version = KVA_STATS_VERSION;
+  if (s->shared) trace_setup(s, max_slots, trace);
   ck_pr_fence_store(); /* the magic goes last: readers trust the header after it */
   ck_pr_store_64(&s->hdr->magic, KVA_STATS_MAGIC);
   pthread_mutex_init(&s->lock, NULL);
@@ -127,6 +159,18 @@ stats_slot *stats_claim(stats_segment *s, const char *name, uint32_t kind) {
 
 const char *stats_name(const stats_segment *s) {
   return s->shared ? s->name : NULL;
+}
+
+uint32_t stats_index(const stats_segment *s, const stats_slot *slot) {
+  uintptr_t first = (uintptr_t)s->slots, at = (uintptr_t)slot; /* may be a private slot */
+  if (at < first || at >= first + (uintptr_t)s->hdr->max_slots * sizeof(stats_slot))
+    return TRACE_NOBODY;
+  uint32_t i = (uint32_t)((at - first) / sizeof(stats_slot));
+  return i < TRACE_NOBODY ? i : TRACE_NOBODY;
+}
+
+trace_ring *stats_trace(stats_segment *s) {
+  return s->trace.lanes ? &s->trace : NULL;
 }
 
 static unsigned log2_bucket(uint64_t ns) {

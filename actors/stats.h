@@ -2,7 +2,8 @@
  * stats.h — the per-process shared-memory stats segment read by kvinspect.
  *
  * Layout (version KVA_STATS_VERSION; all integers little-endian, native
- * alignment): one stats_header, then max_slots stats_slot records. A slot
+ * alignment): one stats_header, then max_slots stats_slot records, then
+ * (shared segments only) the trace ring of actors/trace.h. A slot
  * is claimed by an actor or port at spawn and never reused. Each slot holds
  * the mailbox's live ck_ring counters themselves (so depth = p_tail -
  * c_head is exact at any instant with zero cost to the hot path) and
@@ -17,11 +18,14 @@
 #define KVA_ACTORS_STATS_H
 
 #include <ck_ring.h>
+#include <stdbool.h>
 #include <stdint.h>
 
+#include "actors/trace.h"
+
 #define KVA_STATS_MAGIC 0x3153544341564b00ull /* "\0KVACTS1" */
-#define KVA_STATS_VERSION 1u
-#define KVA_STATS_HIST 32 /* receive-time buckets: [2^i, 2^(i+1)) ns */
+#define KVA_STATS_VERSION 2u                  /* 2: the trace ring */
+#define KVA_STATS_HIST 32                     /* receive-time buckets: [2^i, 2^(i+1)) ns */
 #define KVA_STATS_NAME 48
 
 enum { STATS_SLOT_FREE = 0, STATS_SLOT_LIVE = 1, STATS_SLOT_STOPPED = 2 };
@@ -36,7 +40,13 @@ typedef struct stats_header {
   uint32_t nslots; /* slots claimed so far (atomic, only grows) */
   uint32_t pid;
   uint64_t start_ns; /* CLOCK_MONOTONIC at creation */
-  uint64_t pad[4];
+  /* the trace ring (actors/trace.h); trace_offset 0 = none */
+  uint64_t trace_offset;      /* bytes from the segment's start to lane 0 */
+  uint32_t trace_lanes;       /* lanes */
+  uint32_t trace_lane_events; /* events per lane, a power of two */
+  uint32_t trace_on;          /* atomic TRACE_ON_* bits */
+  uint32_t trace_event_bytes; /* bytes per event */
+  uint64_t trace_until_ns;    /* atomic: TRACE_ON_LEASE ends (CLOCK_MONOTONIC) */
 } stats_header;
 
 typedef struct stats_slot {
@@ -56,13 +66,17 @@ typedef struct stats_slot {
 
 typedef struct stats_segment stats_segment;
 
-/* shared = 1 maps /dev/shm/kvact.<pid>.<n>; 0 uses private memory. */
-stats_segment *stats_open(int shared, uint32_t max_slots);
+/* shared = 1 maps /dev/shm/kvact.<pid>.<n> with a trace ring, tracing
+ * from the start when trace is true; 0 uses private memory (no ring). */
+stats_segment *stats_open(int shared, uint32_t max_slots, bool trace);
 void stats_close(stats_segment *s);
 /* A zeroed slot, or a private one (never NULL unless out of memory) when
  * the segment is full; private slots are freed by stats_close. */
 stats_slot *stats_claim(stats_segment *s, const char *name, uint32_t kind);
 const char *stats_name(const stats_segment *s); /* NULL when private */
+/* The slot's index in the segment, TRACE_NOBODY for a private slot. */
+uint32_t stats_index(const stats_segment *s, const stats_slot *slot);
+trace_ring *stats_trace(stats_segment *s); /* NULL when private */
 void stats_record_recv(stats_slot *slot, uint64_t ns);
 
 #endif
