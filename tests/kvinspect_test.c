@@ -1,17 +1,21 @@
 /*
  * kvinspect_test.c — tools/kvinspect against this process's own runtime:
  * the JSON names the actors with their counts, the table has its header,
- * and each error (no process, no segment, bad segment, trace) exits with
- * its status and reason. Usage: kvinspect_test KVINSPECT
+ * `kvinspect trace` writes Chrome trace JSON with slices and flows for each
+ * actor and leaves tracing off, and each error (no process, no segment,
+ * bad segment, usage) exits with its status and reason.
+ * Usage: kvinspect_test KVINSPECT
  */
 #include <check.h>
 #include <ck_pr.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +24,7 @@
 #include "tests/support/cli.h"
 #include "tests/support/fixture.h"
 
-enum { T_DATA = KVA_MSG_USER, T_PING };
+enum { T_DATA = KVA_MSG_USER, T_PING, T_TICK };
 #define SINK_MESSAGES 1000
 
 static const char *kvinspect;
@@ -54,9 +58,17 @@ static void pingpong_receive(kva_actor *self, void *state, const kva_msg *m) {
   if (!ck_pr_load_int(&pingpong_stop)) kva_send(m->from, T_PING, NULL, 0, self, 0);
 }
 
+/* Every timer tick: one message to the sink (state), sent as itself. */
+static void ticker_receive(kva_actor *self, void *state, const kva_msg *m) {
+  if (m->type == KVA_MSG_TIMER) kva_send(state, T_TICK, NULL, 0, self, 0);
+}
+
 static const kva_behavior sink_behavior = {"inspect_sink", sink_receive, NULL};
+static const kva_behavior ticker_behavior = {"inspect_ticker", ticker_receive, NULL};
 static const kva_behavior ping_behavior = {"inspect_ping", pingpong_receive, NULL};
 static const kva_behavior pong_behavior = {"inspect_pong", pingpong_receive, NULL};
+
+static kva_actor *sink;
 
 /* Starts the three actors: the sink has received exactly SINK_MESSAGES
  * when this returns, and ping and pong keep bouncing one message. */
@@ -64,7 +76,7 @@ static kva_runtime *start_flowing(void) {
   ck_pr_store_64(&sink_count, 0);
   ck_pr_store_int(&pingpong_stop, 0);
   kva_runtime *rt = fixture_runtime(2, NULL);
-  kva_actor *sink = kva_spawn(rt, &sink_behavior, NULL, NULL);
+  sink = kva_spawn(rt, &sink_behavior, NULL, NULL);
   kva_actor *ping = kva_spawn(rt, &ping_behavior, NULL, NULL);
   kva_actor *pong = kva_spawn(rt, &pong_behavior, NULL, NULL);
   ck_assert(sink && ping && pong);
@@ -158,6 +170,180 @@ START_TEST(once_table_has_the_header_and_the_actors) {
 }
 END_TEST
 
+/* ---- kvinspect trace ---------------------------------------------------- */
+
+/* This process's runtime's stats header, mapped read-only. */
+static const stats_header *own_header(kva_runtime *rt, size_t *bytes) {
+  int fd = shm_open(kva_runtime_stats_name(rt), O_RDONLY, 0);
+  ck_assert_int_ge(fd, 0);
+  *bytes = sizeof(stats_header);
+  const stats_header *h = mmap(NULL, *bytes, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  ck_assert(h != MAP_FAILED);
+  return h;
+}
+
+static uint32_t trace_on(kva_runtime *rt) {
+  size_t bytes;
+  const stats_header *h = own_header(rt, &bytes);
+  uint32_t on = ck_pr_load_32((uint32_t *)&h->trace_on);
+  munmap((void *)h, bytes);
+  return on;
+}
+
+/* The trace JSON's tid for the actor called name (its thread_name), -1. */
+static json_int_t track_of(json_t *events, const char *name) {
+  size_t i;
+  json_t *e;
+  json_array_foreach(events, i, e) {
+    const char *ph = json_string_value(json_object_get(e, "ph"));
+    json_t *args = json_object_get(e, "args");
+    if (strcmp(ph, "M") == 0 &&
+        strcmp(json_string_value(json_object_get(e, "name")), "thread_name") == 0 &&
+        strcmp(json_string_value(json_object_get(args, "name")), name) == 0)
+      return json_integer_value(json_object_get(e, "tid"));
+  }
+  return -1;
+}
+
+/* Events of phase ph (and category cat unless NULL) on track tid. */
+static int count_on(json_t *events, const char *ph, const char *cat, json_int_t tid) {
+  size_t i;
+  json_t *e;
+  int n = 0;
+  json_array_foreach(events, i, e) {
+    json_t *c = json_object_get(e, "cat");
+    n += strcmp(json_string_value(json_object_get(e, "ph")), ph) == 0 &&
+         json_integer_value(json_object_get(e, "tid")) == tid &&
+         (!cat || (c && strcmp(json_string_value(c), cat) == 0));
+  }
+  return n;
+}
+
+/* Flows whose start is on track `from` and whose end is on track `to`;
+ * checks that every flow has exactly one start and one end, in order. */
+static int flows_between(json_t *events, json_int_t from, json_int_t to) {
+  json_t *starts = json_object(), *e;
+  size_t i;
+  int n = 0, ends = 0;
+  json_array_foreach(events, i, e) {
+    const char *ph = json_string_value(json_object_get(e, "ph"));
+    if (strcmp(ph, "s") != 0) continue;
+    char id[32];
+    snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(e, "id")));
+    ck_assert_ptr_null(json_object_get(starts, id));
+    json_object_set(starts, id, e);
+  }
+  json_array_foreach(events, i, e) {
+    if (strcmp(json_string_value(json_object_get(e, "ph")), "f") != 0) continue;
+    char id[32];
+    snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(e, "id")));
+    json_t *s = json_object_get(starts, id);
+    ck_assert_msg(s, "flow end %s without a start", id);
+    ck_assert(json_number_value(json_object_get(s, "ts")) <=
+              json_number_value(json_object_get(e, "ts")));
+    json_object_del(starts, id);
+    ends++;
+    n += json_integer_value(json_object_get(s, "tid")) == from &&
+         json_integer_value(json_object_get(e, "tid")) == to;
+  }
+  ck_assert_int_eq(json_object_size(starts), 0); /* every start has its end */
+  json_decref(starts);
+  return n;
+}
+
+static json_t *load_trace(const char *path, json_t **root) {
+  json_error_t jerr;
+  *root = json_load_file(path, 0, &jerr);
+  ck_assert_msg(*root, "bad trace JSON (%s line %d)", jerr.text, jerr.line);
+  json_t *events = json_object_get(*root, "traceEvents");
+  ck_assert(json_is_array(events));
+  return events;
+}
+
+START_TEST(trace_has_a_track_slices_and_flows_for_each_actor) {
+  kva_runtime *rt = start_flowing();
+  kva_actor *ticker = kva_spawn(rt, &ticker_behavior, sink, NULL);
+  ck_assert_int_ge(kva_timer(ticker, 1000000, 1000000, 0), 0);
+  ck_assert_uint_eq(trace_on(rt), 0);
+  char trace_path[300], args[400];
+  snprintf(trace_path, sizeof trace_path, "%s.trace.json", out_path);
+  snprintf(args, sizeof args, "trace %d --seconds 0.5 --max-events 40000 -o %s", (int)getpid(),
+           trace_path);
+  ck_assert_int_eq(inspect(args), 0);
+  assert_out_has("receives by");
+  ck_assert_uint_eq(trace_on(rt), 0); /* the recorder turned it off again */
+  json_t *root, *events = load_trace(trace_path, &root);
+  json_int_t ping = track_of(events, "inspect_ping"), pong = track_of(events, "inspect_pong");
+  json_int_t tick = track_of(events, "inspect_ticker"), snk = track_of(events, "inspect_sink");
+  ck_assert_msg(ping >= 0 && pong >= 0 && tick >= 0 && snk >= 0, "tracks missing");
+  json_int_t tracks[] = {ping, pong, tick, snk};
+  for (int i = 0; i < 4; i++) ck_assert_int_gt(count_on(events, "X", "receive", tracks[i]), 0);
+  ck_assert_int_gt(flows_between(events, ping, pong), 0);
+  ck_assert_int_gt(flows_between(events, pong, ping), 0);
+  ck_assert_int_gt(flows_between(events, tick, snk), 0);
+  json_t *other = json_object_get(root, "otherData");
+  ck_assert_int_eq(json_integer_value(json_object_get(other, "pid")), getpid());
+  ck_assert_int_gt(json_integer_value(json_object_get(other, "flows")), 0);
+  json_decref(root);
+  unlink(trace_path);
+  stop_flowing(rt);
+}
+END_TEST
+
+START_TEST(a_killed_recorder_stops_tracing_within_its_lease) {
+  kva_runtime *rt = start_flowing();
+  char args[300];
+  snprintf(args, sizeof args, "trace %d --seconds 60 --max-events 1000 -o /dev/null & echo $!",
+           (int)getpid());
+  ck_assert_int_eq(inspect(args), 0);
+  pid_t recorder = (pid_t)atoi(cli_slurp(out_path));
+  ck_assert_int_gt(recorder, 0);
+  uint64_t t0 = fixture_now_ns();
+  while (trace_on(rt) == 0) {
+    ck_assert_msg(fixture_now_ns() - t0 < 10000000000ull, "the recorder never turned tracing on");
+    usleep(1000);
+  }
+  kill(recorder, SIGKILL);
+  /* the ball keeps bouncing: the first event past the lease turns it off */
+  t0 = fixture_now_ns();
+  while (trace_on(rt) != 0) {
+    ck_assert_msg(fixture_now_ns() - t0 < 10000000000ull, "tracing still on 10 s after the kill");
+    usleep(10000);
+  }
+  ck_assert_uint_ge(fixture_now_ns() - t0, 500000000ull); /* not before the lease ran out */
+  stop_flowing(rt);
+}
+END_TEST
+
+START_TEST(runtime_trace_true_keeps_history_for_seconds_0) {
+  kva_runtime *rt = fixture_runtime(2, "runtime.trace=true", NULL);
+  ck_pr_store_64(&sink_count, 0);
+  kva_actor *s = kva_spawn(rt, &sink_behavior, NULL, NULL);
+  kva_port *p = kva_port_open(rt, "inspect_engine");
+  ck_assert(s && p);
+  for (int i = 0; i < 100; i++)
+    ck_assert_int_eq(kva_send(s, T_DATA, NULL, 0, kva_port_actor(p), 0), KVA_OK);
+  while (ck_pr_load_64(&sink_count) < 100) usleep(1000);
+  ck_assert_uint_eq(trace_on(rt), TRACE_ON_CONFIG);
+  char trace_path[300], args[400];
+  snprintf(trace_path, sizeof trace_path, "%s.history.json", out_path);
+  snprintf(args, sizeof args, "trace %d --seconds 0 -o %s", (int)getpid(), trace_path);
+  ck_assert_int_eq(inspect(args), 0);
+  ck_assert_uint_eq(trace_on(rt), TRACE_ON_CONFIG); /* still on: the config's */
+  json_t *root, *events = load_trace(trace_path, &root);
+  json_int_t engine = track_of(events, "inspect_engine"), snk = track_of(events, "inspect_sink");
+  ck_assert_int_eq(count_on(events, "X", "receive", snk), 100);
+  /* the port's sends have slices of their own for the arrows to start from */
+  ck_assert_int_eq(count_on(events, "X", "send", engine), 100);
+  ck_assert_int_eq(flows_between(events, engine, snk), 100);
+  json_decref(root);
+  unlink(trace_path);
+  kva_port_close(p);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------ */
 
 /* A child that sleeps until killed: a live pid without a runtime. */
@@ -180,8 +366,11 @@ START_TEST(a_pid_that_does_not_exist_exits_1) {
   ck_assert_int_ge(pid, 0);
   if (pid == 0) _exit(0);
   waitpid(pid, NULL, 0); /* reaped: the pid is free now */
-  char args[32];
+  char args[64];
   snprintf(args, sizeof args, "%d --once", (int)pid);
+  ck_assert_int_eq(inspect(args), 1);
+  assert_err_has("no such process");
+  snprintf(args, sizeof args, "trace %d", (int)pid);
   ck_assert_int_eq(inspect(args), 1);
   assert_err_has("no such process");
 }
@@ -189,7 +378,7 @@ END_TEST
 
 START_TEST(a_process_without_a_segment_exits_1) {
   pid_t pid = sleeping_child();
-  char args[32];
+  char args[64];
   snprintf(args, sizeof args, "%d --once", (int)pid);
   int rc = inspect(args);
   reap(pid);
@@ -233,7 +422,7 @@ START_TEST(bad_segments_exit_1_with_the_reason) {
   int too_small = inspect_fake(pid, "kvact", 5);
   reap(pid);
   ck_assert_int_eq(wrong_version, 1);
-  ck_assert_msg(strstr(err_version, "layout version 2"), "stderr: %s", err_version);
+  ck_assert_msg(strstr(err_version, "layout version 3"), "stderr: %s", err_version);
   ck_assert_int_eq(bad_magic, 1);
   ck_assert_msg(strstr(err_magic, "bad magic"), "stderr: %s", err_magic);
   ck_assert_int_eq(too_small, 1);
@@ -243,9 +432,14 @@ START_TEST(bad_segments_exit_1_with_the_reason) {
 }
 END_TEST
 
-START_TEST(trace_and_usage_errors_exit_2) {
-  ck_assert_int_eq(inspect("trace 1 --seconds 1"), 2);
-  assert_err_has("not available in this build");
+START_TEST(usage_errors_exit_2) {
+  ck_assert_int_eq(inspect("trace"), 2);
+  assert_err_has("no PID given");
+  ck_assert_int_eq(inspect("trace 1 --seconds -1"), 2);
+  ck_assert_int_eq(inspect("trace 1 --seconds x"), 2);
+  ck_assert_int_eq(inspect("trace 1 --max-events 0"), 2);
+  ck_assert_int_eq(inspect("trace 1 -o"), 2);
+  ck_assert_int_eq(inspect("trace 1 --color"), 2);
   ck_assert_int_eq(inspect(""), 2);
   ck_assert_int_eq(inspect("abc"), 2);
   ck_assert_int_eq(inspect("1 --sort size"), 2);
@@ -271,7 +465,10 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, a_pid_that_does_not_exist_exits_1);
   tcase_add_test(tc, a_process_without_a_segment_exits_1);
   tcase_add_test(tc, bad_segments_exit_1_with_the_reason);
-  tcase_add_test(tc, trace_and_usage_errors_exit_2);
+  tcase_add_test(tc, trace_has_a_track_slices_and_flows_for_each_actor);
+  tcase_add_test(tc, a_killed_recorder_stops_tracing_within_its_lease);
+  tcase_add_test(tc, runtime_trace_true_keeps_history_for_seconds_0);
+  tcase_add_test(tc, usage_errors_exit_2);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

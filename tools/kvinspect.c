@@ -3,8 +3,10 @@
  * read from its shared-memory stats segments (actors/stats.h). This file:
  * options, the checks on the process, and the refresh loop.
  *
+ * `kvinspect trace PID` (kvinspect_trace.c) records the trace ring.
+ *
  * Exit status: 0 done, 1 the process or its segments cannot be inspected,
- * 2 usage (and `kvinspect trace`, not available in this build).
+ * 2 usage.
  */
 #include <errno.h>
 #include <signal.h>
@@ -19,6 +21,7 @@
 static const char usage[] =
     "usage: kvinspect PID [--interval MS] [--sort name|depth|rate|p99] [--count N]\n"
     "       kvinspect PID --once [--json] [--interval MS]\n"
+    "       kvinspect trace PID [--seconds N] [-o FILE] [--max-events N]\n"
     "\n"
     "Shows the actors of kvact process PID from its stats segments\n"
     "(/dev/shm/kvact.PID.*), refreshing every interval like top (the screen is\n"
@@ -37,6 +40,13 @@ static const char usage[] =
     "  --count N      refresh N times, then exit (default: until interrupted)\n"
     "  --once         one sample: rates over one interval, then exit\n"
     "  --json         with --once: one JSON object {pid, segments: [{name, actors}]}\n"
+    "\n"
+    "trace: turns on the process's trace ring for N seconds (default 5; it stops\n"
+    "by itself within 2 s if kvinspect dies) and writes Chrome/Perfetto trace\n"
+    "JSON to FILE (default kvact-trace.PID.json): a track per actor, a slice per\n"
+    "receive, an arrow from each send to its receive. --seconds 0 writes what the\n"
+    "ring holds now (with runtime.trace = true it records all the time).\n"
+    "--max-events bounds the memory kvinspect uses (default 4000000).\n"
     "\n"
     "Exit status: 0 ok, 1 no such process, no kvact segment, a segment of\n"
     "another layout version or no permission to read it, 2 usage.\n";
@@ -156,26 +166,66 @@ static int inspect(const options *o, kvi_segment *segs, int count) {
   return 0;
 }
 
+/* Checks that pid is a process we may look at; the exit status or 0. */
+static int check_process(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) {
+    fprintf(stderr, "kvinspect: no such process: %d\n", pid);
+    return 1;
+  }
+  return 0;
+}
+
+/* kvinspect trace PID [--seconds N] [-o FILE] [--max-events N] */
+static int trace_main(int argc, char **argv) {
+  int pid = 0;
+  double seconds = 5;
+  long max_events = 4000000;
+  char def_path[64];
+  const char *path = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (a[0] != '-') {
+      long p = parse_long(a, 1, 0x7fffffff);
+      if (p < 0 || pid) return usage_error("trace: unexpected argument %s", a);
+      pid = (int)p;
+      continue;
+    }
+    if (strcmp(a, "--seconds") && strcmp(a, "-o") && strcmp(a, "--max-events"))
+      return usage_error("trace: unknown option %s", a);
+    if (++i >= argc) return usage_error("trace: %s needs a value", a);
+    if (strcmp(a, "-o") == 0) {
+      path = argv[i];
+    } else if (strcmp(a, "--seconds") == 0) {
+      char *end;
+      seconds = strtod(argv[i], &end);
+      if (*end || end == argv[i] || !(seconds >= 0 && seconds <= 86400))
+        return usage_error("trace: bad value for --seconds: %s", argv[i]);
+    } else if ((max_events = parse_long(argv[i], 1, 1000000000)) < 0) {
+      return usage_error("trace: bad value for --max-events: %s", argv[i]);
+    }
+  }
+  if (!pid) return usage_error("%s", "trace: no PID given");
+  if (!path) {
+    snprintf(def_path, sizeof def_path, "kvact-trace.%d.json", pid);
+    path = def_path;
+  }
+  int rc = check_process(pid);
+  return rc ? rc : kvi_trace(pid, seconds, path, (size_t)max_events);
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     fputs(usage, stdout);
     return 0;
   }
-  if (argc >= 2 && strcmp(argv[1], "trace") == 0) {
-    fprintf(stderr, "kvinspect trace: not available in this build (the runtime has no trace "
-                    "ring yet)\n");
-    return 2;
-  }
+  if (argc >= 2 && strcmp(argv[1], "trace") == 0) return trace_main(argc - 1, argv + 1);
   options o;
   int rc = parse_args(&o, argc, argv);
   if (rc) return rc;
-  if (kill(o.pid, 0) != 0 && errno == ESRCH) {
-    fprintf(stderr, "kvinspect: no such process: %d\n", o.pid);
-    return 1;
-  }
+  if ((rc = check_process(o.pid)) != 0) return rc;
   kvi_segment *segs;
   int count;
-  if (kvi_open_all(o.pid, &segs, &count) != 0) return 1;
+  if (kvi_open_all(o.pid, &segs, &count, 0) != 0) return 1;
   rc = inspect(&o, segs, count);
   kvi_close_all(segs, count);
   return rc;

@@ -1,7 +1,9 @@
 /*
  * kvinspect.h — shared types of kvinspect's files: kvinspect.c (options,
  * the refresh loop), kvinspect_segment.c (finding, mapping and sampling the
- * stats segments of a process) and kvinspect_show.c (the table and JSON).
+ * stats segments of a process), kvinspect_show.c (the table and JSON),
+ * kvinspect_trace.c (`kvinspect trace`: the trace ring to Chrome/Perfetto
+ * JSON) and kvinspect_types.c (names of kvact's message types).
  */
 #ifndef KVA_TOOLS_KVINSPECT_H
 #define KVA_TOOLS_KVINSPECT_H
@@ -28,7 +30,7 @@ typedef struct kvi_row {
   uint64_t turns;        /* scheduler turns */
 } kvi_row;
 
-/* One mapped segment /dev/shm/kvact.<pid>.<n>, read-only. */
+/* One mapped segment /dev/shm/kvact.<pid>.<n> (read-only unless traced). */
 typedef struct kvi_segment {
   char name[64];           /* "kvact.<pid>.<n>" */
   unsigned seq;            /* <n> */
@@ -43,9 +45,10 @@ typedef struct kvi_segment {
 
 enum { KVI_SORT_NAME, KVI_SORT_DEPTH, KVI_SORT_RATE, KVI_SORT_P99 };
 
-/* Maps every segment of pid into *out (sorted by <n>); on failure prints
- * the reason to stderr and returns -1. */
-int kvi_open_all(int pid, kvi_segment **out, int *count);
+/* Maps every segment of pid into *out (sorted by <n>), writable for
+ * `kvinspect trace` (which turns tracing on); on failure prints the reason
+ * to stderr and returns -1. */
+int kvi_open_all(int pid, kvi_segment **out, int *count, int writable);
 void kvi_close_all(kvi_segment *segs, int count);
 /* Remembers every slot's dequeued counter (the start of an interval). */
 void kvi_mark(kvi_segment *s);
@@ -57,5 +60,11 @@ void kvi_show_table(int pid, const kvi_segment *segs, int count, int interval_ms
                     const char *sort_name, int clear);
 /* Returns 0, or -1 when jansson failed. */
 int kvi_show_json(int pid, const kvi_segment *segs, int count, int interval_ms);
+
+/* Records the trace rings of pid for `seconds` (0: what they hold now)
+ * into Chrome/Perfetto JSON at path. Returns the exit status. */
+int kvi_trace(int pid, double seconds, const char *path, size_t max_events);
+/* "L1_RESERVE_WRITE", or "msg N" / "user N" written into buf. */
+const char *kvi_type_name(uint32_t type, char *buf, size_t len);
 
 #endif

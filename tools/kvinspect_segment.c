@@ -64,11 +64,11 @@ static int check_header(const char *path, const void *map, size_t bytes) {
   return 0;
 }
 
-/* Maps one segment read-only into s (s->name already set). */
-static int map_one(kvi_segment *s) {
+/* Maps one segment into s (s->name already set). */
+static int map_one(kvi_segment *s, int writable) {
   char path[128];
   snprintf(path, sizeof(path), SHM_DIR "/%s", s->name);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) {
     if (errno == EACCES || errno == EPERM)
       fprintf(stderr,
@@ -82,7 +82,8 @@ static int map_one(kvi_segment *s) {
   struct stat st;
   void *map = MAP_FAILED;
   if (fstat(fd, &st) == 0 && st.st_size > 0)
-    map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    map =
+        mmap(NULL, (size_t)st.st_size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
   close(fd);
   if (map == MAP_FAILED) {
     fprintf(stderr, "kvinspect: %s: too small for a kvact stats segment (%lld bytes)\n", path,
@@ -137,7 +138,7 @@ static int find_names(int pid, kvi_segment **out, int *count) {
   return 0;
 }
 
-int kvi_open_all(int pid, kvi_segment **out, int *count) {
+int kvi_open_all(int pid, kvi_segment **out, int *count, int writable) {
   if (find_names(pid, out, count) != 0) return -1;
   if (*count == 0) {
     fprintf(stderr,
@@ -148,7 +149,7 @@ int kvi_open_all(int pid, kvi_segment **out, int *count) {
     return -1;
   }
   for (int i = 0; i < *count; i++) {
-    if (map_one(&(*out)[i]) != 0) {
+    if (map_one(&(*out)[i], writable) != 0) {
       kvi_close_all(*out, *count);
       return -1;
     }
