@@ -419,6 +419,17 @@ typedef struct kva_l2_stats {
    * replaced ones) */
   uint64_t stores, store_failures, loads, load_failures, lookups, evictions;
 } kva_l2_stats;
+/* What moved through one L2 tier since start (keys and bytes stored by the
+ * store controller, loaded by prefetches), whether it is bypassed, and the
+ * adapter's own answer to KVA_L2_STATS. KVA_EINVAL for an unknown tier;
+ * KVA_EIO when the adapter cannot answer (adapter is then zero, the rest
+ * filled). */
+typedef struct kva_l2_tier_stats {
+  uint64_t stored_keys, stored_bytes, loaded_keys, loaded_bytes;
+  int bypassed;         /* as kva_tier_bypassed */
+  kva_l2_stats adapter; /* objects and bytes held now, locks, its own counters */
+} kva_l2_tier_stats;
+int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out);
 typedef struct kva_l2_req {
   const kva_key *keys;
   size_t n;

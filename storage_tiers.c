@@ -1,7 +1,7 @@
 /*
  * storage_tiers.c — the facade's calls across tiers (seed 000 v1
  * features): kva_lookup (get_block_mapping) and pins, freeze, bypass,
- * kva_flush and kva_l2_contains. Each is a short sequence of requests
+ * kva_flush, kva_l2_contains and kva_l2_get_tier_stats. Each is a short sequence of requests
  * from one borrowed session: to the L1 manager, then tier by tier.
  */
 #include <stdlib.h>
@@ -140,4 +140,31 @@ int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k) {
   if (t < 0 || !k || !key_valid(k)) return KVA_EINVAL;
   contains_args a = {(uint32_t)t, k};
   return storage_with_session(s, do_contains, &a);
+}
+
+typedef struct tier_stats_args {
+  uint32_t tier;
+  kva_l2_stats *out;
+} tier_stats_args;
+
+static int do_tier_stats(kva_storage *s, session *ss, void *arg) {
+  tier_stats_args *a = arg;
+  kva_l2_req r = {.stats = a->out};
+  int rc = session_ask(ss, s->tiers.t[a->tier].actor, KVA_L2_STATS, &r, -1);
+  return rc == KVA_OK && r.result == KVA_OK ? KVA_OK : KVA_EIO;
+}
+
+int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out) {
+  int t = s ? l2_tier_index(&s->tiers, tier) : -1;
+  if (t < 0 || !out) return KVA_EINVAL;
+  const l2_tier *lt = &s->tiers.t[t];
+  *out = (kva_l2_tier_stats){.stored_keys = __atomic_load_n(&lt->stored_keys, __ATOMIC_RELAXED),
+                             .stored_bytes = __atomic_load_n(&lt->stored_bytes, __ATOMIC_RELAXED),
+                             .loaded_keys = __atomic_load_n(&lt->loaded_keys, __ATOMIC_RELAXED),
+                             .loaded_bytes = __atomic_load_n(&lt->loaded_bytes, __ATOMIC_RELAXED),
+                             .bypassed = !l2_usable(&s->tiers, (uint32_t)t)};
+  kva_l2_stats adapter = {0};
+  int rc = storage_with_session(s, do_tier_stats, &(tier_stats_args){(uint32_t)t, &adapter});
+  if (rc == KVA_OK) out->adapter = adapter;
+  return rc;
 }

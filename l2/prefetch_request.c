@@ -249,11 +249,18 @@ static void release_rest(pc *c, pf_req *q) {
  * loaded-or-held prefix [0, r). */
 static void on_loaded(pc *c, pf_req *q) {
   unlock_planned(c, q);
-  size_t nbuf = 0, nloaded = 0, k = 0;
+  size_t nbuf = 0, nloaded = 0, k = 0, per_tier[L2_MAX_TIERS] = {0};
   for (size_t i = 0; i < q->q; i++) {
     if (q->src[i] != PF_SRC_BUF) continue;
     nbuf++;
     nloaded += q->loaded[i];
+    if (q->loaded[i]) per_tier[q->plan[i]]++;
+  }
+  size_t key_bytes = kva_layout_bytes(q->user->layout);
+  for (uint32_t t = 0; t < c->tiers->n; t++) {
+    if (!per_tier[t]) continue;
+    l2_count(&c->tiers->t[t].loaded_keys, per_tier[t]);
+    l2_count(&c->tiers->t[t].loaded_bytes, per_tier[t] * key_bytes);
   }
   l2_count(&c->tiers->loaded_keys, nloaded);
   l2_count(&c->tiers->load_failures, nbuf - nloaded);

@@ -254,9 +254,12 @@ static void on_stored(sc *c, store_task *t) {
   t->stored = t->l2.result;
   l2_health(c->tiers, t->tier, t->stored);
   l2_count(&c->tiers->store_tasks, 1);
-  if (t->stored == KVA_OK)
+  if (t->stored == KVA_OK) {
+    l2_tier *tier = &c->tiers->t[t->tier];
     l2_count(&c->tiers->stored_keys, t->n);
-  else
+    l2_count(&tier->stored_keys, t->n);
+    l2_count(&tier->stored_bytes, t->n * kva_layout_bytes(&t->layout));
+  } else
     l2_count(&c->tiers->store_failures, 1);
   release(c, t);
 }

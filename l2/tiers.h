@@ -23,6 +23,8 @@ typedef struct l2_tier {
   uint32_t bypass_manual; /* atomic: kva_set_tier_bypass */
   uint32_t bypass_auto;   /* atomic: set after bypass_after failures in a row */
   uint32_t failures;      /* atomic: consecutive failed operations */
+  /* counters (atomic): what the controllers moved through this tier */
+  uint64_t stored_keys, stored_bytes, loaded_keys, loaded_bytes;
 } l2_tier;
 
 typedef struct l2_tiers {

@@ -1,8 +1,9 @@
 /*
  * l2_lookup_test.c — reading across tiers (seed 000 v1, LMCache v1
  * StorageManager): kva_lookup's per-tier prefix walk and its pins,
- * kva_l2_contains, kva_memcheck of L2 locks, and prefetches that continue
- * in L2 where L1 stops, tier after tier, cut at the first failed load.
+ * kva_l2_contains, kva_l2_get_tier_stats, kva_memcheck of L2 locks, and
+ * prefetches that continue in L2 where L1 stops, tier after tier, cut at
+ * the first failed load.
  */
 #include <check.h>
 #include <string.h>
@@ -381,6 +382,44 @@ START_TEST(prefetch_releases_l1_hits_past_the_gap) {
 }
 END_TEST
 
+/* Stores count on every tier they reach, loads on the tier that served
+ * them; seeding an adapter directly moves nothing through the controllers. */
+START_TEST(tier_stats_count_keys_and_bytes_per_tier) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 2, "", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  size_t kb = kva_layout_bytes(&l);
+  l2_write_range(s, 0, 5, &l, 0);
+  l2_flush(s);
+  uint64_t seeded[3] = {10, 11, 12};
+  l2_seed(s, 1, seeded, 3, &l, 0);
+  ck_assert_uint_eq(l2_prefetch(s, seeded, 3, &l, 0), 3);
+  l2_read_release(s, seeded, 3, 0, 0);
+  kva_l2_tier_stats t0, t1;
+  ck_assert_int_eq(kva_l2_get_tier_stats(s, "mock0", &t0), KVA_OK);
+  ck_assert_int_eq(kva_l2_get_tier_stats(s, "mock1", &t1), KVA_OK);
+  ck_assert_uint_eq(t0.stored_keys, 5);
+  ck_assert_uint_eq(t0.stored_bytes, 5 * kb);
+  ck_assert_uint_eq(t1.stored_keys, 5);
+  ck_assert_uint_eq(t0.loaded_keys, 0);
+  ck_assert_uint_eq(t0.loaded_bytes, 0);
+  ck_assert_uint_eq(t1.loaded_keys, 3);
+  ck_assert_uint_eq(t1.loaded_bytes, 3 * kb);
+  ck_assert_uint_eq(t0.adapter.objects, 5);
+  ck_assert_uint_eq(t1.adapter.objects, 8);
+  ck_assert_uint_eq(t1.adapter.bytes, 8 * kb);
+  ck_assert_int_eq(t0.bypassed, 0);
+  ck_assert_int_eq(kva_set_tier_bypass(s, "mock0", 1), KVA_OK);
+  ck_assert_int_eq(kva_l2_get_tier_stats(s, "mock0", &t0), KVA_OK);
+  ck_assert_int_eq(t0.bypassed, 1);
+  ck_assert_int_eq(kva_l2_get_tier_stats(s, "L1", &t0), KVA_EINVAL);
+  ck_assert_int_eq(kva_l2_get_tier_stats(s, "mock9", &t0), KVA_EINVAL);
+  ck_assert_int_eq(kva_l2_get_tier_stats(s, "mock0", NULL), KVA_EINVAL);
+  ck_assert_int_eq(kva_set_tier_bypass(s, "mock0", 0), KVA_OK);
+  l2_finish(rt);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *su = suite_create("l2_lookup");
   TCase *tc = tcase_create("core");
@@ -395,6 +434,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, memcheck_reports_a_pin);
   tcase_add_test(tc, pin_holds_no_l2_lock);
   tcase_add_test(tc, l2_contains_answers_per_tier);
+  tcase_add_test(tc, tier_stats_count_keys_and_bytes_per_tier);
   tcase_add_test(tc, memcheck_names_the_tier_holding_a_lock);
   tcase_add_loop_test(tc, prefetch_is_cut_at_the_first_failed_load, 0,
                       (int)(sizeof(tiered) / sizeof(tiered[0])));
