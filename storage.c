@@ -27,7 +27,8 @@ static int start_l1(kva_storage *s, const kva_config *c) {
                        .align_bytes = (uint64_t)config_i64_or(c, "l1.align_bytes", 4096),
                        .numa_node = (int)config_i64_or(c, "l1.numa_node", -1),
                        .pinned = config_bool_or(c, "l1.pinned", -1), /* "auto" = -1 */
-                       .hugepages = config_bool_or(c, "l1.hugepages", 1)};
+                       .hugepages = config_bool_or(c, "l1.hugepages", 1),
+                       .prefault = config_bool_or(c, "l1.prefault", 0)};
   s->l1m = l1_manager_spawn(s->rt, &o, err, sizeof(err));
   if (!s->l1m) {
     LOG_ERROR("storage: %s", err[0] ? err : "cannot start the L1 manager");

@@ -45,7 +45,9 @@ static const config_key keys[] = {
     INT(NULL, "runtime.batch", 1, 65536, "64", 0,
         "Messages an actor handles per turn before its worker moves on."),
     BOOL(NULL, "runtime.stats", "true", "Publish counters in a shared-memory segment (kvinspect)."),
-    BOOL(NULL, "runtime.trace", "false", "Record message events in the trace ring."),
+    BOOL(NULL, "runtime.trace", "false",
+         "Record message events in the trace ring from the start (kvinspect trace turns "
+         "recording on for its own run either way)."),
     INT(NULL, "runtime.seed", 0, U64MAX, "0", 0,
         "PRNG seed of deterministic mode (runtime.workers = 0)."),
     /* l1 */
@@ -59,6 +61,9 @@ static const config_key keys[] = {
      .doc = "Page-lock the L1 pool: true, false, or auto (when a CUDA device is present)."},
     INT(NULL, "l1.numa_node", -1, 1023, "-1", 0, "NUMA node of the pool; -1 = automatic."),
     BOOL(NULL, "l1.hugepages", "true", "Advise transparent huge pages for the pool."),
+    BOOL(NULL, "l1.prefault", "false",
+         "Fault every page of the pool in at start, so first writes do not page-fault (a "
+         "page-locked pool is faulted in anyway)."),
     INT(NULL, "l1.reserve_bytes", 0, I64MAX, "0", 0,
         "Host memory left to the rest of the system: the pool is at most MemAvailable minus this."),
     /* eviction */

@@ -386,6 +386,7 @@ l1_manager *l1_manager_spawn(kva_runtime *rt, const l1_manager_opts *o, char *er
                   .align_bytes = o->align_bytes,
                   .numa_node = o->numa_node,
                   .hugepages = o->hugepages,
+                  .prefault = o->prefault,
                   .pinned = o->pinned};
   if (pool_create(&po, &m->pool, err, errlen) != KVA_OK || object_table_init(&m->t) != KVA_OK) {
     pool_destroy(m->pool);

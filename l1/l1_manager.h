@@ -102,7 +102,7 @@ typedef struct l1_handoff {
 /* Spawned by the storage facade. Returns NULL with err set on failure. */
 typedef struct l1_manager_opts {
   uint64_t size_bytes, reserve_bytes, align_bytes;
-  int numa_node, pinned, hugepages;
+  int numa_node, pinned, hugepages, prefault;
 } l1_manager_opts;
 l1_manager *l1_manager_spawn(kva_runtime *rt, const l1_manager_opts *o, char *err, size_t errlen);
 kva_actor *l1_manager_actor(l1_manager *m);

@@ -27,6 +27,7 @@ typedef struct pool_opts {
   uint64_t align_bytes;   /* power of two; every block starts on this boundary */
   int numa_node;          /* -1 = the node of the calling CPU */
   int hugepages;          /* 1 = madvise(MADV_HUGEPAGE) */
+  int prefault;           /* 1 = fault every page in at creation */
   int pinned;             /* 1 = must pin, 0 = never, -1 = auto (when CUDA is present) */
 } pool_opts;
 

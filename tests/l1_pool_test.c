@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kvact.h"
 #include "l1/host_pin.h"
@@ -367,6 +369,32 @@ START_TEST(hugepages_option_gives_a_working_pool) {
 }
 END_TEST
 
+/* Pages of [base, base + bytes) resident in memory (mincore). */
+static size_t resident_pages(void *base, uint64_t bytes) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (size_t)(bytes / page), in = 0;
+  unsigned char *vec = malloc(n);
+  ck_assert_ptr_nonnull(vec);
+  ck_assert_int_eq(mincore(base, bytes, vec), 0);
+  for (size_t i = 0; i < n; i++) in += vec[i] & 1;
+  free(vec);
+  return in;
+}
+
+START_TEST(prefault_makes_every_page_resident) {
+  pool_opts o = small_opts(16 * MIB, 4096);
+  o.hugepages = 0;
+  pool *plain = must_create(o);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), all = 16 * MIB / page;
+  ck_assert_uint_lt(resident_pages(pool_base(plain), pool_capacity(plain)), all);
+  pool_destroy(plain);
+  o.prefault = 1;
+  pool *p = must_create(o);
+  ck_assert_uint_eq(resident_pages(pool_base(p), pool_capacity(p)), all);
+  assert_consistent(p);
+  pool_destroy(p);
+}
+END_TEST
+
 /* ---- stress --------------------------------------------------------------- */
 
 /* splitmix64: a seeded, reproducible PRNG. */
@@ -513,6 +541,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(t, freeing_a_bogus_pointer_is_ignored_with_a_warning);
   tcase_add_test(t, numa_node_that_does_not_exist_is_rejected);
   tcase_add_test(t, hugepages_option_gives_a_working_pool);
+  tcase_add_test(t, prefault_makes_every_page_resident);
   tcase_add_test(t, mixed_sizes_never_overlap_and_keep_the_pool_consistent);
   suite_add_tcase(s, t);
   return s;
