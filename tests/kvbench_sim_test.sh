@@ -2,7 +2,8 @@
 # kvbench_sim_test.sh KVBENCH — the serving-engine simulation (kvbench with
 # no --suite) runs on the embedded default config and without L2, and its
 # JSON report holds: hits on the repeated system prompts, no wrong bytes,
-# bytes stored = stored chunks x chunk bytes, and the chart is written.
+# bytes stored = stored chunks x chunk bytes, the L2 tiers' own byte
+# counts add up to the L2 totals, and the chart is written.
 set -eu
 kvbench=$1
 dir=$(mktemp -d)
@@ -11,6 +12,10 @@ passed=0 failed=0
 
 # field NAME FILE: the number after "NAME": in the report's top level.
 field() { sed -n "s/^  \"$1\": \([0-9.eE+-]*\),\{0,1\}$/\1/p" "$2"; }
+# tier_sum NAME FILE: the sum of NAME over the entries of "tiers" (0 if none).
+tier_sum() {
+  sed -n "s/^      \"$1\": \([0-9]*\),\{0,1\}$/\1/p" "$2" | awk '{ s += $1 } END { print s + 0 }'
+}
 
 check() { # check NAME CONDITION-DESCRIPTION COMMAND...
   name=$1 what=$2
@@ -35,6 +40,10 @@ run() { # run NAME [kvbench options...]
   check "$name" "wrong_bytes '$wrong', errors '$errs'" test "$wrong" = 0 -a "$errs" = 0
   check "$name" "bytes_stored '$stored' != $chunks x $cb" \
     awk -v s="$stored" -v c="$chunks" -v b="$cb" 'BEGIN { exit !(s > 0 && s == c * b) }'
+  l2s=$(field l2_bytes_stored "$out") l2l=$(field l2_bytes_loaded "$out")
+  ts=$(tier_sum bytes_stored "$out") tl=$(tier_sum bytes_loaded "$out")
+  check "$name" "tiers stored $ts, loaded $tl != L2 totals $l2s, $l2l" \
+    test "$ts" = "$l2s" -a "$tl" = "$l2l"
   check "$name" "no chart at $svg" grep -q '</svg>' "$svg"
 }
 

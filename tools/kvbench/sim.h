@@ -60,6 +60,7 @@ typedef struct sim_result {
   size_t chunk_bytes;
   double elapsed_s;
   kva_storage_stats before, after;
+  kva_l2_tier_stats tier[SIM_MAX_TIERS]; /* [t] for st->tier_name[t], t >= 1, at the end */
   sim_stats *st;
 } sim_result;
 

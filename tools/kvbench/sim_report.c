@@ -72,10 +72,17 @@ void sim_report_text(const sim_result *r) {
          o->threads, (unsigned long long)st->turns, (unsigned long long)st->conversations);
   printf("  hit ratio        %5.1f%% (%llu of %llu chunks)\n", 100 * f.hit,
          (unsigned long long)st->hit_chunks, (unsigned long long)st->chunks);
-  for (uint32_t t = 0; t < st->ntiers; t++)
-    printf("    %-14s %5.1f%% (%llu chunks, %.1f MiB read)\n", st->tier_name[t],
+  for (uint32_t t = 0; t < st->ntiers; t++) {
+    printf("    %-14s %5.1f%% (%llu chunks, %.1f MiB read", st->tier_name[t],
            100 * ratio(st->tier_hits[t], st->chunks), (unsigned long long)st->tier_hits[t],
            (double)(st->tier_hits[t] * r->chunk_bytes) / 1048576);
+    const kva_l2_tier_stats *ts = &r->tier[t];
+    if (t > 0)
+      printf("; %.1f MiB stored, %.1f MiB loaded, holds %llu objects = %.1f MiB",
+             (double)ts->stored_bytes / 1048576, (double)ts->loaded_bytes / 1048576,
+             (unsigned long long)ts->adapter.objects, (double)ts->adapter.bytes / 1048576);
+    printf(")\n");
+  }
   printf("  stored           %.1f MiB into L1 (%llu chunks; %llu already there, %llu out of "
          "memory), %.1f MiB to L2, %.1f MiB loaded from L2\n",
          (double)f.stored_bytes / 1048576, (unsigned long long)st->stored_chunks,
@@ -95,11 +102,20 @@ int sim_report_json(const sim_result *r) {
   sim_stats *st = r->st;
   sim_figs f = figs(r);
   json_t *tiers = json_array();
-  for (uint32_t t = 0; t < st->ntiers; t++)
-    json_array_append_new(tiers, json_pack("{s:s,s:I,s:f,s:I}", "name", st->tier_name[t],
-                                           "hit_chunks", (json_int_t)st->tier_hits[t], "hit_ratio",
-                                           ratio(st->tier_hits[t], st->chunks), "bytes_read",
-                                           (json_int_t)(st->tier_hits[t] * r->chunk_bytes)));
+  for (uint32_t t = 0; t < st->ntiers; t++) {
+    json_t *tier =
+        json_pack("{s:s,s:I,s:f,s:I}", "name", st->tier_name[t], "hit_chunks",
+                  (json_int_t)st->tier_hits[t], "hit_ratio", ratio(st->tier_hits[t], st->chunks),
+                  "bytes_read", (json_int_t)(st->tier_hits[t] * r->chunk_bytes));
+    const kva_l2_tier_stats *ts = &r->tier[t];
+    if (t > 0)
+      json_object_update_new(tier, json_pack("{s:I,s:I,s:I,s:I}", "bytes_stored",
+                                             (json_int_t)ts->stored_bytes, "bytes_loaded",
+                                             (json_int_t)ts->loaded_bytes, "objects_held",
+                                             (json_int_t)ts->adapter.objects, "bytes_held",
+                                             (json_int_t)ts->adapter.bytes));
+    json_array_append_new(tiers, tier);
+  }
   json_t *j = json_pack(
       "{s:s,s:I,s:f,s:I,s:I,s:I,s:I,s:f,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,"
       "s:I,s:I,s:s}",
