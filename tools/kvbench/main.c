@@ -2,11 +2,12 @@
  * kvbench — kvact's benchmark driver.
  *
  *   kvbench [--model NAME] [--duration S] [-o key=value] [--json] ...
- *   kvbench --suite runtime|l1|l2-mock|disk|all [--reps N] [--workers N] [--quick] ...
+ *   kvbench --suite runtime|l1|l2-mock|disk|redis|all [--reps N] [--workers N] [--quick] ...
  *
  * Without --suite it runs the serving-engine simulation (sim_main.c) on the
  * embedded default config. "all" is runtime, l1 and l2-mock; disk writes a
- * file of a few GB, so it runs only when asked for.
+ * file of a few GB and redis starts a redis-server, so they run only when
+ * asked for.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -22,7 +23,7 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: kvbench --suite NAME [options]   (without --suite: the simulation,\n"
              "                                         kvbench --help)\n"
-             "  --suite NAME      runtime | l1 | l2-mock | disk | all\n"
+             "  --suite NAME      runtime | l1 | l2-mock | disk | redis | all\n"
              "                    (all = runtime, l1, l2-mock)\n"
              "  --reps N          repetitions per measure, medians reported (5)\n"
              "  --workers N       scheduler threads for kvact and CAF (online CPUs)\n"
@@ -34,6 +35,9 @@ static void usage(FILE *f) {
              "                    the directory bazel run was called from; default\n"
              "                    kvbench-disk.tmp)\n"
              "  --disk-chunks N   disk: 8 MiB objects per pass (64)\n"
+             "  --redis-addr H:P  redis: use this server (default: start a redis-server\n"
+             "                    on a free loopback port, stopped at the end)\n"
+             "  --redis-objects N redis: objects per pass, each size (64)\n"
              "  --quick           small sizes (a smoke run, figures meaningless)\n");
 }
 
@@ -49,6 +53,17 @@ static const char *default_anchors(void) {
   snprintf(dir, sizeof(dir), "%s/bench", dirname(self));
   return dir;
 }
+
+/* The suites; `all` runs those marked in_all, in this order. */
+static const struct {
+  const char *name;
+  int (*run)(const bench_opts *o);
+  bool in_all;
+} suites[] = {
+    {"runtime", suite_runtime, true}, {"l1", suite_l1, true},
+    {"l2-mock", suite_l2_mock, true}, {"disk", suite_disk, false},
+    {"redis", suite_redis, false},
+};
 
 /* Whether argv asks for a suite (--suite NAME or --suite=NAME). */
 static bool wants_suite(int argc, char **argv) {
@@ -70,13 +85,15 @@ int main(int argc, char **argv) {
                   .cycle_bytes = 4ull << 30,
                   .cp_cycles = 4000,
                   .rtt_samples = 100000,
-                  .disk_chunks = 64};
+                  .disk_chunks = 64,
+                  .redis_objects = 64};
   const char *suite = "runtime";
   static const struct option opts[] = {
-      {"suite", 1, 0, 's'},       {"reps", 1, 0, 'r'},  {"workers", 1, 0, 'w'},
-      {"pingpong", 1, 0, 'p'},    {"fanin", 1, 0, 'f'}, {"ring-hops", 1, 0, 'h'},
-      {"anchors", 1, 0, 'a'},     {"quick", 0, 0, 'q'}, {"disk-file", 1, 0, 'D'},
-      {"disk-chunks", 1, 0, 'C'}, {"help", 0, 0, 'H'},  {0, 0, 0, 0}};
+      {"suite", 1, 0, 's'},         {"reps", 1, 0, 'r'},  {"workers", 1, 0, 'w'},
+      {"pingpong", 1, 0, 'p'},      {"fanin", 1, 0, 'f'}, {"ring-hops", 1, 0, 'h'},
+      {"anchors", 1, 0, 'a'},       {"quick", 0, 0, 'q'}, {"disk-file", 1, 0, 'D'},
+      {"disk-chunks", 1, 0, 'C'},   {"help", 0, 0, 'H'},  {"redis-addr", 1, 0, 'R'},
+      {"redis-objects", 1, 0, 'O'}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -107,6 +124,12 @@ int main(int argc, char **argv) {
     case 'C':
       o.disk_chunks = (unsigned)strtoul(optarg, NULL, 10);
       break;
+    case 'R':
+      o.redis_addr = optarg;
+      break;
+    case 'O':
+      o.redis_objects = (unsigned)strtoul(optarg, NULL, 10);
+      break;
     case 'q':
       o.reps = 1;
       o.pingpong = 20000;
@@ -117,6 +140,7 @@ int main(int argc, char **argv) {
       o.cp_cycles = 100;
       o.rtt_samples = 2000;
       o.disk_chunks = 16;
+      o.redis_objects = 8;
       break;
     case 'H':
       usage(stdout);
@@ -126,21 +150,22 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (o.reps < 1 || o.workers < 1 || !o.pingpong || !o.fanin || !o.ring_hops || !o.disk_chunks) {
+  if (o.reps < 1 || o.workers < 1 || !o.pingpong || !o.fanin || !o.ring_hops || !o.disk_chunks ||
+      !o.redis_objects) {
     fprintf(stderr, "kvbench: --reps, --workers and sizes must be positive\n");
     return 2;
   }
-  bool all = strcmp(suite, "all") == 0;
-  bool disk = strcmp(suite, "disk") == 0;
-  if (!all && !disk && strcmp(suite, "runtime") && strcmp(suite, "l1") &&
-      strcmp(suite, "l2-mock")) {
-    fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, l1, l2-mock, disk, all)\n", suite);
+  bool all = strcmp(suite, "all") == 0, known = all;
+  int rc = 0;
+  for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); i++) {
+    if (!(all && suites[i].in_all) && strcmp(suite, suites[i].name) != 0) continue;
+    known = true;
+    rc |= suites[i].run(&o);
+  }
+  if (!known) {
+    fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, l1, l2-mock, disk, redis, all)\n",
+            suite);
     return 2;
   }
-  int rc = 0;
-  if (all || strcmp(suite, "runtime") == 0) rc |= suite_runtime(&o);
-  if (all || strcmp(suite, "l1") == 0) rc |= suite_l1(&o);
-  if (all || strcmp(suite, "l2-mock") == 0) rc |= suite_l2_mock(&o);
-  if (disk) rc |= suite_disk(&o);
   return rc;
 }

@@ -47,6 +47,7 @@
 #include "kvact.h"
 #include "tools/bench/uring_anchor.h"
 #include "tools/kvbench/bench.h"
+#include "tools/kvbench/tier_side.h"
 
 #define MiB (1024ull * 1024ull)
 #define CHUNK_BYTES (8 * MiB)
@@ -55,29 +56,16 @@
 #define TARGET 0.9
 #define GB 1e9
 #define TIER "disk0"
-#define WAIT_MS 120000 /* a pass that takes longer counts as hung */
 #define MAX_REPS 64
 
 enum { KV_STORE, KV_LOAD, RAW_W, RAW_R, SLOT_W, SLOT_R, FIO_W, FIO_R, NMEASURES };
-
-typedef struct kv_side {
-  kva_runtime *rt;
-  kva_storage *s;
-  kva_layout layout;
-  kva_key *keys;
-  kva_buf *bufs;
-  int *status;
-  unsigned n;
-  int ok;        /* 1 while the kvact side works */
-  char why[512]; /* why it does not */
-} kv_side;
 
 typedef struct disk_bench {
   const bench_opts *o;
   char path[4096];
   unsigned n;                    /* chunks per pass */
   uint64_t capacity, anchor_off; /* the tier's bytes; where the anchors start */
-  kv_side kv;
+  tier_side kv;
   uring_anchor *raw;
   int fio; /* 1 when fio runs */
   char fio_version[64];
@@ -101,128 +89,14 @@ static void disk_path(const bench_opts *o, char *out, size_t len) {
 
 /* ---- the kvact side --------------------------------------------------------- */
 
-static int kv_fail(kv_side *k, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (k->ok) vsnprintf(k->why, sizeof(k->why), fmt, ap);
-  va_end(ap);
-  k->ok = 0;
-  return -1;
-}
-
-static void kv_alloc(kv_side *k, unsigned n) {
-  k->n = n;
-  k->keys = calloc(n, sizeof(*k->keys));
-  k->bufs = calloc(n, sizeof(*k->bufs));
-  k->status = calloc(n, sizeof(*k->status));
-  if (!k->keys || !k->bufs || !k->status) {
-    fprintf(stderr, "kvbench: out of memory\n");
-    exit(1);
-  }
-  for (unsigned i = 0; i < n; i++) k->keys[i] = bench_key("kvbench-disk", i);
-  k->layout = bench_layout_bytes(CHUNK_BYTES);
-}
-
-/* A runtime with an L1 of 1 GiB (more if the chunks need it) on huge pages
- * and the one disk tier; k->ok says whether the tier is there. */
+/* The runtime with the one disk tier on [0, capacity) of the file. */
 static void kv_start(disk_bench *b) {
-  kv_side *k = &b->kv;
-  char tier[4400], err[256];
+  char tier[4400];
   snprintf(tier, sizeof(tier),
            "[{\"type\":\"disk\",\"name\":\"" TIER "\",\"path\":\"%s\",\"capacity_bytes\":%llu,"
            "\"queue_depth\":%d,\"o_direct\":true,\"persist\":false}]",
            b->path, (unsigned long long)b->capacity, DEPTH);
-  const char *const settings[] = {"l1.hugepages", "true", "prefetch_writeback", "false", "l2",
-                                  tier,           NULL};
-  uint64_t l1 = 1024 * MiB;
-  if ((uint64_t)b->n * CHUNK_BYTES + 64 * MiB > l1) l1 = (uint64_t)b->n * CHUNK_BYTES + 64 * MiB;
-  kv_alloc(k, b->n);
-  k->ok = 1;
-  int rc = bench_try_start_with(b->o->workers, l1, settings, &k->rt, err, sizeof(err));
-  if (rc != KVA_OK) {
-    kv_fail(k, "kva_runtime_start: %s%s%s", kva_strerror(rc), err[0] ? ": " : "", err);
-    return;
-  }
-  k->s = kva_storage_of(k->rt);
-  if (kva_tier_bypassed(k->s, TIER) < 0)
-    kv_fail(k, "the runtime started without the disk tier (not in this build)");
-}
-
-static int kv_stats(kv_side *k, kva_storage_stats *st) {
-  int rc = kva_storage_get_stats(k->s, st);
-  return rc == KVA_OK ? 0 : kv_fail(k, "storage_get_stats: %s", kva_strerror(rc));
-}
-
-/* Writes the chunks (chunk i = bytes fill + i) and stores them; the
- * seconds from finish_write to kva_flush's return. */
-static int kv_store(kv_side *k, int fill, double *secs) {
-  kva_storage_stats st0, st1;
-  if (kv_stats(k, &st0)) return -1;
-  int rc = kva_reserve_write(k->s, k->keys, k->n, &k->layout, KVA_WRITE_NEW, k->bufs, k->status);
-  if (rc != (int)k->n) return kv_fail(k, "reserve_write: %d of %u", rc, k->n);
-  for (unsigned i = 0; i < k->n; i++) memset(k->bufs[i].ptr, (fill + (int)i) & 0xff, CHUNK_BYTES);
-  uint64_t t0 = bench_now_ns();
-  rc = kva_finish_write(k->s, k->keys, k->n, k->status);
-  if (rc != (int)k->n) return kv_fail(k, "finish_write: %d of %u", rc, k->n);
-  if ((rc = kva_flush(k->s, WAIT_MS)) != KVA_OK) return kv_fail(k, "flush: %s", kva_strerror(rc));
-  *secs = (double)(bench_now_ns() - t0) / 1e9;
-  if (kv_stats(k, &st1)) return -1;
-  uint64_t stored = st1.l2_stored_keys - st0.l2_stored_keys;
-  if (stored != k->n)
-    return kv_fail(k,
-                   "store: %llu of %u keys stored (failed tasks %llu, skipped %llu, bypassed %d)",
-                   (unsigned long long)stored, k->n,
-                   (unsigned long long)(st1.l2_store_failures - st0.l2_store_failures),
-                   (unsigned long long)(st1.l2_store_skipped - st0.l2_store_skipped),
-                   kva_tier_bypassed(k->s, TIER));
-  return 0;
-}
-
-/* Whether chunk i came back as written (bytes fill + i): its first, middle
- * and last byte, enough to catch another key's slot, an older store of the
- * key or a short read without costing as much as the load itself. */
-static int kv_check(kv_side *k, unsigned i, int fill) {
-  const unsigned char *p = k->bufs[i].ptr;
-  unsigned char want = (unsigned char)(fill + (int)i);
-  if (k->bufs[i].len != CHUNK_BYTES || p[0] != want || p[CHUNK_BYTES / 2] != want ||
-      p[CHUNK_BYTES - 1] != want)
-    return kv_fail(k, "load: chunk %u came back wrong", i);
-  return 0;
-}
-
-/* Clears L1 and loads the chunks back; the seconds from submit to wait's
- * return. */
-static int kv_load(kv_side *k, int fill, double *secs) {
-  int rc = kva_clear(k->s, 0);
-  if (rc != (int)k->n) return kv_fail(k, "clear: %d of %u", rc, k->n);
-  kva_prefetch *h;
-  size_t hits = 0;
-  uint64_t t0 = bench_now_ns();
-  rc = kva_submit_prefetch(k->s, k->keys, k->n, &k->layout, 0, &h);
-  if (rc != KVA_OK) return kv_fail(k, "submit_prefetch: %s", kva_strerror(rc));
-  if ((rc = kva_wait_prefetch(k->s, h, WAIT_MS, &hits)) != KVA_OK)
-    return kv_fail(k, "wait_prefetch: %s", kva_strerror(rc));
-  *secs = (double)(bench_now_ns() - t0) / 1e9;
-  if (hits != k->n) {
-    kva_storage_stats st;
-    kva_storage_get_stats(k->s, &st);
-    if (hits) kva_finish_read_prefetched(k->s, k->keys, hits, 0);
-    return kv_fail(k, "load: %zu of %u keys loaded (load failures since start %llu)", hits, k->n,
-                   (unsigned long long)st.l2_load_failures);
-  }
-  if ((rc = kva_read_prefetched(k->s, k->keys, k->n, k->bufs)) != KVA_OK)
-    return kv_fail(k, "read_prefetched: %d", rc);
-  int bad = 0;
-  for (unsigned i = 0; i < k->n && !bad; i++) bad = kv_check(k, i, fill);
-  kva_finish_read_prefetched(k->s, k->keys, k->n, 0);
-  return bad;
-}
-
-static void kv_stop(kv_side *k) {
-  if (k->rt) kva_runtime_shutdown(k->rt);
-  free(k->keys);
-  free(k->bufs);
-  free(k->status);
+  tier_side_start(&b->kv, b->o->workers, "kvbench-disk", b->n, CHUNK_BYTES, TIER, tier);
 }
 
 /* ---- fio -------------------------------------------------------------------- */
@@ -304,7 +178,8 @@ static void raw_pass(disk_bench *b, int m, int r, uring_anchor_shape shape, int 
 static void kv_pass(disk_bench *b, int m, int r, int fill) {
   double secs = 0;
   window w = window_open(b);
-  int rc = m == KV_STORE ? kv_store(&b->kv, fill, &secs) : kv_load(&b->kv, fill, &secs);
+  int rc =
+      m == KV_STORE ? tier_side_store(&b->kv, fill, &secs) : tier_side_load(&b->kv, fill, &secs);
   if (rc == 0) record(b, m, r, secs, 0, w);
 }
 
@@ -432,7 +307,7 @@ int suite_disk(const bench_opts *o) {
   if (rc < 0) {
     fprintf(stderr, "kvbench: cannot open %s for the io_uring anchor: %s\n", b->path,
             strerror(-rc));
-    kv_stop(&b->kv);
+    tier_side_stop(&b->kv);
     unlink(b->path);
     free(b);
     return 1;
@@ -441,7 +316,7 @@ int suite_disk(const bench_opts *o) {
   for (int r = 0; r < reps; r++) one_rep(b, r);
   print_reports(b);
   uring_anchor_close(b->raw);
-  kv_stop(&b->kv);
+  tier_side_stop(&b->kv);
   unlink(b->path);
   if (b->sqe_fd >= 0) close(b->sqe_fd);
   if (b->enter_fd >= 0) close(b->enter_fd);
