@@ -32,6 +32,7 @@ int suite_l1(const bench_opts *o);
 int suite_l2_mock(const bench_opts *o);
 int suite_disk(const bench_opts *o);
 int suite_redis(const bench_opts *o);
+int suite_gpu(const bench_opts *o);
 
 double bench_median(double *v, int n);
 /* A runtime with `workers` workers and an L1 of l1_bytes (0 = no storage);

@@ -2,12 +2,12 @@
  * kvbench — kvact's benchmark driver.
  *
  *   kvbench [--model NAME] [--duration S] [-o key=value] [--json] ...
- *   kvbench --suite runtime|l1|l2-mock|disk|redis|all [--reps N] [--workers N] [--quick] ...
+ *   kvbench --suite runtime|l1|l2-mock|disk|redis|gpu|all [--reps N] [--workers N] [--quick] ...
  *
  * Without --suite it runs the serving-engine simulation (sim_main.c) on the
  * embedded default config. "all" is runtime, l1 and l2-mock; disk writes a
- * file of a few GB and redis starts a redis-server, so they run only when
- * asked for.
+ * file of a few GB, redis starts a redis-server and gpu moves a few hundred
+ * MB of KV cache, so they run only when asked for.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -23,7 +23,7 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: kvbench --suite NAME [options]   (without --suite: the simulation,\n"
              "                                         kvbench --help)\n"
-             "  --suite NAME      runtime | l1 | l2-mock | disk | redis | all\n"
+             "  --suite NAME      runtime | l1 | l2-mock | disk | redis | gpu | all\n"
              "                    (all = runtime, l1, l2-mock)\n"
              "  --reps N          repetitions per measure, medians reported (5)\n"
              "  --workers N       scheduler threads for kvact and CAF (online CPUs)\n"
@@ -62,7 +62,7 @@ static const struct {
 } suites[] = {
     {"runtime", suite_runtime, true}, {"l1", suite_l1, true},
     {"l2-mock", suite_l2_mock, true}, {"disk", suite_disk, false},
-    {"redis", suite_redis, false},
+    {"redis", suite_redis, false},    {"gpu", suite_gpu, false},
 };
 
 /* Whether argv asks for a suite (--suite NAME or --suite=NAME). */
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
     rc |= suites[i].run(&o);
   }
   if (!known) {
-    fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, l1, l2-mock, disk, redis, all)\n",
+    fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, l1, l2-mock, disk, redis, gpu, all)\n",
             suite);
     return 2;
   }
