@@ -448,7 +448,7 @@ static inline void kva_bit_set(uint8_t *bits, size_t i) {
 
 /* Adapter types by name. A factory spawns the adapter actor for one l2[]
  * entry (cfg: its map, defaults filled in); NULL with err set on failure.
- * "mock" is built in ("disk" and "redis" arrive with their issues).
+ * "mock", "disk" and "redis" are built in.
  * KVA_EINVAL for a bad name, a NULL factory or a name already registered.
  * Register before kva_runtime_start. */
 typedef kva_actor *(*kva_l2_factory)(kva_runtime *rt, const kva_config_node *cfg, char *err,

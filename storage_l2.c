@@ -21,23 +21,12 @@
 
 #define DRAIN_TIMEOUT_MS 30000
 
-/* Built-in types whose adapters are not in this build yet: a config that
- * names them starts without them. */
-static bool coming_later(const char *type) {
-  return strcmp(type, "redis") == 0;
-}
-
 static int start_adapter(kva_storage *s, const kva_config *c, size_t i) {
   const kva_config_node *node = config_l2_node(c, i);
   const char *type = "", *name = "";
   kva_config_node_str(node, "type", &type);
   kva_config_node_str(node, "name", &name);
   kva_l2_factory f = l2_factory_find(type);
-  if (!f && coming_later(type)) {
-    LOG_WARN("l2[%zu] (%s): the %s tier is not implemented in this build; started without it", i,
-             name, type);
-    return KVA_OK;
-  }
   if (!f) {
     LOG_ERROR("l2[%zu].type: no adapter registered as \"%s\" (kva_l2_register it before "
               "kva_runtime_start)",

@@ -1,7 +1,7 @@
 /*
  * registry.c — adapter types and L2 policies by name (registry.h), with
- * the built-in entries: the "mock" and "disk" adapters, the "default" and
- * "skip_l1" store policies and the "default" prefetch policy.
+ * the built-in entries: the "mock", "disk" and "redis" adapters, the
+ * "default" and "skip_l1" store policies and the "default" prefetch policy.
  */
 #include "l2/registry.h"
 
@@ -12,6 +12,7 @@
 
 #include "l2/disk.h"
 #include "l2/mock.h"
+#include "l2/redis.h"
 
 #define MAX_ENTRIES 32
 
@@ -121,6 +122,7 @@ static int add_prefetch(const kva_prefetch_policy *p) {
 static void builtins_register(void) {
   add_adapter("mock", mock_adapter_spawn);
   add_adapter("disk", disk_adapter_spawn);
+  add_adapter("redis", redis_adapter_spawn);
   add_store(&(kva_store_policy){"default", all_targets, keep_all, NULL});
   add_store(&(kva_store_policy){"skip_l1", all_targets, delete_all, NULL});
   add_prefetch(&(kva_prefetch_policy){"default", lowest_tier, NULL});

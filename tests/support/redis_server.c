@@ -1,0 +1,282 @@
+/*
+ * redis_server.c — redis-server processes for the redis suites (see
+ * redis_server.h).
+ */
+#include "tests/support/redis_server.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RUNNING 16
+
+static pid_t running[MAX_RUNNING];
+static bool atexit_set;
+
+static void sleep_ms(unsigned ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Whatever a failed test left running goes with the process. */
+static void kill_all(void) {
+  for (int i = 0; i < MAX_RUNNING; i++)
+    if (running[i] > 0) {
+      kill(running[i], SIGKILL);
+      waitpid(running[i], NULL, 0);
+      running[i] = 0;
+    }
+}
+
+static void track(pid_t pid, bool add) {
+  if (!atexit_set) atexit(kill_all);
+  atexit_set = true;
+  for (int i = 0; i < MAX_RUNNING; i++)
+    if (add ? running[i] == 0 : running[i] == pid) {
+      running[i] = add ? pid : 0;
+      return;
+    }
+}
+
+static bool port_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+/* A port in [20000, 30000) whose cluster bus port (+10000) is free too. */
+static int free_port(void) {
+  static unsigned seed;
+  if (!seed) seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
+  for (int tries = 0; tries < 1000; tries++) {
+    int port = 20000 + (int)(rand_r(&seed) % 10000);
+    if (port_free(port) && port_free(port + 10000)) return port;
+  }
+  ck_abort_msg("no free port pair for redis-server");
+  return -1;
+}
+
+const char *rs_addr(const rs_server *s, char *buf, size_t len) {
+  snprintf(buf, len, "127.0.0.1:%d", s->port);
+  return buf;
+}
+
+static void exec_server(const rs_server *s) {
+  char port[16], log[600];
+  snprintf(port, sizeof(port), "%d", s->port);
+  snprintf(log, sizeof(log), "%s/redis.log", s->dir);
+  const char *argv[32 + RS_MAX_ARGS] = {"redis-server",
+                                        "--port",
+                                        port,
+                                        "--bind",
+                                        "127.0.0.1",
+                                        "--save",
+                                        "",
+                                        "--appendonly",
+                                        "no",
+                                        "--daemonize",
+                                        "no",
+                                        "--dir",
+                                        s->dir,
+                                        "--logfile",
+                                        log,
+                                        "--protected-mode",
+                                        "no"};
+  int n = 17;
+  for (int i = 0; i < s->nextra; i++) argv[n++] = s->extra[i];
+  argv[n] = NULL;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  execvp("redis-server", (char *const *)argv);
+  execv("/usr/bin/redis-server", (char *const *)argv);
+  _exit(127);
+}
+
+static bool answers(int port) {
+  redisReply *r = rs_cmd(port, "PING");
+  bool ok = r != NULL; /* PONG, or NOAUTH from a server with a password: it is up */
+  freeReplyObject(r);
+  return ok;
+}
+
+static void spawn(rs_server *s) {
+  mkdir(s->dir, 0700);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) exec_server(s);
+  s->pid = pid;
+  track(pid, true);
+  for (int i = 0; i < 500; i++) {
+    if (answers(s->port)) return;
+    if (waitpid(pid, NULL, WNOHANG) == pid) break;
+    sleep_ms(10);
+  }
+  ck_abort_msg("redis-server on port %d did not come up (see %s/redis.log)", s->port, s->dir);
+}
+
+void rs_start(rs_server *s, ...) {
+  memset(s, 0, sizeof(*s));
+  va_list ap;
+  va_start(ap, s);
+  for (const char *a; s->nextra < RS_MAX_ARGS && (a = va_arg(ap, const char *)) != NULL;)
+    s->extra[s->nextra++] = a;
+  va_end(ap);
+  s->port = free_port();
+  const char *tmp = getenv("TEST_TMPDIR");
+  snprintf(s->dir, sizeof(s->dir), "%s/redis-%d", tmp ? tmp : "/tmp", s->port);
+  spawn(s);
+}
+
+void rs_kill(rs_server *s) {
+  if (s->pid <= 0) return;
+  kill(s->pid, SIGKILL);
+  waitpid(s->pid, NULL, 0);
+  track(s->pid, false);
+  s->pid = 0;
+}
+
+void rs_restart(rs_server *s) {
+  rs_kill(s);
+  spawn(s);
+}
+
+void rs_stop(rs_server *s) {
+  rs_kill(s);
+}
+
+/* ---- a blocking client -------------------------------------------------- */
+
+static redisContext *dial(int port, const char *password) {
+  struct timeval tv = {.tv_sec = 2};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  if (!c || c->err) {
+    redisFree(c);
+    return NULL;
+  }
+  redisSetTimeout(c, tv);
+  if (password) freeReplyObject(redisCommand(c, "AUTH %s", password));
+  return c;
+}
+
+redisReply *rs_cmd_argv(int port, const char *password, int argc, const char **argv,
+                        const size_t *lens) {
+  redisContext *c = dial(port, password);
+  if (!c) return NULL;
+  redisReply *r = redisCommandArgv(c, argc, argv, lens);
+  redisFree(c);
+  return r;
+}
+
+redisReply *rs_cmd(int port, const char *fmt, ...) {
+  redisContext *c = dial(port, NULL);
+  if (!c) return NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = redisvCommand(c, fmt, ap);
+  va_end(ap);
+  redisFree(c);
+  return r;
+}
+
+void rs_ok(int port, const char *fmt, ...) {
+  redisContext *c = dial(port, NULL);
+  ck_assert_msg(c != NULL, "redis on port %d unreachable", port);
+  va_list ap;
+  va_start(ap, fmt);
+  redisReply *r = redisvCommand(c, fmt, ap);
+  va_end(ap);
+  redisFree(c);
+  ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "redis %d: %s: %s", port, fmt,
+                r ? r->str : "no reply");
+  freeReplyObject(r);
+}
+
+long long rs_dbsize(int port) {
+  redisReply *r = rs_cmd(port, "DBSIZE");
+  ck_assert_ptr_nonnull(r);
+  long long n = r->integer;
+  freeReplyObject(r);
+  return n;
+}
+
+/* ---- a cluster ---------------------------------------------------------- */
+
+static bool cluster_ok(int port) {
+  redisReply *r = rs_cmd(port, "CLUSTER INFO");
+  bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
+            strstr(r->str, "cluster_known_nodes:3");
+  freeReplyObject(r);
+  return ok;
+}
+
+static void node_id(int port, char *out, size_t len) {
+  redisReply *r = rs_cmd(port, "CLUSTER MYID");
+  ck_assert_msg(r && r->type == REDIS_REPLY_STRING, "CLUSTER MYID on %d", port);
+  snprintf(out, len, "%s", r->str);
+  freeReplyObject(r);
+}
+
+void rs_cluster_start(rs_cluster *c) {
+  memset(c, 0, sizeof(*c));
+  for (int i = 0; i < 3; i++) {
+    rs_start(&c->node[i], "--cluster-enabled", "yes", "--cluster-node-timeout", "5000", NULL);
+    node_id(c->node[i].port, c->id[i], sizeof(c->id[i]));
+  }
+  const int first[3] = {0, 5461, 10923}, last[3] = {5460, 10922, 16383};
+  for (int i = 0; i < 3; i++) {
+    rs_ok(c->node[i].port, "CLUSTER ADDSLOTSRANGE %d %d", first[i], last[i]);
+    if (i) rs_ok(c->node[0].port, "CLUSTER MEET 127.0.0.1 %d", c->node[i].port);
+  }
+  for (int t = 0; t < 1000; t++) {
+    if (cluster_ok(c->node[0].port) && cluster_ok(c->node[1].port) && cluster_ok(c->node[2].port))
+      return;
+    sleep_ms(10);
+  }
+  ck_abort_msg("the cluster did not reach cluster_state:ok");
+}
+
+void rs_cluster_stop(rs_cluster *c) {
+  for (int i = 0; i < 3; i++) rs_stop(&c->node[i]);
+}
+
+static int owner_from(const rs_cluster *c, int port, int slot) {
+  redisReply *r = rs_cmd(port, "CLUSTER SLOTS");
+  int owner = -1;
+  for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+    redisReply *e = r->element[i];
+    if (slot < e->element[0]->integer || slot > e->element[1]->integer) continue;
+    for (int k = 0; k < 3; k++)
+      if (e->element[2]->element[1]->integer == c->node[k].port) owner = k;
+  }
+  freeReplyObject(r);
+  return owner;
+}
+
+int rs_cluster_owner(const rs_cluster *c, int slot) {
+  return owner_from(c, c->node[0].port, slot);
+}
+
+void rs_cluster_wait_owner(const rs_cluster *c, int slot, int owner) {
+  for (int t = 0; t < 500; t++) {
+    if (owner_from(c, c->node[0].port, slot) == owner &&
+        owner_from(c, c->node[1].port, slot) == owner &&
+        owner_from(c, c->node[2].port, slot) == owner)
+      return;
+    sleep_ms(10);
+  }
+  ck_abort_msg("slot %d did not move to node %d", slot, owner);
+}
