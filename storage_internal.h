@@ -80,6 +80,9 @@ int storage_call(kva_storage *s, uint32_t type, l1_req *r);
 /* Sends `type` with payload &ptr to `to` from the session's port and waits
  * for the reply (any type, same tag). */
 int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int timeout_ms);
+/* storage_tiers.c: KVA_L2_STATS of tier t into *out; KVA_EIO when the
+ * adapter answers with an error. */
+int storage_tier_stats(kva_storage *s, session *ss, uint32_t t, kva_l2_stats *out);
 /* storage_l2.c: spawn adapters, controllers and prober after L1; at
  * shutdown, drain the controllers and release the read locks of prefetches
  * nobody read. */

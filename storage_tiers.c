@@ -142,6 +142,13 @@ int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k) {
   return storage_with_session(s, do_contains, &a);
 }
 
+int storage_tier_stats(kva_storage *s, session *ss, uint32_t t, kva_l2_stats *out) {
+  kva_l2_req r = {.stats = out};
+  int rc = session_ask(ss, s->tiers.t[t].actor, KVA_L2_STATS, &r, -1);
+  if (rc != KVA_OK) return rc;
+  return r.result == KVA_OK ? KVA_OK : KVA_EIO;
+}
+
 typedef struct tier_stats_args {
   uint32_t tier;
   kva_l2_stats *out;
@@ -149,9 +156,7 @@ typedef struct tier_stats_args {
 
 static int do_tier_stats(kva_storage *s, session *ss, void *arg) {
   tier_stats_args *a = arg;
-  kva_l2_req r = {.stats = a->out};
-  int rc = session_ask(ss, s->tiers.t[a->tier].actor, KVA_L2_STATS, &r, -1);
-  return rc == KVA_OK && r.result == KVA_OK ? KVA_OK : KVA_EIO;
+  return storage_tier_stats(s, ss, a->tier, a->out) == KVA_OK ? KVA_OK : KVA_EIO;
 }
 
 int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out) {
