@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 
+#include "gpu/copy_actor.h"
 #include "l1/eviction_controller.h"
 #include "l1/l1_manager.h"
 #include "l2/mock.h"
@@ -39,7 +40,8 @@ static const struct {
     NAME(MOCK_CONTROL),     NAME(SC_FLUSH),
     NAME(SC_DRAIN),         NAME(SC_DONE),
     NAME(PC_DRAIN),         NAME(PC_DONE),
-    NAME(PROBE_START),
+    NAME(PROBE_START),      NAME(COPY_START),
+    NAME(COPY_SUBMIT),
 };
 
 const char *kvi_type_name(uint32_t type, char *buf, size_t len) {
