@@ -316,6 +316,39 @@ START_TEST(a_killed_recorder_stops_tracing_within_its_lease) {
 }
 END_TEST
 
+/* A child whose runtime bounces a ball for 500 ms, then exits. */
+static pid_t short_lived_child(void) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    kva_runtime *rt = start_flowing();
+    usleep(500000);
+    stop_flowing(rt);
+    _exit(0);
+  }
+  return pid;
+}
+
+START_TEST(a_trace_stops_when_the_process_exits) {
+  pid_t child = short_lived_child();
+  char trace_path[300], args[400];
+  snprintf(trace_path, sizeof trace_path, "%s.exit.json", out_path);
+  usleep(200000); /* its segment exists */
+  snprintf(args, sizeof args, "trace %d --seconds 60 --max-events 10000 -o %s", (int)child,
+           trace_path);
+  uint64_t t0 = fixture_now_ns();
+  int rc = inspect(args);
+  waitpid(child, NULL, 0);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_uint_lt(fixture_now_ns() - t0, 30000000000ull); /* not the 60 s asked for */
+  assert_err_has("exited");
+  json_t *root, *events = load_trace(trace_path, &root);
+  ck_assert_int_ge(track_of(events, "inspect_ping"), 0);
+  json_decref(root);
+  unlink(trace_path);
+}
+END_TEST
+
 START_TEST(runtime_trace_true_keeps_history_for_seconds_0) {
   kva_runtime *rt = fixture_runtime(2, "runtime.trace=true", NULL);
   ck_pr_store_64(&sink_count, 0);
@@ -459,7 +492,7 @@ int main(int argc, char **argv) {
   Suite *s = suite_create("kvinspect");
   TCase *tc = tcase_create("kvinspect");
   tcase_add_checked_fixture(tc, setup, NULL);
-  tcase_set_timeout(tc, 30);
+  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, once_json_finds_actors_by_name_with_their_counts);
   tcase_add_test(tc, once_table_has_the_header_and_the_actors);
   tcase_add_test(tc, a_pid_that_does_not_exist_exits_1);
@@ -468,6 +501,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, trace_has_a_track_slices_and_flows_for_each_actor);
   tcase_add_test(tc, a_killed_recorder_stops_tracing_within_its_lease);
   tcase_add_test(tc, runtime_trace_true_keeps_history_for_seconds_0);
+  tcase_add_test(tc, a_trace_stops_when_the_process_exits);
   tcase_add_test(tc, usage_errors_exit_2);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

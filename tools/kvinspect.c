@@ -158,7 +158,7 @@ static int inspect(const options *o, kvi_segment *segs, int count) {
     t0 = t1;
     if (o->json) return kvi_show_json(o->pid, segs, count, o->interval_ms) == 0 ? 0 : 1;
     kvi_show_table(o->pid, segs, count, o->interval_ms, o->sort_name, tty && o->count != 1);
-    if (kill(o->pid, 0) != 0 && errno == ESRCH) {
+    if (!kvi_alive(o->pid)) {
       fprintf(stderr, "kvinspect: process %d exited\n", o->pid);
       return 0;
     }

@@ -45,6 +45,9 @@ typedef struct kvi_segment {
 
 enum { KVI_SORT_NAME, KVI_SORT_DEPTH, KVI_SORT_RATE, KVI_SORT_P99 };
 
+/* Whether process pid still runs: it exists and is not a zombie (a
+ * process that exited but was not yet reaped by its parent). */
+int kvi_alive(int pid);
 /* Maps every segment of pid into *out (sorted by <n>), writable for
  * `kvinspect trace` (which turns tracing on); on failure prints the reason
  * to stderr and returns -1. */

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,19 @@ static int map_one(kvi_segment *s, int writable) {
     return -1;
   }
   return 0;
+}
+
+int kvi_alive(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1; /* no /proc: trust kill */
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *paren = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces */
+  return !(paren && paren[1] == ' ' && paren[2] == 'Z');
 }
 
 static int by_seq(const void *a, const void *b) {

@@ -162,21 +162,28 @@ static void sleep_ns(uint64_t ns) {
   }
 }
 
-static void record(recording *r, double seconds) {
+/* Records for `seconds`, or until the process exits (checked every
+ * 100 polls); returns the seconds recorded. */
+static double record(recording *r, int pid, double seconds) {
   if (seconds <= 0) { /* what the ring holds now */
     drain(r, 1);
-    return;
+    return 0;
   }
-  uint64_t end = clock_mono_ns() + (uint64_t)(seconds * 1e9);
+  uint64_t start = clock_mono_ns(), end = start + (uint64_t)(seconds * 1e9);
   lease_renew(r);
-  while (clock_mono_ns() < end) {
+  for (unsigned polls = 1; clock_mono_ns() < end; polls++) {
     sleep_ns(POLL_NS);
     drain(r, 0);
     lease_renew(r);
+    if (polls % 100 == 0 && !kvi_alive(pid)) {
+      fprintf(stderr, "kvinspect trace: process %d exited; writing what was recorded\n", pid);
+      break;
+    }
   }
   lease_end(r);
   sleep_ns(POLL_NS); /* events being written when the lease ended */
   drain(r, 1);
+  return (double)(clock_mono_ns() - start) / 1e9;
 }
 
 /* ---- the JSON ------------------------------------------------------------ */
@@ -383,8 +390,7 @@ int kvi_trace(int pid, double seconds, const char *path, size_t max_events) {
     goto out;
   }
   uint64_t t0 = clock_mono_ns();
-  record(&r, seconds);
-  rc = write_trace(&r, path, t0, seconds);
+  rc = write_trace(&r, path, t0, record(&r, pid, seconds));
 out:
   for (int s = 0; r.cursor && s < r.nsegs; s++) free(r.cursor[s]);
   free(r.cursor);
