@@ -76,8 +76,9 @@ static void pp_receive(kva_actor *self, void *state, const kva_msg *m) {
 }
 static const kva_behavior pp_behavior = {"bench.pingpong", pp_receive, NULL};
 
-static double run_pingpong(int workers, uint64_t n, cost *c) {
-  kva_runtime *rt = bench_start(workers, 0);
+/* settings: NULL, or runtime.trace = true for the traced variant */
+static double pingpong_with(int workers, uint64_t n, cost *c, const char *const *settings) {
+  kva_runtime *rt = bench_start_with(workers, 0, settings);
   kva_port *done = kva_port_open(rt, "bench.done");
   pp a = {.done = done, .left = n}, b = {.done = done};
   kva_actor *pa = kva_spawn(rt, &pp_behavior, &a, NULL),
@@ -91,6 +92,17 @@ static double run_pingpong(int workers, uint64_t n, cost *c) {
   double r = measure_end(&m, 2 * n, c);
   kva_runtime_shutdown(rt);
   return r;
+}
+
+static double run_pingpong(int workers, uint64_t n, cost *c) {
+  return pingpong_with(workers, n, c, NULL);
+}
+
+/* Every send and receive recorded into the trace ring (nobody reads it:
+ * the lanes wrap), what tracing costs the hot path. */
+static double run_pingpong_traced(int workers, uint64_t n, cost *c) {
+  static const char *const traced[] = {"runtime.trace", "true", NULL};
+  return pingpong_with(workers, n, c, traced);
 }
 
 /* ---- fan-in ---- */
@@ -227,6 +239,10 @@ int suite_runtime(const bench_opts *o) {
   print_line("fan-in", fan, "ck_ring", bench_parse(ring, "mpsc-1p1c-ptr"));
   double tok = median_of(o, run_ring, o->ring_hops, &rc);
   print_line("token-ring", tok, "caf", bench_parse(caf, "token-ring"));
+  cost tc = {0};
+  double traced = median_of(o, run_pingpong_traced, o->pingpong, &tc);
+  printf("measure=ping-pong-traced kvact=%.4g untraced=%.4g ratio=%.2f mallocs_per_msg=%.6f\n",
+         traced, ping, traced / ping, (double)tc.mallocs / (double)tc.messages);
   const struct {
     const char *name;
     cost *c;
