@@ -39,14 +39,18 @@ static void on_copy_done(copy_job *j, int result) {
   op->copy_result = result;
   op->next = NULL;
   pthread_mutex_lock(&d->lock);
+  int was_empty = !d->copied_head;
   if (d->copied_tail)
     d->copied_tail->next = op;
   else
     d->copied_head = op;
   d->copied_tail = op;
   pthread_mutex_unlock(&d->lock);
+  /* one ring per batch: the actor drains efd before it takes the list, so
+   * an op added to a non-empty list is taken with the ops before it */
   uint64_t one = 1;
-  if (write(d->efd, &one, sizeof(one)) < 0) LOG_ERROR("gpu: completion eventfd write failed");
+  if (was_empty && write(d->efd, &one, sizeof(one)) < 0)
+    LOG_ERROR("gpu: completion eventfd write failed");
 }
 
 /* ---- actor ------------------------------------------------------------- */

@@ -19,6 +19,7 @@
  * tests and `bazel run`), then libkvact_cuda.so on the loader's path.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,8 @@ typedef struct cuda_stream {
   uint32_t nevents;
 } cuda_stream;
 
+typedef struct job_ctx job_ctx;
+
 typedef struct cuda_device {
   gpu_backend base; /* first: the backend pointer is the device pointer */
   const cuda_api *api;
@@ -45,10 +48,12 @@ typedef struct cuda_device {
   uint32_t nstreams;
   uint32_t next; /* round-robin; only the copy actor's thread submits */
   cuda_stream *streams;
+  pthread_mutex_t ctx_lock; /* free_ctx: the actor takes, callbacks give */
+  job_ctx *free_ctx;
 } cuda_device;
 
-/* What the host functions of one job need; freed by the last one. */
-typedef struct job_ctx job_ctx;
+/* What the host functions of one job need; pooled per device, given back
+ * by the last one (no allocation per job once the pool is warm). */
 typedef struct layer_cb {
   job_ctx *ctx;
   uint32_t layer;
@@ -56,8 +61,35 @@ typedef struct layer_cb {
 struct job_ctx {
   copy_job *j;
   int result;
-  layer_cb layers[]; /* g.num_layers */
+  cuda_device *d;
+  job_ctx *next_free;
+  uint32_t cap;      /* layers[] holds cap entries */
+  layer_cb layers[]; /* >= g.num_layers */
 };
+
+/* A context for a job of nlayers layers, from the pool or new. */
+static job_ctx *ctx_take(cuda_device *d, uint32_t nlayers) {
+  pthread_mutex_lock(&d->ctx_lock);
+  job_ctx *ctx = d->free_ctx;
+  if (ctx) d->free_ctx = ctx->next_free;
+  pthread_mutex_unlock(&d->ctx_lock);
+  if (ctx && ctx->cap < nlayers) {
+    free(ctx);
+    ctx = NULL;
+  }
+  uint32_t cap = ctx ? ctx->cap : nlayers;
+  if (!ctx && !(ctx = malloc(sizeof(*ctx) + nlayers * sizeof(layer_cb)))) return NULL;
+  *ctx = (job_ctx){.d = d, .cap = cap};
+  return ctx;
+}
+
+static void ctx_give(job_ctx *ctx) {
+  cuda_device *d = ctx->d;
+  pthread_mutex_lock(&d->ctx_lock);
+  ctx->next_free = d->free_ctx;
+  d->free_ctx = ctx;
+  pthread_mutex_unlock(&d->ctx_lock);
+}
 
 static void on_layer(void *arg) {
   layer_cb *cb = arg;
@@ -67,8 +99,10 @@ static void on_layer(void *arg) {
 
 static void on_done(void *arg) {
   job_ctx *ctx = arg;
-  ctx->j->done(ctx->j, ctx->result);
-  free(ctx);
+  copy_job *j = ctx->j;
+  int result = ctx->result;
+  ctx_give(ctx); /* before done: the job's owner may destroy the device after it */
+  j->done(j, result);
 }
 
 static size_t align16(size_t n) {
@@ -177,7 +211,7 @@ static int enqueue_done(cuda_device *d, cuda_stream *st, job_ctx *ctx) {
 static int cuda_submit(gpu_backend *b, copy_job *j) {
   cuda_device *d = (cuda_device *)b;
   cuda_stream *st = &d->streams[d->next++ % d->nstreams];
-  job_ctx *ctx = calloc(1, sizeof(*ctx) + j->g.num_layers * sizeof(layer_cb));
+  job_ctx *ctx = ctx_take(d, j->g.num_layers);
   if (!ctx) return KVA_ENOMEM;
   ctx->j = j;
   cuda_launch l;
@@ -193,7 +227,7 @@ static int cuda_submit(gpu_backend *b, copy_job *j) {
    * out before their context goes */
   d->api->stream_sync(st->stream);
   d->api->stream_sync(st->notify);
-  free(ctx);
+  ctx_give(ctx);
   return KVA_EIO;
 }
 
@@ -207,6 +241,12 @@ static void cuda_destroy(gpu_backend *b) {
     free(st->events);
     if (st->scratch) d->api->device_free(d->ordinal, st->scratch);
   }
+  while (d->free_ctx) {
+    job_ctx *next = d->free_ctx->next_free;
+    free(d->free_ctx);
+    d->free_ctx = next;
+  }
+  pthread_mutex_destroy(&d->ctx_lock);
   free(d->streams);
   free(d);
 }
@@ -242,6 +282,7 @@ int cuda_device_create(int device, uint32_t streams, gpu_backend **out) {
   d->base = (gpu_backend){.name = "cuda", .submit = cuda_submit, .destroy = cuda_destroy};
   d->api = api;
   d->ordinal = device;
+  pthread_mutex_init(&d->ctx_lock, NULL);
   d->nstreams = streams ? streams : 1;
   for (uint32_t i = 0; i < d->nstreams; i++) {
     if ((rc = api->stream_create(device, &d->streams[i].stream)) ||

@@ -11,6 +11,7 @@
 #include "actors/runtime_internal.h"
 #include "gpu/backend.h"
 #include "gpu/kv_internal.h"
+#include "gpu/op.h"
 #include "l1/key.h"
 #include "storage_internal.h"
 
@@ -90,6 +91,7 @@ static kva_kv *kv_new(kva_storage *s, const kva_paged_kv *d) {
 }
 
 static void kv_free(kva_kv *kv) {
+  op_pool_free(kv->free_ops);
   pthread_cond_destroy(&kv->idle);
   pthread_mutex_destroy(&kv->lock);
   free(kv->layers);
@@ -125,6 +127,15 @@ void kva_kv_unregister(kva_kv *kv) {
   while (kv->inflight) pthread_cond_wait(&kv->idle, &kv->lock);
   pthread_mutex_unlock(&kv->lock);
   devices_release(kv->dev);
+  /* ops not yet waited for still point at kv: the last op_return frees it */
+  pthread_mutex_lock(&kv->lock);
+  kv->unregistered = 1;
+  int idle = kv->ops_out == 0;
+  pthread_mutex_unlock(&kv->lock);
+  if (idle) kv_free(kv);
+}
+
+void kv_destroy(kva_kv *kv) {
   kv_free(kv);
 }
 

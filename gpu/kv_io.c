@@ -32,13 +32,13 @@ static int kv_check_request(kva_storage *s, const kva_kv *kv, const kva_key *k, 
   return KVA_OK;
 }
 
-/* An op of kv for this request: slots copied, job described, no chunk. */
+/* An op of kv for this request, from its pool: slots copied, job
+ * described, no chunk. */
 static kva_op *kv_op_new(kva_kv *kv, int kind, size_t nchunks, const int64_t *slots,
                          size_t ntokens) {
-  kva_op *op = op_new(kind, nchunks, ntokens);
+  kva_op *op = op_take(kv, kind, nchunks, ntokens);
   if (!op) return NULL;
   memcpy(op->slots, slots, ntokens * sizeof(*slots));
-  op->kv = kv;
   op->job = (copy_job){.dir = kind == OP_STORE ? COPY_GATHER : COPY_SCATTER,
                        .g = kv->g,
                        .layers = kv->layers,
@@ -94,10 +94,14 @@ static int kv_store_chunks(kva_op *op, const kva_key *k, size_t n, uint32_t ct, 
                            const int *st) {
   int status = KVA_OK;
   for (size_t c = 0; c < n; c++) {
-    if (st[c] == KVA_OK)
+    if (st[c] == KVA_OK) {
       kv_op_add(op, ct, c, &k[c], bufs[c].ptr);
-    else if (st[c] == KVA_OUT_OF_MEMORY)
+    } else if (st[c] == KVA_OUT_OF_MEMORY) {
       status = KVA_ENOMEM;
+      op->no_room++;
+    } else {
+      op->present++;
+    }
   }
   return status;
 }
@@ -107,21 +111,19 @@ int kva_kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
   int rc = kv_check_request(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
   if (rc != KVA_OK) return rc;
   kva_op *op = kv_op_new(kv, OP_STORE, nchunks, slot_mapping, ntokens);
-  kva_buf *bufs = calloc(nchunks, sizeof(*bufs));
-  int *st = calloc(nchunks, sizeof(*st));
-  rc = op && bufs && st ? KVA_OK : KVA_ENOMEM;
-  if (rc == KVA_OK) rc = kv_reserve(s, kv, k, nchunks, chunk_tokens, ntokens, bufs, st);
+  if (!op) return KVA_ENOMEM;
+  /* op->st holds the reservation's status per chunk until
+   * kv_store_chunks has read it, then the finishing request's */
+  rc = kv_reserve(s, kv, k, nchunks, chunk_tokens, ntokens, op->bufs, op->st);
   if (rc == KVA_OK) {
-    rc = kv_op_start(kv, op, kv_store_chunks(op, k, nchunks, chunk_tokens, bufs, st));
+    rc = kv_op_start(kv, op, kv_store_chunks(op, k, nchunks, chunk_tokens, op->bufs, op->st));
     if (rc != KVA_OK) { /* the actor is gone: drop the reservations unseen */
       l1_req r = {.keys = op->keys, .n = op->job.nchunks, .status = op->st};
       storage_call(s, L1_ABORT_WRITE, &r);
     }
   }
-  free(bufs);
-  free(st);
   if (rc != KVA_OK) {
-    op_free(op);
+    op_return(op);
     return rc;
   }
   *out = op;
@@ -144,21 +146,15 @@ int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks, ui
   int rc = kv_check_request(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
   if (rc != KVA_OK) return rc;
   kva_op *op = kv_op_new(kv, OP_LOAD, nchunks, slot_mapping, ntokens);
-  kva_buf *bufs = calloc(nchunks, sizeof(*bufs));
-  if (!op || !bufs) {
-    op_free(op);
-    free(bufs);
-    return KVA_ENOMEM;
-  }
+  if (!op) return KVA_ENOMEM;
   /* on failure it released the locks it found */
-  rc = kva_read_prefetched(s, k, nchunks, bufs);
+  rc = kva_read_prefetched(s, k, nchunks, op->bufs);
   int locked = rc == KVA_OK;
-  if (rc == KVA_OK) rc = kv_load_chunks(op, kv, k, nchunks, chunk_tokens, bufs);
+  if (rc == KVA_OK) rc = kv_load_chunks(op, kv, k, nchunks, chunk_tokens, op->bufs);
   if (rc == KVA_OK) rc = kv_op_start(kv, op, KVA_OK);
-  free(bufs);
   if (rc != KVA_OK) {
     if (locked) kva_finish_read_prefetched(s, k, nchunks, 0);
-    op_free(op);
+    op_return(op);
     return rc;
   }
   *out = op;

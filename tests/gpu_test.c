@@ -2,8 +2,8 @@
  * gpu_test.c — the GPU copy API on the host device (kvact.h "GPU copy"):
  * store -> load round trips bit-exact for every format and dtype, slot
  * mappings with holes, partial chunks and scattered blocks, skipped keys,
- * layer-wise loads, failing loads that leave no lock, and a CUDA device
- * asked for where there is none.
+ * layer-wise loads, failing loads that leave no lock, a CUDA device
+ * asked for where there is none, and ops recycled by their kv's pool.
  */
 #include <check.h>
 #include <poll.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/op.h"
 #include "kvact.h"
 #include "tests/gpu_test_util.h"
 #include "tests/support/fixture.h"
@@ -268,6 +269,22 @@ START_TEST(a_load_of_chunks_with_another_layout_fails_cleanly) {
 }
 END_TEST
 
+/* ---- the op pool --------------------------------------------------------- */
+
+static op_pool_stats pool_of(kva_kv *kv) {
+  op_pool_stats ps;
+  op_pool_get_stats(kv, &ps);
+  return ps;
+}
+
+/* Every op came back, and no more were ever made than were out at once. */
+static void assert_pool_settled(kva_kv *kv) {
+  op_pool_stats ps = pool_of(kv);
+  ck_assert_uint_eq(ps.out, 0);
+  ck_assert_uint_eq(ps.free_ops, ps.made);
+  ck_assert_uint_le(ps.made, ps.peak_out);
+}
+
 /* Threads storing and loading disjoint slots of the same caches at once
  * (two stream threads, one copy actor, the L1 manager in between). */
 typedef struct worker_arg {
@@ -306,6 +323,9 @@ START_TEST(concurrent_stores_and_loads_land_where_they_should) {
     pthread_join(th[i], &r);
     ck_assert_ptr_null(r);
   }
+  assert_pool_settled(e.ks);
+  assert_pool_settled(e.kd);
+  ck_assert_uint_le(pool_of(e.ks).made, 4);
   uint8_t *want = malloc(e.src.layer_bytes), *got = malloc(e.src.layer_bytes);
   for (uint32_t l = 0; l < 2; l++) {
     cache_get_layer(&e.src, l, want);
@@ -389,6 +409,118 @@ START_TEST(unregister_after_shutdown_is_safe) {
 }
 END_TEST
 
+/* 300 rounds of two stores, then two loads, in flight at once: each kv's
+ * pool makes two ops (and their arrays) in the first round and none
+ * after; the bytes still land right. */
+START_TEST(ops_are_pooled_and_the_pool_stops_at_the_peak_in_flight) {
+  env e;
+  env_start(&e, 2, 16); /* 256 slots: two requests of 8 chunks x 16 tokens */
+  int64_t slots[256];
+  identity_slots(slots, 256);
+  kva_key k[16];
+  gpu_test_keys(k, 0, 16);
+  for (int round = 0; round < 300; round++) {
+    kva_clear(e.s, 0);
+    kva_op *op[2];
+    for (int i = 0; i < 2; i++)
+      ck_assert_int_eq(kva_kv_store(e.s, e.ks, k + 8 * i, 8, 16, slots + 128 * i, 128, &op[i]),
+                       KVA_OK);
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(gpu_test_wait(op[i]), KVA_OK);
+    ck_assert_uint_eq(gpu_test_prefetch(e.s, k, 16), 16);
+    for (int i = 0; i < 2; i++)
+      ck_assert_int_eq(kva_kv_load(e.s, e.kd, k + 8 * i, 8, 16, slots + 128 * i, 128, &op[i]),
+                       KVA_OK);
+    if (round % 2) { /* half of the rounds complete through the eventfd */
+      struct pollfd p = {.fd = kva_op_eventfd(op[1]), .events = POLLIN};
+      ck_assert_int_eq(poll(&p, 1, 5000), 1);
+    }
+    for (int i = 0; i < 2; i++) ck_assert_int_eq(gpu_test_wait(op[i]), KVA_OK);
+    if (round == 0) {
+      op_pool_stats ps = pool_of(e.ks);
+      ck_assert_uint_eq(ps.made, 2);
+      ck_assert_uint_eq(ps.grown, 2);
+    }
+  }
+  kva_kv *kvs[2] = {e.ks, e.kd};
+  for (int i = 0; i < 2; i++) {
+    op_pool_stats ps = pool_of(kvs[i]);
+    ck_assert_uint_eq(ps.made, 2);
+    ck_assert_uint_eq(ps.grown, 2); /* the same request sizes: no regrowth */
+    ck_assert_uint_eq(ps.peak_out, 2);
+    assert_pool_settled(kvs[i]);
+  }
+  uint8_t *want = malloc(e.src.layer_bytes), *got = malloc(e.src.layer_bytes);
+  for (uint32_t l = 0; l < 2; l++) {
+    cache_get_layer(&e.src, l, want);
+    cache_get_layer(&e.dst, l, got);
+    ck_assert(memcmp(want, got, e.src.layer_bytes) == 0);
+  }
+  free(want);
+  free(got);
+  env_stop(&e);
+}
+END_TEST
+
+/* A recycled op's eventfd was reset: an op that completes at once (its
+ * keys are present) is not readable before kva_op_eventfd asks, and is
+ * readable once it has; a larger request regrows the op's arrays. */
+START_TEST(a_recycled_op_has_a_reset_eventfd) {
+  env e;
+  env_start(&e, 2, 8);
+  kva_key k[4];
+  gpu_test_keys(k, 0, 4);
+  int64_t slots[64];
+  identity_slots(slots, 64);
+  store_ok(&e, k, 2, slots, 32);
+  for (int i = 0; i < 3; i++) {
+    kva_op *op = NULL;
+    ck_assert_int_eq(kva_kv_store(e.s, e.ks, k, 2, 16, slots, 32, &op), KVA_OK);
+    ck_assert_int_eq(kva_op_wait_layer(op, 1, 5000), KVA_OK); /* complete */
+    int fd = op->efd;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 0), 0);
+    ck_assert_int_eq(kva_op_eventfd(op), fd);
+    ck_assert_int_eq(poll(&p, 1, 0), 1);
+    ck_assert_int_eq(gpu_test_wait(op), KVA_OK);
+  }
+  op_pool_stats ps = pool_of(e.ks);
+  ck_assert_uint_eq(ps.made, 1);
+  ck_assert_uint_eq(ps.grown, 1);
+  /* 4 chunks of 16 fit the first arrays (4 chunks, 64 slots); 5 do not */
+  kva_key k5[5];
+  int64_t slots5[80];
+  identity_slots(slots5, 80);
+  gpu_test_keys(k5, 10, 5);
+  store_ok(&e, k5, 5, slots5, 80);
+  ps = pool_of(e.ks);
+  ck_assert_uint_eq(ps.made, 1);
+  ck_assert_uint_eq(ps.grown, 2);
+  assert_pool_settled(e.ks);
+  env_stop(&e);
+}
+END_TEST
+
+/* An op waited for after its kv was unregistered goes back to a pool that
+ * is freed with it (no leak under ASan, no use after free). */
+START_TEST(an_op_waited_for_after_unregister_frees_the_kv) {
+  env e;
+  env_start(&e, 2, 8);
+  kva_key k[2];
+  gpu_test_keys(k, 0, 2);
+  int64_t slots[32];
+  identity_slots(slots, 32);
+  kva_op *op = NULL;
+  ck_assert_int_eq(kva_kv_store(e.s, e.ks, k, 2, 16, slots, 32, &op), KVA_OK);
+  kva_kv_unregister(e.ks); /* waits for the copy, not for kva_op_wait */
+  ck_assert_int_eq(gpu_test_wait(op), KVA_OK);
+  kva_kv_unregister(e.kd);
+  fixture_memcheck_clean(e.s);
+  cache_free(&e.src);
+  cache_free(&e.dst);
+  kva_runtime_shutdown(e.rt);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *s = suite_create("gpu");
   TCase *t = tcase_create("host");
@@ -408,6 +540,9 @@ Suite *kva_test_suite(void) {
   tcase_add_test(t, a_cuda_device_without_a_usable_gpu_is_unsupported);
   tcase_add_test(t, a_deterministic_runtime_is_unsupported);
   tcase_add_test(t, unregister_after_shutdown_is_safe);
+  tcase_add_test(t, ops_are_pooled_and_the_pool_stops_at_the_peak_in_flight);
+  tcase_add_test(t, a_recycled_op_has_a_reset_eventfd);
+  tcase_add_test(t, an_op_waited_for_after_unregister_frees_the_kv);
   suite_add_tcase(s, t);
   return s;
 }

@@ -1,7 +1,8 @@
 /*
  * sim.h — kvbench's serving-engine simulation (what it runs with no
  * --suite): engine threads run multi-turn conversations against the
- * storage facade, and a report says what kvact saved.
+ * storage facade, moving KV between their paged caches and L1 with
+ * kva_kv_load / kva_kv_store, and a report says what kvact saved.
  */
 #ifndef KVA_TOOLS_SIM_H
 #define KVA_TOOLS_SIM_H
@@ -47,8 +48,9 @@ typedef struct sim_stats {
   uint64_t tier_hits[SIM_MAX_TIERS]; /* [0] = L1, then l2[] in order */
   char tier_name[SIM_MAX_TIERS][32];
   uint32_t ntiers;
+  int device; /* the engines' paged caches: KVA_DEVICE_HOST or a CUDA ordinal */
   uint64_t stored_chunks, store_skipped, store_oom, wrong_bytes, errors;
-  double store_s, read_s;                    /* time in store and read copies, all threads */
+  double store_s, read_s; /* time in kva_kv_store / kva_kv_load until their op is waited for */
   double *prefetch_s, *ttft_s, *ttft_base_s; /* one sample per turn */
   size_t nsamples, cap;
   sim_second sec[SIM_MAX_SECONDS];
@@ -68,6 +70,7 @@ int sim_main(int argc, char **argv);
 /* sim.c */
 kva_layout sim_layout(const sim_model *m);
 const sim_model *sim_model_find(const char *name);
+/* st->device: the device asked for, then the one used */
 double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st);
 void sim_usage(FILE *f);
 /* sim_report.c */

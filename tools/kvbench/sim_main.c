@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/backend.h"
+#include "gpu/cuda_lib.h"
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/sim.h"
 
@@ -21,7 +23,8 @@ void sim_usage(FILE *f) {
              "  --duration S          seconds to run (10)\n"
              "  --seed N              token PRNG seed (1)\n"
              "  --config FILE         config file (default: the embedded default, with\n"
-             "                        l1.prefault=true as an engine with a GPU pins it)\n"
+             "                        l1.prefault=true as an engine with a GPU pins it,\n"
+             "                        and l1.pinned=true when CUDA device 0 is usable)\n"
              "  -o key=value          config override (repeatable), e.g. -o l2=[]\n"
              "  --json                final report as JSON on stdout\n"
              "  --svg PATH            chart (default kvbench-report.svg in the directory\n"
@@ -35,8 +38,23 @@ static const char *default_svg(void) {
   return path;
 }
 
-/* Loads the config and applies the -o overrides; NULL after saying why. */
-static kva_config *sim_config(const char *file, char **sets, int nsets) {
+static void log_drop(int level, const char *msg, void *arg) {}
+
+/* CUDA device 0 when the kernel library loads and the device can read
+ * registered host memory, else the host device. Asked before the runtime
+ * starts, with the library's log lines muted: no GPU is the usual case,
+ * and the report says which device the engines used. */
+static int sim_device(void) {
+  kva_log_set(log_drop, NULL, KVA_LOG_ERROR);
+  int cuda = cuda_lib_api() && cuda_device_probe(0) == KVA_OK;
+  kva_log_set(NULL, NULL, KVA_LOG_WARN);
+  return cuda ? 0 : KVA_DEVICE_HOST;
+}
+
+/* Loads the config and applies the -o overrides; NULL after saying why.
+ * The embedded default gets l1.pinned=true for a CUDA device (its copies
+ * read and write the page-locked pool) and l1.prefault=true. */
+static kva_config *sim_config(const char *file, char **sets, int nsets, int device) {
   kva_config *c = NULL;
   char err[256] = "";
   if (file && kva_config_from_file(file, &c, err, sizeof err) != KVA_OK) {
@@ -46,7 +64,9 @@ static kva_config *sim_config(const char *file, char **sets, int nsets) {
   if (!file && !(c = kva_config_default())) return NULL;
   /* an engine with a GPU page-locks its pool, which faults it in; without
    * one, prefault it so stores measure copies, not first-touch faults */
-  if (!file && kva_config_set_err(c, "l1.prefault", "true", err, sizeof err) != KVA_OK) {
+  if (!file && (kva_config_set_err(c, "l1.prefault", "true", err, sizeof err) != KVA_OK ||
+                (device != KVA_DEVICE_HOST &&
+                 kva_config_set_err(c, "l1.pinned", "true", err, sizeof err) != KVA_OK))) {
     kva_config_free(c);
     return NULL;
   }
@@ -154,7 +174,8 @@ int sim_main(int argc, char **argv) {
   const char *file = NULL;
   char **sets = calloc((size_t)argc + 1, sizeof(char *));
   int nsets = 0, rc = sets ? sim_parse(argc, argv, &o, &file, sets, &nsets) : 1;
-  kva_config *c = rc < 0 ? sim_config(file, sets, nsets) : NULL;
+  int device = rc < 0 ? sim_device() : KVA_DEVICE_HOST;
+  kva_config *c = rc < 0 ? sim_config(file, sets, nsets, device) : NULL;
   kva_runtime *rt = NULL;
   if (rc < 0 && c && (rc = kva_runtime_start(c, &rt)) != KVA_OK)
     fprintf(stderr, "kvbench: runtime: %s\n", kva_strerror(rc));
@@ -170,6 +191,7 @@ int sim_main(int argc, char **argv) {
     rc = 1;
   } else {
     kva_storage_get_stats(s, &r.before);
+    st.device = device;
     r.elapsed_s = sim_run(&o, s, &st);
     rc = r.elapsed_s < 0 ? 1 : sim_finish(&r, s);
   }

@@ -70,6 +70,12 @@ void sim_report_text(const sim_result *r) {
          (double)r->chunk_bytes / 1048576);
   printf("  %.1f s, %d engine threads: %llu requests (turns), %llu conversations\n", r->elapsed_s,
          o->threads, (unsigned long long)st->turns, (unsigned long long)st->conversations);
+  if (st->device == KVA_DEVICE_HOST)
+    printf("  paged KV cache   vLLM flash layout, host memory (KVA_DEVICE_HOST: no usable CUDA "
+           "device 0), kva_kv_load / kva_kv_store\n");
+  else
+    printf("  paged KV cache   vLLM flash layout, CUDA device %d, kva_kv_load / kva_kv_store\n",
+           st->device);
   printf("  hit ratio        %5.1f%% (%llu of %llu chunks)\n", 100 * f.hit,
          (unsigned long long)st->hit_chunks, (unsigned long long)st->chunks);
   for (uint32_t t = 0; t < st->ntiers; t++) {
@@ -88,8 +94,9 @@ void sim_report_text(const sim_result *r) {
          (double)f.stored_bytes / 1048576, (unsigned long long)st->stored_chunks,
          (unsigned long long)st->store_skipped, (unsigned long long)st->store_oom,
          (double)f.l2_stored_bytes / 1048576, (double)f.l2_loaded_bytes / 1048576);
-  printf("  throughput       store %.2f GB/s, read of prefetched %.2f GB/s\n", f.store_gbs,
-         f.read_gbs);
+  printf("  throughput       store %.2f GB/s (kva_kv_store), read of prefetched %.2f GB/s "
+         "(kva_kv_load), until the op is waited for\n",
+         f.store_gbs, f.read_gbs);
   printf("  prefetch latency p50 %.3f ms  p95 %.3f ms  p99 %.3f ms\n", f.p50 * 1e3, f.p95 * 1e3,
          f.p99 * 1e3);
   printf("  simulated TTFT   p50 %.1f ms with kvact, %.1f ms without (prefill at %.0f tokens/s)\n",
@@ -101,6 +108,8 @@ void sim_report_text(const sim_result *r) {
 int sim_report_json(const sim_result *r) {
   sim_stats *st = r->st;
   sim_figs f = figs(r);
+  char dev[16] = "host";
+  if (st->device != KVA_DEVICE_HOST) snprintf(dev, sizeof dev, "cuda:%d", st->device);
   json_t *tiers = json_array();
   for (uint32_t t = 0; t < st->ntiers; t++) {
     json_t *tier =
@@ -118,7 +127,7 @@ int sim_report_json(const sim_result *r) {
   }
   json_t *j = json_pack(
       "{s:s,s:I,s:f,s:I,s:I,s:I,s:I,s:f,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,"
-      "s:I,s:I,s:s}",
+      "s:I,s:I,s:s,s:s}",
       "model", r->o->model->name, "chunk_bytes", (json_int_t)r->chunk_bytes, "elapsed_s",
       r->elapsed_s, "requests", (json_int_t)st->turns, "conversations",
       (json_int_t)st->conversations, "chunks", (json_int_t)st->chunks, "hit_chunks",
@@ -130,7 +139,7 @@ int sim_report_json(const sim_result *r) {
       "prefetch_p50_ms", f.p50 * 1e3, "prefetch_p95_ms", f.p95 * 1e3, "prefetch_p99_ms",
       f.p99 * 1e3, "ttft_p50_ms", f.ttft * 1e3, "ttft_p50_ms_without_kvact", f.ttft_base * 1e3,
       "wrong_bytes", (json_int_t)st->wrong_bytes, "errors", (json_int_t)st->errors, "svg",
-      r->o->svg);
+      r->o->svg, "device", dev);
   if (!j) return -1;
   int rc = json_dumpf(j, stdout, JSON_INDENT(2));
   fputc('\n', stdout);
