@@ -39,7 +39,7 @@ static void *pinned_main(void *arg) {
 }
 
 int pinned_start(kva_actor *a) {
-  int rc = pthread_create(&a->thread, NULL, pinned_main, a);
+  int rc = runtime_thread_create(&a->thread, pinned_main, a);
   if (rc != 0) {
     LOG_ERROR("cannot start the thread of pinned actor %s: %s", kva_actor_name(a), strerror(rc));
     return KVA_ENOMEM;

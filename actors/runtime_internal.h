@@ -124,6 +124,12 @@ void sched_stop(kva_runtime *rt);
 void doorbell_ring(kva_actor *a);
 void doorbell_clear(kva_actor *a);
 
+/* thread.c: a runtime thread (worker, pinned actor), SIGPIPE blocked in it
+ * for good; rt_sigpipe_blocked is 1 on such threads. pthread_create's
+ * result. */
+int runtime_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+extern __thread int rt_sigpipe_blocked;
+
 /* pinned.c */
 int pinned_start(kva_actor *a);
 void pinned_join(kva_actor *a);

@@ -330,8 +330,9 @@ int sched_start(kva_runtime *rt) {
   if (!rt->runq_buf || !rt->threads) return KVA_ENOMEM;
   ck_ring_init(&rt->runq, rt->runq_cap);
   for (uint32_t i = 0; i < rt->workers; i++) {
-    if (pthread_create(&rt->threads[i], NULL, worker_main, rt) != 0) {
-      LOG_ERROR("cannot start worker %u: %s", i, strerror(errno));
+    int rc = runtime_thread_create(&rt->threads[i], worker_main, rt);
+    if (rc != 0) {
+      LOG_ERROR("cannot start worker %u: %s", i, strerror(rc));
       return KVA_ENOMEM;
     }
     rt->nthreads++;

@@ -44,6 +44,7 @@
 
 #include "actors/clock.h"
 #include "actors/log.h"
+#include "actors/runtime_internal.h"
 #include "l2/redis_internal.h"
 
 #define WATCH_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP)
@@ -58,6 +59,8 @@ static bool sigpipe_pending(void) {
 }
 
 void redis_sigpipe_block(redis_sigpipe *g) {
+  g->skip = rt_sigpipe_blocked; /* a runtime thread: blocked for good */
+  if (g->skip) return;
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGPIPE);
@@ -66,6 +69,7 @@ void redis_sigpipe_block(redis_sigpipe *g) {
 }
 
 void redis_sigpipe_restore(redis_sigpipe *g) {
+  if (g->skip) return;
   if (!g->pending_before && sigpipe_pending()) {
     sigset_t set;
     sigemptyset(&set);

@@ -178,12 +178,14 @@ void redis_nodes_free(redis *r);
 uint64_t redis_now(void);
 /* hiredis writes with write(2): a peer that is gone raises SIGPIPE, whose
  * default action kills the process. A library must not change the
- * process's disposition, so the calling thread blocks SIGPIPE around our
- * hiredis calls and takes back a SIGPIPE they raised (one it had pending
- * before stays pending). */
+ * process's disposition. The runtime's own threads keep SIGPIPE blocked
+ * (actors/thread.c); any other thread (deterministic mode runs actors on
+ * the caller's) blocks it around our hiredis calls and takes back a
+ * SIGPIPE they raised (one it had pending before stays pending). */
 typedef struct redis_sigpipe {
   sigset_t old;
   bool pending_before;
+  bool skip; /* on the runtime's own threads SIGPIPE is blocked already */
 } redis_sigpipe;
 void redis_sigpipe_block(redis_sigpipe *g);
 void redis_sigpipe_restore(redis_sigpipe *g);
