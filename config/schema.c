@@ -161,7 +161,8 @@ static const config_key keys[] = {
      .max = 1023,
      .def = "all",
      .doc = "CUDA devices to serve: \"all\" or an array of ordinals."},
-    INT(NULL, "gpu.streams", 1, 64, "2", 0, "CUDA streams per device."),
+    INT(NULL, "gpu.streams", 1, 64, "2", 0,
+        "CUDA streams per device; copy threads of the host device (KVA_DEVICE_HOST)."),
 };
 
 size_t config_schema_count(void) {
