@@ -207,18 +207,13 @@ START_TEST(a_load_reports_each_layer_once_it_has_landed) {
   ck_assert_uint_eq(gpu_test_prefetch(e.s, k, 16), 16);
   kva_op *op = NULL;
   ck_assert_int_eq(kva_kv_load(e.s, e.kd, k, 16, 16, slots, 256, &op), KVA_OK);
-  uint8_t *want = malloc(e.src.layer_bytes), *got = malloc(e.src.layer_bytes);
   for (uint32_t l = 0; l < L; l++) {
     ck_assert_int_eq(kva_op_wait_layer(op, l, 10000), KVA_OK);
     for (uint32_t j = 0; j <= l; j++) ck_assert_int_eq(kva_op_wait_layer(op, j, 0), KVA_OK);
-    cache_get_layer(&e.src, l, want);
-    cache_get_layer(&e.dst, l, got);
-    ck_assert_msg(memcmp(want, got, e.src.layer_bytes) == 0, "layer %u reported early", l);
+    ck_assert_msg(cache_layer_equal(&e.src, &e.dst, l), "layer %u reported early", l);
   }
   ck_assert_int_eq(kva_op_wait_layer(op, L, 0), KVA_EINVAL);
   ck_assert_int_eq(gpu_test_wait(op), KVA_OK);
-  free(want);
-  free(got);
   env_stop(&e);
 }
 END_TEST
@@ -326,14 +321,7 @@ START_TEST(concurrent_stores_and_loads_land_where_they_should) {
   assert_pool_settled(e.ks);
   assert_pool_settled(e.kd);
   ck_assert_uint_le(pool_of(e.ks).made, 4);
-  uint8_t *want = malloc(e.src.layer_bytes), *got = malloc(e.src.layer_bytes);
-  for (uint32_t l = 0; l < 2; l++) {
-    cache_get_layer(&e.src, l, want);
-    cache_get_layer(&e.dst, l, got);
-    ck_assert(memcmp(want, got, e.src.layer_bytes) == 0);
-  }
-  free(want);
-  free(got);
+  for (uint32_t l = 0; l < 2; l++) ck_assert(cache_layer_equal(&e.src, &e.dst, l));
   env_stop(&e);
 }
 END_TEST
@@ -449,14 +437,7 @@ START_TEST(ops_are_pooled_and_the_pool_stops_at_the_peak_in_flight) {
     ck_assert_uint_eq(ps.peak_out, 2);
     assert_pool_settled(kvs[i]);
   }
-  uint8_t *want = malloc(e.src.layer_bytes), *got = malloc(e.src.layer_bytes);
-  for (uint32_t l = 0; l < 2; l++) {
-    cache_get_layer(&e.src, l, want);
-    cache_get_layer(&e.dst, l, got);
-    ck_assert(memcmp(want, got, e.src.layer_bytes) == 0);
-  }
-  free(want);
-  free(got);
+  for (uint32_t l = 0; l < 2; l++) ck_assert(cache_layer_equal(&e.src, &e.dst, l));
   env_stop(&e);
 }
 END_TEST

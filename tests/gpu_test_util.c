@@ -65,6 +65,17 @@ void cache_get_layer(const test_cache *c, uint32_t l, void *host) {
   ck_assert_int_eq(cuda()->stream_sync(NULL), 0);
 }
 
+int cache_layer_equal(const test_cache *a, const test_cache *b, uint32_t l) {
+  uint8_t *x = malloc(a->layer_bytes), *y = malloc(b->layer_bytes);
+  ck_assert(x && y && a->layer_bytes == b->layer_bytes);
+  cache_get_layer(a, l, x);
+  cache_get_layer(b, l, y);
+  int eq = memcmp(x, y, a->layer_bytes) == 0;
+  free(x);
+  free(y);
+  return eq;
+}
+
 void cache_fill(test_cache *c, uint64_t seed) {
   uint8_t *buf = malloc(c->layer_bytes);
   ck_assert_ptr_nonnull(buf);

@@ -26,6 +26,8 @@ void cache_init(test_cache *c, int device, kva_kv_format f, kva_dtype dt, uint32
 void cache_fill(test_cache *c, uint64_t seed); /* pseudo-random bytes */
 void cache_zero(test_cache *c);
 void cache_get_layer(const test_cache *c, uint32_t l, void *host); /* layer_bytes */
+/* Whether layer l of a and b (same shape) hold the same bytes. */
+int cache_layer_equal(const test_cache *a, const test_cache *b, uint32_t l);
 void cache_free(test_cache *c);
 /* Byte offset of (kv, slot) in a layer, computed independently of gpu/. */
 size_t ref_paged_offset(const test_cache *c, uint32_t kv, uint64_t slot);
