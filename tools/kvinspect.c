@@ -46,7 +46,8 @@ static const char usage[] =
     "JSON to FILE (default kvact-trace.PID.json): a track per actor, a slice per\n"
     "receive, an arrow from each send to its receive. --seconds 0 writes what the\n"
     "ring holds now (with runtime.trace = true it records all the time).\n"
-    "--max-events bounds the memory kvinspect uses (default 4000000).\n"
+    "--max-events bounds kvinspect's memory and the file (default 1000000 events,\n"
+    "about 170 MB of JSON; the rest are counted as not kept).\n"
     "\n"
     "Exit status: 0 ok, 1 no such process, no kvact segment, a segment of\n"
     "another layout version or no permission to read it, 2 usage.\n";
@@ -179,7 +180,7 @@ static int check_process(int pid) {
 static int trace_main(int argc, char **argv) {
   int pid = 0;
   double seconds = 5;
-  long max_events = 4000000;
+  long max_events = 1000000;
   char def_path[64];
   const char *path = NULL;
   for (int i = 1; i < argc; i++) {
