@@ -9,6 +9,7 @@
 #include <check.h>
 #include <ck_pr.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -316,13 +317,15 @@ START_TEST(a_killed_recorder_stops_tracing_within_its_lease) {
 }
 END_TEST
 
-/* A child whose runtime bounces a ball for 500 ms, then exits. */
+/* A child whose runtime bounces a ball until a recorder has been tracing
+ * it for 300 ms (or 20 s went by), then exits. */
 static pid_t short_lived_child(void) {
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
     kva_runtime *rt = start_flowing();
-    usleep(500000);
+    for (int i = 0; i < 20000 && trace_on(rt) == 0; i++) usleep(1000);
+    usleep(300000);
     stop_flowing(rt);
     _exit(0);
   }
@@ -333,7 +336,12 @@ START_TEST(a_trace_stops_when_the_process_exits) {
   pid_t child = short_lived_child();
   char trace_path[300], args[400];
   snprintf(trace_path, sizeof trace_path, "%s.exit.json", out_path);
-  usleep(200000); /* its segment exists */
+  char pattern[64];
+  snprintf(pattern, sizeof pattern, "/dev/shm/kvact.%d.*", (int)child);
+  glob_t g = {0};
+  for (int i = 0; i < 2000 && glob(pattern, 0, NULL, &g) != 0; i++) usleep(10000);
+  ck_assert_uint_ge(g.gl_pathc, 1); /* its segment exists */
+  globfree(&g);
   snprintf(args, sizeof args, "trace %d --seconds 60 --max-events 10000 -o %s", (int)child,
            trace_path);
   uint64_t t0 = fixture_now_ns();
