@@ -536,10 +536,11 @@ typedef struct kva_paged_kv {
 typedef struct kva_kv kva_kv;
 typedef struct kva_op kva_op;
 /* Copies *d (and the layer pointers). KVA_EINVAL for a bad shape,
- * KVA_ENOTSUP for a device that cannot be served. Wait for every op of a
- * kv before unregistering it or shutting the runtime down (an op still
- * copying then never completes); unregistering after the shutdown only
- * frees the kv. */
+ * KVA_ENOTSUP for a device that cannot be served. kva_runtime_shutdown
+ * lets every op in flight finish first (its chunks finished or released
+ * in L1; kva_op_wait then gives its status; calls after the shutdown began
+ * return KVA_ESHUTDOWN); unregistering after the shutdown only frees the
+ * kv. */
 int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out);
 void kva_kv_unregister(kva_kv *kv); /* waits for the kv's ops still copying */
 /* KV_2LTD layout of a chunk of chunk_tokens tokens (ntensors 0 if invalid) */

@@ -16,6 +16,7 @@
 #include "actors/log.h"
 #include "actors/runtime_internal.h"
 #include "config/config_internal.h"
+#include "gpu/copy_actor.h"
 #include "l1/eviction_controller.h"
 #include "l1/key.h"
 #include "storage_internal.h"
@@ -92,6 +93,7 @@ void storage_close(kva_storage *s) {
   __atomic_store_n(&s->closed, 1, __ATOMIC_SEQ_CST);
   while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST)) sched_yield();
   storage_drain(s);
+  gpu_drain(s->rt); /* GPU copies in flight end in L1 while it still runs */
 }
 
 void storage_free(kva_storage *s) {

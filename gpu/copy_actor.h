@@ -21,8 +21,10 @@ typedef struct copy_actor {
   kva_actor *l1;        /* the L1 manager, which finishes writes and reads */
   gpu_backend *backend; /* owned; destroyed in on_stop */
   int efd;              /* rung by job callbacks (backend threads) */
-  pthread_mutex_t lock; /* copied_head/tail: backend threads -> actor */
+  pthread_mutex_t lock; /* copied_head/tail, inflight */
   kva_op *copied_head, *copied_tail;
+  uint32_t inflight;   /* ops handed over and not complete yet */
+  pthread_cond_t idle; /* inflight dropped to 0 */
   /* devices.c, under its table lock */
   kva_runtime *rt;
   int device;
@@ -37,6 +39,8 @@ typedef struct copy_actor {
 copy_actor *copy_actor_spawn(kva_runtime *rt, kva_actor *l1, int device, gpu_backend *backend);
 /* Hands op to the actor; KVA_ESHUTDOWN when it is stopped (op untouched). */
 int copy_actor_submit(copy_actor *d, kva_op *op);
+/* Waits until every op handed to d is complete. */
+void copy_actor_wait_idle(copy_actor *d);
 
 /* devices.c: the copy actor of (rt, device), spawned at its first use with
  * `streams` streams; one reference per call. KVA_ENOTSUP for a device that
@@ -48,5 +52,9 @@ void devices_release(copy_actor *d);
  * when kvs still hold d: on_stop must then leave the struct to the last
  * devices_release. */
 int devices_forget(copy_actor *d);
+/* The storage facade's close (before the runtime stops its fd watches):
+ * waits until every copy actor of rt has completed the ops handed to it,
+ * so an op in flight at shutdown finishes in L1 and completes. */
+void gpu_drain(kva_runtime *rt);
 
 #endif

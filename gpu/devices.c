@@ -73,6 +73,16 @@ void devices_release(copy_actor *d) {
     kva_actor_stop(d->self); /* on_stop frees d */
 }
 
+/* Under the table lock: a kva_kv_unregister racing with shutdown waits
+ * here instead of freeing an actor we are waiting on. Completions take no
+ * table lock, so the wait ends. */
+void gpu_drain(kva_runtime *rt) {
+  pthread_mutex_lock(&table_lock);
+  for (copy_actor *d = table; d; d = d->next)
+    if (d->rt == rt) copy_actor_wait_idle(d);
+  pthread_mutex_unlock(&table_lock);
+}
+
 int devices_forget(copy_actor *d) {
   pthread_mutex_lock(&table_lock);
   if (d->in_table) devices_unlink(d);

@@ -106,10 +106,10 @@ static int kv_store_chunks(kva_op *op, const kva_key *k, size_t n, uint32_t ct, 
   return status;
 }
 
-int kva_kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
-                 uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens, kva_op **out) {
-  int rc = kv_check_request(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
-  if (rc != KVA_OK) return rc;
+static int kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
+                    uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens,
+                    kva_op **out) {
+  int rc;
   kva_op *op = kv_op_new(kv, OP_STORE, nchunks, slot_mapping, ntokens);
   if (!op) return KVA_ENOMEM;
   /* op->st holds the reservation's status per chunk until
@@ -141,10 +141,10 @@ static int kv_load_chunks(kva_op *op, const kva_kv *kv, const kva_key *k, size_t
   return KVA_OK;
 }
 
-int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks, uint32_t chunk_tokens,
-                const int64_t *slot_mapping, size_t ntokens, kva_op **out) {
-  int rc = kv_check_request(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
-  if (rc != KVA_OK) return rc;
+static int kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
+                   uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens,
+                   kva_op **out) {
+  int rc;
   kva_op *op = kv_op_new(kv, OP_LOAD, nchunks, slot_mapping, ntokens);
   if (!op) return KVA_ENOMEM;
   /* on failure it released the locks it found */
@@ -159,4 +159,27 @@ int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks, ui
   }
   *out = op;
   return KVA_OK;
+}
+
+/* Both calls run as one facade call (storage_enter .. leave) from their
+ * checks to the hand-over, so the facade's close, which waits for calls in
+ * progress and then for the copy actors (gpu_drain), never misses an op. */
+int kva_kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
+                 uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens, kva_op **out) {
+  int rc = kv_check_request(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
+  if (rc == KVA_OK && (rc = storage_enter(s)) == KVA_OK) {
+    rc = kv_store(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
+    storage_leave(s);
+  }
+  return rc;
+}
+
+int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks, uint32_t chunk_tokens,
+                const int64_t *slot_mapping, size_t ntokens, kva_op **out) {
+  int rc = kv_check_request(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
+  if (rc == KVA_OK && (rc = storage_enter(s)) == KVA_OK) {
+    rc = kv_load(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
+    storage_leave(s);
+  }
+  return rc;
 }

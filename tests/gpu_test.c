@@ -397,6 +397,32 @@ START_TEST(unregister_after_shutdown_is_safe) {
 }
 END_TEST
 
+/* A store of 37.5 MiB is still copying when the runtime shuts down: the
+ * shutdown waits for it to end in L1, so its wait gives its status instead
+ * of never returning. */
+START_TEST(an_op_in_flight_at_shutdown_completes) {
+  env e;
+  env_start(&e, 2, 8);
+  enum { N = 300 };
+  kva_key *k = calloc(N, sizeof(*k));
+  int64_t *slots = malloc(N * 16 * sizeof(*slots));
+  gpu_test_keys(k, 0, N);
+  for (size_t t = 0; t < N * 16; t++) slots[t] = (int64_t)(t % 128);
+  kva_op *op = NULL;
+  ck_assert_int_eq(kva_kv_store(e.s, e.ks, k, N, 16, slots, N * 16, &op), KVA_OK);
+  kva_runtime_shutdown(e.rt);
+  int status = -1;
+  ck_assert_int_eq(kva_op_wait(op, 10000, &status), KVA_OK);
+  ck_assert_int_eq(status, KVA_OK);
+  kva_kv_unregister(e.ks);
+  kva_kv_unregister(e.kd);
+  cache_free(&e.src);
+  cache_free(&e.dst);
+  free(k);
+  free(slots);
+}
+END_TEST
+
 /* 300 rounds of two stores, then two loads, in flight at once: each kv's
  * pool makes two ops (and their arrays) in the first round and none
  * after; the bytes still land right. */
@@ -521,6 +547,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(t, a_cuda_device_without_a_usable_gpu_is_unsupported);
   tcase_add_test(t, a_deterministic_runtime_is_unsupported);
   tcase_add_test(t, unregister_after_shutdown_is_safe);
+  tcase_add_test(t, an_op_in_flight_at_shutdown_completes);
   tcase_add_test(t, ops_are_pooled_and_the_pool_stops_at_the_peak_in_flight);
   tcase_add_test(t, a_recycled_op_has_a_reset_eventfd);
   tcase_add_test(t, an_op_waited_for_after_unregister_frees_the_kv);
