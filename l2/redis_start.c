@@ -12,9 +12,13 @@
  * starting, so the tier starts failing (its requests fail, it is bypassed
  * and probed) and serves once the server comes.
  */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include "actors/log.h"
@@ -155,8 +159,43 @@ static int try_seed(redis *r, const redis_addr *a, char *err, size_t errlen) {
   return rc;
 }
 
+/* A seed given by name is resolved once, here at start where blocking is
+ * allowed: hiredis resolves names with a blocking getaddrinfo at every
+ * connect, which would stall a worker on each reconnect. The numeric
+ * address is kept (a name that changes address later is not followed); an
+ * IPv4 address is preferred, as servers often listen on 127.0.0.1 only
+ * while "localhost" also names ::1. */
+static void resolve_seed(const char *tier, redis_addr *a) {
+  unsigned char buf[sizeof(struct in6_addr)];
+  if (inet_pton(AF_INET, a->host, buf) == 1 || inet_pton(AF_INET6, a->host, buf) == 1) return;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int rc = getaddrinfo(a->host, NULL, &hints, &res);
+  char ip[INET6_ADDRSTRLEN] = "";
+  const struct addrinfo *pick = res;
+  for (const struct addrinfo *i = res; rc == 0 && i; i = i->ai_next)
+    if (i->ai_family == AF_INET) {
+      pick = i;
+      break;
+    }
+  if (rc == 0 && pick) {
+    const void *p = pick->ai_family == AF_INET6
+                        ? (const void *)&((struct sockaddr_in6 *)pick->ai_addr)->sin6_addr
+                        : (const void *)&((struct sockaddr_in *)pick->ai_addr)->sin_addr;
+    inet_ntop(pick->ai_family, p, ip, sizeof ip);
+  }
+  if (res) freeaddrinfo(res);
+  if (!ip[0]) {
+    LOG_WARN("%s: redis %s: cannot resolve (%s); every connect will try again", tier, a->host,
+             rc ? gai_strerror(rc) : "no address");
+    return;
+  }
+  LOG_INFO("%s: redis %s is %s", tier, a->host, ip);
+  snprintf(a->host, sizeof(a->host), "%s", ip);
+}
+
 int redis_check_start(redis *r, char *err, size_t errlen) {
   char why[256] = "";
+  for (uint32_t i = 0; i < r->cfg.nseeds; i++) resolve_seed(r->cfg.name, &r->cfg.seeds[i]);
   uint32_t tries = r->cfg.cluster ? r->cfg.nseeds : 1;
   for (uint32_t i = 0; i < tries; i++) {
     int rc = try_seed(r, &r->cfg.seeds[i], why, sizeof(why));

@@ -41,6 +41,22 @@ START_TEST(many_keys_round_trip_in_deterministic_mode) {
 }
 END_TEST
 
+/* A seed given by name ("localhost") is resolved once at start and served
+ * like an address. */
+START_TEST(a_seed_given_by_name_is_resolved) {
+  rs_server srv;
+  rs_start(&srv, NULL);
+  char tiers[256];
+  snprintf(tiers, sizeof tiers, "[{\"type\":\"redis\",\"addrs\":[\"localhost:%d\"]}]", srv.port);
+  kva_storage *s = kva_storage_of(rt_start(2, tiers));
+  kva_layout l = dt_layout();
+  dt_write_flush_clear(s, 0, 20, &l, 5);
+  ck_assert_uint_eq(dt_read_back(s, 0, 20, &l, 5), 20);
+  ck_assert_int_eq(rs_dbsize(srv.port), 20);
+  rt_close(s, &srv);
+}
+END_TEST
+
 /* A pipeline of 3: most commands wait in the queue, in order. */
 START_TEST(a_short_pipeline_queues_the_rest) {
   round_trip(2, "\"pipeline\":3", 150);
@@ -219,6 +235,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, many_keys_round_trip_byte_exact);
   tcase_add_test(tc, many_keys_round_trip_in_deterministic_mode);
   tcase_add_test(tc, a_short_pipeline_queues_the_rest);
+  tcase_add_test(tc, a_seed_given_by_name_is_resolved);
   tcase_add_test(tc, lookup_bitmap_has_holes_and_locks_count);
   tcase_add_test(tc, wrong_size_or_layout_is_a_miss);
   tcase_add_test(tc, values_of_32_mib_round_trip);
