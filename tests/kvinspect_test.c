@@ -126,6 +126,8 @@ START_TEST(once_json_finds_actors_by_name_with_their_counts) {
   ck_assert_msg(root, "bad JSON (%s): %s", jerr.text, cli_slurp(out_path));
   ck_assert_int_eq(json_integer_value(json_object_get(root, "pid")), getpid());
   ck_assert_int_ge(json_array_size(json_object_get(root, "segments")), 1);
+  json_t *seg0 = json_array_get(json_object_get(root, "segments"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(seg0, "tracing")), "off");
   json_t *sink = find_actor(root, "inspect_sink");
   json_t *ping = find_actor(root, "inspect_ping"), *pong = find_actor(root, "inspect_pong");
   ck_assert_msg(sink && ping && pong, "actors missing: %s", cli_slurp(out_path));
@@ -160,6 +162,7 @@ START_TEST(once_table_has_the_header_and_the_actors) {
   assert_out_has("RECV_P99");
   assert_out_has("inspect_sink");
   assert_out_has("inspect_ping");
+  assert_out_has("tracing off");
   ck_assert_ptr_null(strstr(cli_slurp(out_path), "\033[")); /* not a terminal: no clearing */
   /* --count 2: two tables follow each other */
   snprintf(args, sizeof args, "%d --count 2 --interval 50", (int)getpid());
@@ -368,6 +371,9 @@ START_TEST(runtime_trace_true_keeps_history_for_seconds_0) {
   while (ck_pr_load_64(&sink_count) < 100) usleep(1000);
   ck_assert_uint_eq(trace_on(rt), TRACE_ON_CONFIG);
   char trace_path[300], args[400];
+  snprintf(args, sizeof args, "%d --once --interval 50", (int)getpid());
+  ck_assert_int_eq(inspect(args), 0);
+  assert_out_has("tracing on (runtime.trace)");
   snprintf(trace_path, sizeof trace_path, "%s.history.json", out_path);
   snprintf(args, sizeof args, "trace %d --seconds 0 -o %s", (int)getpid(), trace_path);
   ck_assert_int_eq(inspect(args), 0);

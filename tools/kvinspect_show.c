@@ -2,6 +2,7 @@
  * kvinspect_show.c — kvinspect's two outputs: the table (one block per
  * segment, one row per actor, like top) and the --once --json object.
  */
+#include <ck_pr.h>
 #include <jansson.h>
 #include <stdio.h>
 
@@ -24,6 +25,14 @@ static const char *fmt_ns(char *buf, size_t len, uint64_t ns) {
   return buf;
 }
 
+/* Whether the segment's trace ring records now, and why: "off", "on
+ * (runtime.trace)", "on (kvinspect trace)". */
+static const char *tracing(const kvi_segment *s) {
+  uint32_t on = ck_pr_load_32((uint32_t *)&s->hdr->trace_on);
+  if (on & TRACE_ON_CONFIG) return "on (runtime.trace)";
+  return on & TRACE_ON_LEASE ? "on (kvinspect trace)" : "off";
+}
+
 static void show_row(const kvi_row *r) {
   char p50[16], p99[16];
   printf("%-24s %-6s %-7s %7llu %7llu %10.0f %8s %8s %9llu %9llu\n", r->name, r->kind, r->state,
@@ -39,7 +48,7 @@ void kvi_show_table(int pid, const kvi_segment *segs, int count, int interval_ms
          count == 1 ? "" : "s", interval_ms, sort_name);
   for (int i = 0; i < count; i++) {
     const kvi_segment *s = &segs[i];
-    printf("\n%s: %u actors, up %.1fs\n", s->name, s->nrows, s->uptime_s);
+    printf("\n%s: %u actors, up %.1fs, tracing %s\n", s->name, s->nrows, s->uptime_s, tracing(s));
     printf("%-24s %-6s %-7s %7s %7s %10s %8s %8s %9s %9s\n", "ACTOR", "KIND", "STATE", "DEPTH",
            "PEAK", "MSG/S", "RECV_P50", "RECV_P99", "OVERFLOW", "BACKPRESS");
     for (uint32_t r = 0; r < s->nrows; r++) show_row(&s->rows[r]);
@@ -62,8 +71,9 @@ static json_t *segment_json(const kvi_segment *s) {
   json_t *actors = json_array();
   for (uint32_t r = 0; actors && r < s->nrows; r++)
     json_array_append_new(actors, row_json(&s->rows[r]));
-  return json_pack("{s:s, s:i, s:i, s:f, s:o}", "name", s->name, "version", (int)s->hdr->version,
-                   "max_slots", (int)s->hdr->max_slots, "uptime_s", s->uptime_s, "actors", actors);
+  return json_pack("{s:s, s:i, s:i, s:f, s:s, s:o}", "name", s->name, "version",
+                   (int)s->hdr->version, "max_slots", (int)s->hdr->max_slots, "uptime_s",
+                   s->uptime_s, "tracing", tracing(s), "actors", actors);
 }
 
 int kvi_show_json(int pid, const kvi_segment *segs, int count, int interval_ms) {
