@@ -564,8 +564,8 @@ int kva_kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
  * read lock of each. A key not read-locked, or whose object does not have
  * the chunk layout: the call fails (KVA_KEY_NOT_EXIST / NOT_READABLE /
  * KVA_EINVAL), writes nothing and releases the locks it was given. */
-int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
-                uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens, kva_op **op);
+int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks, uint32_t chunk_tokens,
+                const int64_t *slot_mapping, size_t ntokens, kva_op **op);
 /* KVA_OK with *status = the op's result once it is complete (locks
  * released), then frees op; KVA_ETIMEDOUT (op still live) after timeout_ms
  * (< 0: forever). */
