@@ -18,6 +18,7 @@
 #include "l1/key.h"
 #include "l2/disk_format.h"
 #include "tests/support/cli.h"
+#include "tests/support/fixture.h"
 
 #define PAYLOAD (3 * DISK_BLOCK + 100) /* 5-block slots: 20480 bytes */
 #define SLOTS 16
@@ -342,12 +343,11 @@ START_TEST(usage_errors_exit_2) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-  if (argc != 2) {
+Suite *kva_test_suite(void) {
+  if (!(kvconf = fixture_arg(1))) {
     fprintf(stderr, "usage: kvconf_fsck_test KVCONF\n");
-    return 2;
+    exit(2);
   }
-  kvconf = argv[1];
   Suite *s = suite_create("kvconf_fsck");
   TCase *tc = tcase_create("fsck");
   tcase_add_test(tc, clean_tier_passes_with_its_counts);
@@ -363,9 +363,5 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, index_windows_are_checked_and_rewritten_past_the_first);
   tcase_add_test(tc, usage_errors_exit_2);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
 }

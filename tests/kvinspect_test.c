@@ -497,12 +497,11 @@ START_TEST(usage_errors_exit_2) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
-  if (argc != 2) {
+Suite *kva_test_suite(void) {
+  if (!(kvinspect = fixture_arg(1))) {
     fprintf(stderr, "usage: kvinspect_test KVINSPECT\n");
-    return 2;
+    exit(2);
   }
-  kvinspect = argv[1];
   Suite *s = suite_create("kvinspect");
   TCase *tc = tcase_create("kvinspect");
   tcase_add_checked_fixture(tc, setup, NULL);
@@ -518,9 +517,5 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, a_trace_stops_when_the_process_exits);
   tcase_add_test(tc, usage_errors_exit_2);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return s;
 }

@@ -15,6 +15,9 @@ kva_runtime *fixture_runtime(int workers, ...);
 /* Receives one message on p within timeout_ms, failing the test otherwise. */
 kva_msg fixture_recv(kva_port *p, void *buf, uint32_t buflen, int timeout_ms);
 uint64_t fixture_now_ns(void);
+/* Argument i of the test binary (the target's args; 0 is the binary), or
+ * NULL. */
+const char *fixture_arg(int i);
 
 /* A runtime with storage actors: an L1 pool of l1_bytes (plain memory, no
  * huge pages), then optional "key=value" settings (NULL-terminated). */
