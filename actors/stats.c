@@ -60,8 +60,17 @@ static size_t slots_end(uint32_t max_slots) {
   return (end + 4095) & ~(size_t)4095; /* the lanes start on a page */
 }
 
-static uint64_t lane_bytes(void) {
-  return TRACE_LANE_BYTES + (uint64_t)TRACE_LANE_EVENTS * TRACE_EVENT_WORDS * 8;
+static uint64_t lane_bytes(uint32_t events, uint32_t event_bytes) {
+  return TRACE_LANE_BYTES + (uint64_t)events * event_bytes;
+}
+
+trace_ring stats_trace_view(stats_header *h) {
+  return (trace_ring){.on = &h->trace_on,
+                      .until_ns = &h->trace_until_ns,
+                      .lanes = (char *)h + h->trace_offset,
+                      .nlanes = h->trace_lanes,
+                      .lane_mask = h->trace_lane_events - 1,
+                      .lane_bytes = lane_bytes(h->trace_lane_events, h->trace_event_bytes)};
 }
 
 /* The ring's fields in the header, and the writer's view of them. The
@@ -73,22 +82,17 @@ static void trace_setup(stats_segment *s, uint32_t max_slots, bool trace) {
   h->trace_lane_events = TRACE_LANE_EVENTS;
   h->trace_event_bytes = TRACE_EVENT_WORDS * 8;
   h->trace_on = trace ? TRACE_ON_CONFIG : 0;
-  s->trace = (trace_ring){.on = &h->trace_on,
-                          .until_ns = &h->trace_until_ns,
-                          .lanes = (char *)h + h->trace_offset,
-                          .nlanes = TRACE_LANES,
-                          .lane_mask = TRACE_LANE_EVENTS - 1,
-                          .lane_bytes = lane_bytes()};
+  s->trace = stats_trace_view(h);
 }
 
 stats_segment *stats_open(int shared, uint32_t max_slots, bool trace) {
   stats_segment *s = calloc(1, sizeof(*s));
   if (!s) return NULL;
-  s->bytes = shared ? slots_end(max_slots) + TRACE_LANES * lane_bytes()
-                    : sizeof(stats_header) + (size_t)max_slots * sizeof(stats_slot);
+  s->bytes =
+      slots_end(max_slots) + TRACE_LANES * lane_bytes(TRACE_LANE_EVENTS, TRACE_EVENT_WORDS * 8);
   void *p = shared ? map_segment(s) : NULL;
   s->shared = p != NULL;
-  if (!p) { /* private, or shm unavailable */
+  if (!p) { /* private, or shm unavailable: the slots only, no trace ring */
     s->bytes = sizeof(stats_header) + (size_t)max_slots * sizeof(stats_slot);
     p = calloc(1, s->bytes);
   }

@@ -77,6 +77,9 @@ const char *stats_name(const stats_segment *s); /* NULL when private */
 /* The slot's index in the segment, TRACE_NOBODY for a private slot. */
 uint32_t stats_index(const stats_segment *s, const stats_slot *slot);
 trace_ring *stats_trace(stats_segment *s); /* NULL when private */
+/* The ring described by a header's trace fields (the writer's view, and a
+ * reader's over a mapped segment; check the fields before using it). */
+trace_ring stats_trace_view(stats_header *h);
 void stats_record_recv(stats_slot *slot, uint64_t ns);
 
 #endif

@@ -39,24 +39,16 @@ typedef struct recording {
 } recording;
 
 static trace_ring ring_of(const kvi_segment *s) {
-  stats_header *h = (stats_header *)s->hdr;
-  return (trace_ring){.on = &h->trace_on,
-                      .until_ns = &h->trace_until_ns,
-                      .lanes = (char *)h + h->trace_offset,
-                      .nlanes = h->trace_lanes,
-                      .lane_mask = h->trace_lane_events - 1,
-                      .lane_bytes =
-                          TRACE_LANE_BYTES + (uint64_t)h->trace_lane_events * h->trace_event_bytes};
+  return stats_trace_view((stats_header *)s->hdr);
 }
 
 /* Whether the segment holds a ring this tool can read. */
 static int check_ring(const kvi_segment *s) {
   const stats_header *h = s->hdr;
-  uint64_t lane_bytes = TRACE_LANE_BYTES + (uint64_t)h->trace_lane_events * h->trace_event_bytes;
   if (h->trace_offset == 0 || h->trace_lanes == 0 ||
       h->trace_event_bytes != TRACE_EVENT_WORDS * 8 ||
       (h->trace_lane_events & (h->trace_lane_events - 1)) != 0 ||
-      h->trace_offset + h->trace_lanes * lane_bytes > s->bytes) {
+      h->trace_offset + h->trace_lanes * ring_of(s).lane_bytes > s->bytes) {
     fprintf(stderr, "kvinspect trace: /dev/shm/%s has no trace ring this kvinspect can read\n",
             s->name);
     return -1;
