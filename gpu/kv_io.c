@@ -109,12 +109,11 @@ static int kv_store_chunks(kva_op *op, const kva_key *k, size_t n, uint32_t ct, 
 static int kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
                     uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens,
                     kva_op **out) {
-  int rc;
   kva_op *op = kv_op_new(kv, OP_STORE, nchunks, slot_mapping, ntokens);
   if (!op) return KVA_ENOMEM;
   /* op->st holds the reservation's status per chunk until
    * kv_store_chunks has read it, then the finishing request's */
-  rc = kv_reserve(s, kv, k, nchunks, chunk_tokens, ntokens, op->bufs, op->st);
+  int rc = kv_reserve(s, kv, k, nchunks, chunk_tokens, ntokens, op->bufs, op->st);
   if (rc == KVA_OK) {
     rc = kv_op_start(kv, op, kv_store_chunks(op, k, nchunks, chunk_tokens, op->bufs, op->st));
     if (rc != KVA_OK) { /* the actor is gone: drop the reservations unseen */
@@ -144,11 +143,10 @@ static int kv_load_chunks(kva_op *op, const kva_kv *kv, const kva_key *k, size_t
 static int kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
                    uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens,
                    kva_op **out) {
-  int rc;
   kva_op *op = kv_op_new(kv, OP_LOAD, nchunks, slot_mapping, ntokens);
   if (!op) return KVA_ENOMEM;
   /* on failure it released the locks it found */
-  rc = kva_read_prefetched(s, k, nchunks, op->bufs);
+  int rc = kva_read_prefetched(s, k, nchunks, op->bufs);
   int locked = rc == KVA_OK;
   if (rc == KVA_OK) rc = kv_load_chunks(op, kv, k, nchunks, chunk_tokens, op->bufs);
   if (rc == KVA_OK) rc = kv_op_start(kv, op, KVA_OK);
@@ -161,25 +159,25 @@ static int kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
   return KVA_OK;
 }
 
-/* Both calls run as one facade call (storage_enter .. leave) from their
- * checks to the hand-over, so the facade's close, which waits for calls in
+/* Either call, as one facade call (storage_enter .. leave) from its checks
+ * to the hand-over, so the facade's close, which waits for calls in
  * progress and then for the copy actors (gpu_drain), never misses an op. */
+static int kv_call(int kind, kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
+                   uint32_t ct, const int64_t *slots, size_t ntokens, kva_op **out) {
+  int rc = kv_check_request(s, kv, k, nchunks, ct, slots, ntokens, out);
+  if (rc != KVA_OK || (rc = storage_enter(s)) != KVA_OK) return rc;
+  rc = kind == OP_STORE ? kv_store(s, kv, k, nchunks, ct, slots, ntokens, out)
+                        : kv_load(s, kv, k, nchunks, ct, slots, ntokens, out);
+  storage_leave(s);
+  return rc;
+}
+
 int kva_kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
                  uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens, kva_op **out) {
-  int rc = kv_check_request(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
-  if (rc == KVA_OK && (rc = storage_enter(s)) == KVA_OK) {
-    rc = kv_store(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
-    storage_leave(s);
-  }
-  return rc;
+  return kv_call(OP_STORE, s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
 }
 
 int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks, uint32_t chunk_tokens,
                 const int64_t *slot_mapping, size_t ntokens, kva_op **out) {
-  int rc = kv_check_request(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
-  if (rc == KVA_OK && (rc = storage_enter(s)) == KVA_OK) {
-    rc = kv_load(s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
-    storage_leave(s);
-  }
-  return rc;
+  return kv_call(OP_LOAD, s, kv, k, nchunks, chunk_tokens, slot_mapping, ntokens, out);
 }
