@@ -13,8 +13,8 @@
  * Invariants: every op handed over reaches op_complete exactly once, after
  * its L1 objects were finished, aborted or released (never with a lock of
  * its own left): kva_kv_unregister waits for its kv's ops (kv.c), and the
- * storage facade's close waits for every op in flight (gpu_drain) before
- * the runtime stops the fd watch that completions arrive through. The
+ * storage facade's close waits for every kv's ops in flight (gpu_drain)
+ * before the runtime stops the fd watch that completions arrive through. The
  * actor never waits for a copy: backend callbacks put the op on `copied`
  * and ring efd.
  */
@@ -57,14 +57,6 @@ static void on_copy_done(copy_job *j, int result) {
 
 /* ---- actor ------------------------------------------------------------- */
 
-/* The end of an op handed to the actor. */
-static void complete(copy_actor *d, kva_op *op, int status) {
-  op_complete(op, status);
-  pthread_mutex_lock(&d->lock);
-  if (--d->inflight == 0) pthread_cond_broadcast(&d->idle);
-  pthread_mutex_unlock(&d->lock);
-}
-
 /* The L1 request that ends op: a stored chunk becomes readable (or is
  * dropped unseen if its copy failed); a loaded chunk's read lock goes. */
 static void finish_in_l1(copy_actor *d, kva_op *op) {
@@ -73,7 +65,7 @@ static void finish_in_l1(copy_actor *d, kva_op *op) {
   op->req = (l1_req){.keys = op->keys, .n = op->job.nchunks, .readers = 1, .status = op->st};
   l1_req *r = &op->req;
   if (kva_send(d->l1, type, &r, sizeof(r), d->self, (uint64_t)(uintptr_t)op) != KVA_OK)
-    complete(d, op, KVA_ESHUTDOWN);
+    op_complete(op, KVA_ESHUTDOWN);
 }
 
 static void drain_copied(copy_actor *d) {
@@ -91,13 +83,13 @@ static void drain_copied(copy_actor *d) {
   }
 }
 
-static void on_l1_reply(copy_actor *d, kva_op *op) {
+static void on_l1_reply(kva_op *op) {
   int status = op->result_if_copied;
   if (op->copy_result != KVA_OK)
     status = KVA_EIO;
   else if (op->req.result < 0)
     status = op->req.result;
-  complete(d, op, status);
+  op_complete(op, status);
 }
 
 static void submit(copy_actor *d, kva_op *op) {
@@ -124,7 +116,7 @@ static void copy_receive(kva_actor *self, void *state, const kva_msg *m) {
     drain_copied(d);
     break;
   case L1_REPLY:
-    on_l1_reply(d, (kva_op *)(uintptr_t)m->tag);
+    on_l1_reply((kva_op *)(uintptr_t)m->tag);
     break;
   default:
     LOG_WARN("gpu: copy actor %d: unexpected message %u", d->device, m->type);
@@ -138,7 +130,6 @@ static void copy_release(copy_actor *d) {
   if (d->efd >= 0) close(d->efd);
   d->efd = -1;
   pthread_mutex_destroy(&d->lock);
-  pthread_cond_destroy(&d->idle);
 }
 
 static void copy_free(copy_actor *d) {
@@ -171,7 +162,6 @@ copy_actor *copy_actor_spawn(kva_runtime *rt, kva_actor *l1, int device, gpu_bac
   d->rt = rt;
   d->device = device;
   pthread_mutex_init(&d->lock, NULL);
-  pthread_cond_init(&d->idle, NULL);
   d->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   kva_spawn_opts o = {.pinned = 1};
   if (d->efd < 0 || !(d->self = kva_spawn(rt, &copy_behavior, d, &o))) {
@@ -186,20 +176,5 @@ copy_actor *copy_actor_spawn(kva_runtime *rt, kva_actor *l1, int device, gpu_bac
 }
 
 int copy_actor_submit(copy_actor *d, kva_op *op) {
-  pthread_mutex_lock(&d->lock);
-  d->inflight++;
-  pthread_mutex_unlock(&d->lock);
-  int rc = kva_send(d->self, COPY_SUBMIT, &op, sizeof(op), NULL, 0);
-  if (rc != KVA_OK) {
-    pthread_mutex_lock(&d->lock);
-    if (--d->inflight == 0) pthread_cond_broadcast(&d->idle);
-    pthread_mutex_unlock(&d->lock);
-  }
-  return rc;
-}
-
-void copy_actor_wait_idle(copy_actor *d) {
-  pthread_mutex_lock(&d->lock);
-  while (d->inflight) pthread_cond_wait(&d->idle, &d->lock);
-  pthread_mutex_unlock(&d->lock);
+  return kva_send(d->self, COPY_SUBMIT, &op, sizeof(op), NULL, 0);
 }

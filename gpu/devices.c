@@ -13,6 +13,7 @@
 
 #include "actors/log.h"
 #include "gpu/copy_actor.h"
+#include "gpu/kv_internal.h"
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static copy_actor *table; /* under table_lock */
@@ -31,7 +32,7 @@ static int devices_backend(int device, uint32_t streams, gpu_backend **out) {
   return *out ? KVA_OK : KVA_ENOMEM;
 }
 
-int devices_acquire(kva_runtime *rt, kva_actor *l1, int device, uint32_t streams,
+int devices_acquire(kva_runtime *rt, kva_actor *l1, int device, uint32_t streams, kva_kv *kv,
                     copy_actor **out) {
   pthread_mutex_lock(&table_lock);
   copy_actor *d = devices_find(rt, device);
@@ -46,7 +47,11 @@ int devices_acquire(kva_runtime *rt, kva_actor *l1, int device, uint32_t streams
       table = d;
     }
   }
-  if (d) d->refs++;
+  if (d) {
+    d->refs++;
+    kv->next_on_dev = d->kvs;
+    d->kvs = kv;
+  }
   pthread_mutex_unlock(&table_lock);
   *out = d;
   return rc;
@@ -62,8 +67,14 @@ static void devices_unlink(copy_actor *d) {
   d->in_table = 0;
 }
 
-void devices_release(copy_actor *d) {
+void devices_release(copy_actor *d, kva_kv *kv) {
   pthread_mutex_lock(&table_lock);
+  for (kva_kv **p = &d->kvs; *p; p = &(*p)->next_on_dev) {
+    if (*p == kv) {
+      *p = kv->next_on_dev;
+      break;
+    }
+  }
   int last = --d->refs == 0, orphan = d->orphan;
   if (last && !orphan) devices_unlink(d);
   pthread_mutex_unlock(&table_lock);
@@ -73,13 +84,15 @@ void devices_release(copy_actor *d) {
     kva_actor_stop(d->self); /* on_stop frees d */
 }
 
-/* Under the table lock: a kva_kv_unregister racing with shutdown waits
- * here instead of freeing an actor we are waiting on. Completions take no
- * table lock, so the wait ends. */
+/* Under the table lock: a kva_kv_unregister racing with shutdown waits in
+ * devices_release instead of freeing a kv we are waiting on. Completions
+ * take no table lock, so the waits end. */
 void gpu_drain(kva_runtime *rt) {
   pthread_mutex_lock(&table_lock);
-  for (copy_actor *d = table; d; d = d->next)
-    if (d->rt == rt) copy_actor_wait_idle(d);
+  for (copy_actor *d = table; d; d = d->next) {
+    if (d->rt != rt) continue;
+    for (kva_kv *kv = d->kvs; kv; kv = kv->next_on_dev) kv_wait_idle(kv);
+  }
   pthread_mutex_unlock(&table_lock);
 }
 

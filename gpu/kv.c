@@ -110,7 +110,7 @@ int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out) {
   kva_kv *kv = kv_new(s, d);
   if (!kv) return KVA_ENOMEM;
   if ((rc = storage_enter(s)) == KVA_OK) {
-    rc = devices_acquire(s->rt, s->l1, d->device, kv_streams(s->rt), &kv->dev);
+    rc = devices_acquire(s->rt, s->l1, d->device, kv_streams(s->rt), kv, &kv->dev);
     storage_leave(s);
   }
   if (rc != KVA_OK) {
@@ -123,10 +123,8 @@ int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out) {
 
 void kva_kv_unregister(kva_kv *kv) {
   if (!kv) return;
-  pthread_mutex_lock(&kv->lock);
-  while (kv->inflight) pthread_cond_wait(&kv->idle, &kv->lock);
-  pthread_mutex_unlock(&kv->lock);
-  devices_release(kv->dev);
+  kv_wait_idle(kv);
+  devices_release(kv->dev, kv);
   /* ops not yet waited for still point at kv: the last op_return frees it */
   pthread_mutex_lock(&kv->lock);
   kv->unregistered = 1;
@@ -142,6 +140,12 @@ void kv_destroy(kva_kv *kv) {
 void kv_op_started(kva_kv *kv) {
   pthread_mutex_lock(&kv->lock);
   kv->inflight++;
+  pthread_mutex_unlock(&kv->lock);
+}
+
+void kv_wait_idle(kva_kv *kv) {
+  pthread_mutex_lock(&kv->lock);
+  while (kv->inflight) pthread_cond_wait(&kv->idle, &kv->lock);
   pthread_mutex_unlock(&kv->lock);
 }
 
