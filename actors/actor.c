@@ -102,14 +102,15 @@ static int push_slow(kva_actor *to, const mailbox_env *e) {
   }
 }
 
-/* Records the send when tracing, and marks the envelope (env_traced) so
- * that its receive can be paired with it. Messages to ports are not
+/* Records the send when tracing, and marks the envelope with its trace tag
+ * (env_trace_tag) so that its receive can be paired with it. Messages to ports are not
  * traced: a port's receive is not an actor's turn. */
 static void trace_push(kva_actor *to, mailbox_env *e) {
   kva_actor *from = e->from;
   if (!from || from->rt != to->rt || to->kind == ACTOR_PORT) return;
-  if (trace_send(to->rt->trace, from->trace_id, to->trace_id, e->type, rt_current == from))
-    e->from = (kva_actor *)((uintptr_t)from | 1);
+  uint32_t tag =
+      trace_send(to->rt->trace, from->trace_id, to->trace_id, e->type, rt_current == from);
+  e->from = (kva_actor *)((uintptr_t)from | tag);
 }
 
 static int actor_push(kva_actor *to, uint32_t type, const void *data, uint32_t len, kva_actor *from,
@@ -190,7 +191,7 @@ void actor_deliver(kva_actor *a, const mailbox_env *e) {
   stats_record_recv(a->stats, ns);
   if (tr) {
     uint32_t peer = m.from && m.from->rt == a->rt ? m.from->trace_id : TRACE_NOBODY;
-    trace_recv(tr, a->trace_id, peer, m.type, start_ns, ns, env_traced(e));
+    trace_recv(tr, a->trace_id, peer, m.type, start_ns, ns, env_trace_tag(e));
   }
 }
 

@@ -91,13 +91,15 @@ struct kva_runtime {
   uint64_t n_overflowed, n_blocked, n_mutes, n_eventfd_writes, n_wakes, n_sleeps;
 };
 
-/* An envelope's sender. Its low bit (actors are 64-byte aligned) marks a
- * message whose send was traced (actors/trace.h). */
+/* An envelope's sender. Its low 5 bits (actors are 64-byte aligned) hold
+ * the trace tag of a message whose send was traced (actors/trace.h). */
+#define ENV_TAG_MASK ((uintptr_t)31)
+_Static_assert(TRACE_TAGS <= ENV_TAG_MASK, "a trace tag fits in the envelope's low bits");
 static inline kva_actor *env_from(const mailbox_env *e) {
-  return (kva_actor *)((uintptr_t)e->from & ~(uintptr_t)1);
+  return (kva_actor *)((uintptr_t)e->from & ~ENV_TAG_MASK);
 }
-static inline bool env_traced(const mailbox_env *e) {
-  return (uintptr_t)e->from & 1;
+static inline uint32_t env_trace_tag(const mailbox_env *e) {
+  return (uint32_t)((uintptr_t)e->from & ENV_TAG_MASK);
 }
 
 /* The actor whose receive runs on this thread, or NULL. */

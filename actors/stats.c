@@ -67,6 +67,7 @@ static uint64_t lane_bytes(uint32_t events, uint32_t event_bytes) {
 trace_ring stats_trace_view(stats_header *h) {
   return (trace_ring){.on = &h->trace_on,
                       .until_ns = &h->trace_until_ns,
+                      .epoch = &h->trace_epoch,
                       .lanes = (char *)h + h->trace_offset,
                       .nlanes = h->trace_lanes,
                       .lane_mask = h->trace_lane_events - 1,

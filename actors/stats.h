@@ -47,6 +47,8 @@ typedef struct stats_header {
   uint32_t trace_on;          /* atomic TRACE_ON_* bits */
   uint32_t trace_event_bytes; /* bytes per event */
   uint64_t trace_until_ns;    /* atomic: TRACE_ON_LEASE ends (CLOCK_MONOTONIC) */
+  uint32_t trace_epoch;       /* atomic: bumped by a reader that lost events */
+  uint32_t trace_pad;
 } stats_header;
 
 typedef struct stats_slot {

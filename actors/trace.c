@@ -36,23 +36,24 @@ static void put(trace_ring *t, uint64_t ts, uint64_t w2, uint64_t w3) {
   ck_pr_store_64(&ev[0], i + 1);
 }
 
-static uint64_t who(uint32_t actor, uint32_t peer, uint32_t kind, uint32_t flags) {
+static uint64_t who(uint32_t actor, uint32_t peer, uint32_t kind, uint32_t flags, uint32_t tag) {
   return (uint64_t)(actor & 0xffff) | (uint64_t)(peer & 0xffff) << 16 | (uint64_t)kind << 32 |
-         (uint64_t)flags << 40;
+         (uint64_t)flags << 40 | (uint64_t)(tag & 0xff) << 48;
 }
 
-bool trace_send(trace_ring *t, uint32_t from, uint32_t to, uint32_t type, bool in_recv) {
+uint32_t trace_send(trace_ring *t, uint32_t from, uint32_t to, uint32_t type, bool in_recv) {
   uint64_t now = clock_mono_ns();
-  if (from == TRACE_NOBODY || to == TRACE_NOBODY || lease_expired(t, now)) return false;
-  put(t, now, type, who(from, to, TRACE_SEND, in_recv ? TRACE_IN_RECV : 0));
-  return true;
+  if (from == TRACE_NOBODY || to == TRACE_NOBODY || lease_expired(t, now)) return 0;
+  uint32_t tag = trace_tag(ck_pr_load_32(t->epoch));
+  put(t, now, type, who(from, to, TRACE_SEND, in_recv ? TRACE_IN_RECV : 0, tag));
+  return tag;
 }
 
 void trace_recv(trace_ring *t, uint32_t actor, uint32_t peer, uint32_t type, uint64_t start_ns,
-                uint64_t dur_ns, bool marked) {
+                uint64_t dur_ns, uint32_t tag) {
   if (actor == TRACE_NOBODY || lease_expired(t, start_ns + dur_ns)) return;
   uint64_t dur = dur_ns > UINT32_MAX ? UINT32_MAX : dur_ns;
-  put(t, start_ns, dur << 32 | type, who(actor, peer, TRACE_RECV, marked ? TRACE_MARKED : 0));
+  put(t, start_ns, dur << 32 | type, who(actor, peer, TRACE_RECV, tag ? TRACE_MARKED : 0, tag));
 }
 
 void trace_decode(const uint64_t w[TRACE_EVENT_WORDS], trace_event *out) {
@@ -63,4 +64,5 @@ void trace_decode(const uint64_t w[TRACE_EVENT_WORDS], trace_event *out) {
   out->peer = (uint16_t)(w[3] >> 16);
   out->kind = (uint8_t)(w[3] >> 32);
   out->flags = (uint8_t)(w[3] >> 40);
+  out->tag = (uint8_t)(w[3] >> 48);
 }

@@ -7,7 +7,10 @@
  * Recording: the ring is turned on with a lease (TRACE_ON_LEASE and a
  * deadline pushed forward at every poll), so tracing stops by itself soon
  * after this tool exits, however it exits. The lanes are drained every
- * millisecond; events overwritten before we read them are counted as lost.
+ * millisecond; events overwritten before we read them are counted as lost,
+ * and a poll that lost some bumps the segment's trace epoch: the tag the
+ * lost events may have carried gets no arrows, the sends after the bump
+ * carry a new one and get their arrows again.
  */
 #include <ck_pr.h>
 #include <errno.h>
@@ -34,8 +37,11 @@ typedef struct recording {
   uint64_t **cursor; /* [seg][lane]: the next event to read */
   rec_event *ev;
   size_t n, cap, max;
-  uint64_t lost;     /* overwritten, or changed while copied */
-  uint64_t not_kept; /* over --max-events */
+  uint64_t lost;                      /* overwritten, or changed while copied */
+  uint64_t not_kept;                  /* over --max-events */
+  int lost_now;                       /* this poll lost events */
+  uint8_t (*tainted)[TRACE_TAGS + 1]; /* [seg][tag]: pairs of the tag may be shifted */
+  uint8_t (*used)[TRACE_TAGS + 1];    /* [seg][tag]: current at some point of this recording */
 } recording;
 
 static trace_ring ring_of(const kvi_segment *s) {
@@ -82,6 +88,7 @@ static void drain_lane(recording *r, uint32_t seg, trace_lane *l, uint64_t mask,
   uint64_t head = ck_pr_load_64(&l->head), events = mask + 1;
   if (head - *cursor > events) { /* lapped: the oldest are gone */
     r->lost += head - *cursor - events;
+    r->lost_now |= r->n < r->max; /* once full, a loss cannot shift what was kept */
     *cursor = head - events;
   }
   for (; *cursor < head; ++*cursor) {
@@ -90,6 +97,7 @@ static void drain_lane(recording *r, uint32_t seg, trace_lane *l, uint64_t mask,
     if (seq < *cursor + 1 && !final) return; /* being written */
     if (seq != *cursor + 1) {
       r->lost++;
+      r->lost_now |= r->n < r->max; /* once full, a loss cannot shift what was kept */
       continue;
     }
     ck_pr_fence_load();
@@ -97,6 +105,7 @@ static void drain_lane(recording *r, uint32_t seg, trace_lane *l, uint64_t mask,
     ck_pr_fence_load();
     if (ck_pr_load_64(&w[0]) != seq) { /* overwritten while we copied */
       r->lost++;
+      r->lost_now |= r->n < r->max; /* once full, a loss cannot shift what was kept */
       continue;
     }
     trace_event e;
@@ -105,20 +114,41 @@ static void drain_lane(recording *r, uint32_t seg, trace_lane *l, uint64_t mask,
   }
 }
 
+/* Taints every segment's current tag and, with `bump`, moves the senders
+ * to the next tag — only to one this recording has not used, so that a
+ * tag's taint always means one stretch of time; once all are used, the
+ * current one stays (tainted: no more arrows). */
+static void next_epoch(recording *r, int bump) {
+  for (int s = 0; s < r->nsegs; s++) {
+    uint32_t *epoch = ring_of(&r->segs[s]).epoch;
+    uint32_t e = ck_pr_load_32(epoch);
+    r->tainted[s][trace_tag(e)] = 1;
+    r->used[s][trace_tag(e)] = 1;
+    if (!bump || r->used[s][trace_tag(e + 1)]) continue;
+    r->used[s][trace_tag(e + 1)] = 1;
+    ck_pr_store_32(epoch, e + 1); /* only readers write it, one at a time */
+  }
+}
+
+/* Reads every lane; a final pass also takes events left half-written. */
 static void drain(recording *r, int final) {
+  r->lost_now = 0;
   for (int s = 0; s < r->nsegs; s++) {
     trace_ring t = ring_of(&r->segs[s]);
     for (uint32_t i = 0; i < t.nlanes; i++)
       drain_lane(r, (uint32_t)s, trace_lane_at(t.lanes, t.lane_bytes, i), t.lane_mask,
                  &r->cursor[s][i], final);
   }
+  if (r->lost_now) next_epoch(r, !final);
 }
 
 /* Starts every lane's cursor at its head (only new events), or a lap
  * behind it (what the ring holds now) when `history`. */
 static int start_cursors(recording *r, int history) {
   r->cursor = calloc((unsigned)r->nsegs, sizeof(*r->cursor));
-  if (!r->cursor) return -1;
+  r->tainted = calloc((unsigned)r->nsegs, sizeof(*r->tainted));
+  r->used = calloc((unsigned)r->nsegs, sizeof(*r->used));
+  if (!r->cursor || !r->tainted || !r->used) return -1;
   for (int s = 0; s < r->nsegs; s++) {
     trace_ring t = ring_of(&r->segs[s]);
     r->cursor[s] = calloc(t.nlanes, sizeof(uint64_t));
@@ -162,6 +192,7 @@ static double record(recording *r, int pid, double seconds) {
     return 0;
   }
   uint64_t start = clock_mono_ns(), end = start + (uint64_t)(seconds * 1e9);
+  next_epoch(r, 1); /* messages marked before us (runtime.trace) have sends we missed */
   lease_renew(r);
   for (unsigned polls = 1; clock_mono_ns() < end; polls++) {
     sleep_ns(POLL_NS);
@@ -186,11 +217,12 @@ static int by_time(const void *pa, const void *pb) {
   return (a->ev.kind > b->ev.kind) - (a->ev.kind < b->ev.kind); /* a receive before a send in it */
 }
 
-/* The pair a send or a marked receive belongs to: segment, sender, receiver. */
+/* The pair a send or a marked receive belongs to: segment, tag, sender,
+ * receiver. */
 static uint64_t pair_of(const rec_event *e) {
   uint64_t from = e->ev.kind == TRACE_SEND ? e->ev.actor : e->ev.peer;
   uint64_t to = e->ev.kind == TRACE_SEND ? e->ev.peer : e->ev.actor;
-  return (uint64_t)e->seg << 32 | from << 16 | to;
+  return (uint64_t)e->seg << 40 | (uint64_t)e->ev.tag << 32 | from << 16 | to;
 }
 
 static const rec_event *flow_events;
@@ -292,8 +324,9 @@ static void write_flow(writer *w, const rec_event *send, const rec_event *recv, 
 }
 
 /* Pairs the n-th recorded send of a pair with its n-th marked receive (per
- * sender FIFO). A lost event would shift the pairing: a pair stops at its
- * first send that is not older than its receive or of another type. */
+ * sender FIFO), within one tag. A tag that may have lost events gets no
+ * arrows; otherwise a pair still stops at its first send that is not older
+ * than its receive or of another type. */
 static uint64_t write_flows(writer *w, uint64_t *unpaired) {
   const recording *r = w->r;
   size_t *idx = malloc((r->n + 1) * sizeof(size_t)), m = 0;
@@ -311,12 +344,14 @@ static uint64_t write_flows(writer *w, uint64_t *unpaired) {
     for (sends = a; sends < b && r->ev[idx[sends]].ev.kind == TRACE_SEND; sends++) {
     }
     size_t nsend = sends - a, nrecv = b - sends, k = 0;
+    const rec_event *first = &r->ev[idx[a]];
+    if (r->tainted[first->seg][first->ev.tag]) nsend = 0; /* its pairing may be shifted */
     for (; k < nsend && k < nrecv; k++) {
       const rec_event *s = &r->ev[idx[a + k]], *v = &r->ev[idx[sends + k]];
       if (s->ev.ts_ns > v->ev.ts_ns || s->ev.type != v->ev.type) break;
       write_flow(w, s, v, ++flows);
     }
-    *unpaired += (nsend - k) + (nrecv - k);
+    *unpaired += (sends - a - k) + (nrecv - k);
     a = b;
   }
   free(idx);
@@ -386,6 +421,8 @@ int kvi_trace(int pid, double seconds, const char *path, size_t max_events) {
 out:
   for (int s = 0; r.cursor && s < r.nsegs; s++) free(r.cursor[s]);
   free(r.cursor);
+  free(r.tainted);
+  free(r.used);
   free(r.ev);
   kvi_close_all(r.segs, r.nsegs);
   return rc;
