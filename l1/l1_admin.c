@@ -1,6 +1,26 @@
 /*
  * l1_admin.c — the L1 manager's object bookkeeping and its maintenance
  * requests: delete, clear, watermark eviction, memcheck, stats.
+ *
+ * Forced deletes and who finds a deleted object. A forced delete (or clear)
+ * of a locked object cannot free its block: a holder still reads or writes
+ * it. The object becomes a zombie: out of the eviction policy, never
+ * readable, writable, lookable or prefetchable again, its block kept until
+ * the last lock goes. Its holders must still reach it, and nobody else may:
+ *  - a controller's lock is taken with the object's id (generation + slot)
+ *    and released by that id, so it always reaches its own object;
+ *  - an engine's lock (kva_reserve_write, a prefetch's read locks) is
+ *    released by key, and a key names one object only if a key has at most
+ *    one object reachable by key. So a zombie with by-key holders stays in
+ *    the key index: the key is not writable (KVA_KEY_NOT_WRITABLE) and a
+ *    prefetch of it misses until those holders let go; then the zombie
+ *    leaves the index (or goes, when unlocked) and the key is free again.
+ *    A zombie held only by id leaves the index at once, so the key can be
+ *    written again while a store task still copies the old bytes.
+ * The other choice, every by-key lock recording which object it holds,
+ * would need the caller to name its object, and the by-key calls of
+ * kvact.h cannot: two readers of one key are indistinguishable. By-key
+ * releases also never take a lock that was taken by id (l1_key_readers).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,35 +43,45 @@ void l1_set_write_lock(struct l1_manager *m, l1_obj *o, bool on) {
     m->n_write_locked--;
 }
 
-void l1_add_readers(struct l1_manager *m, l1_obj *o, uint32_t n) {
+void l1_add_readers(struct l1_manager *m, l1_obj *o, uint32_t n, bool by_id) {
   if (o->readers == 0) m->n_read_locked++;
   o->readers += n;
+  if (by_id) o->id_readers += n;
 }
 
-/* Releases up to n read locks (never below zero); a temporary object goes
- * with its last reader. */
-void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n) {
+void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n, bool by_id) {
   l1_obj *o = object_at(&m->t, slot);
-  if (o->readers == 0) return;
-  o->readers = o->readers > n ? o->readers - n : 0;
-  if (o->readers > 0) return;
-  m->n_read_locked--;
-  if (o->temporary || o->zombie) l1_remove(m, slot, !o->zombie);
+  uint32_t held = by_id ? o->id_readers : l1_key_readers(o);
+  if (n > held) n = held;
+  if (n == 0) return;
+  o->readers -= n;
+  if (by_id) o->id_readers -= n;
+  if (o->readers == 0) m->n_read_locked--;
+  l1_settle(m, slot);
 }
 
-static void zombie_forget(struct l1_manager *m, uint32_t slot) {
-  for (size_t i = 0; i < m->nzombies; i++)
-    if (m->zombies[i] == slot) {
-      m->zombies[i] = m->zombies[--m->nzombies];
-      return;
-    }
+/* Whether an engine (by key) still holds a lock on the object. */
+static bool key_held(const l1_obj *o) {
+  return (o->write_locked && !o->write_by_id) || l1_key_readers(o) > 0;
+}
+
+void l1_settle(struct l1_manager *m, uint32_t slot) {
+  l1_obj *o = object_at(&m->t, slot);
+  if (o->zombie) {
+    if (!o->write_locked && !o->readers)
+      l1_remove(m, slot, false);
+    else if (!key_held(o))
+      object_table_unlink(&m->t, slot);
+  } else if (o->temporary && !l1_locked(o)) {
+    l1_remove(m, slot, true);
+  }
 }
 
 /* Forgets an object and returns its block to the pool. */
 void l1_remove(struct l1_manager *m, uint32_t slot, bool notify) {
   l1_obj *o = object_at(&m->t, slot);
   if (o->zombie) {
-    zombie_forget(m, slot);
+    m->n_zombies--;
     notify = false; /* the policy forgot it when it became a zombie */
   }
   if (notify) l1_note(m, NOTE_REMOVED, slot, 0);
@@ -75,48 +105,27 @@ void l1_force_remove(struct l1_manager *m, uint32_t slot) {
     l1_remove(m, slot, true);
     return;
   }
-  if (m->nzombies == m->cap_zombies) {
-    size_t cap = m->cap_zombies ? 2 * m->cap_zombies : 16;
-    uint32_t *z = realloc(m->zombies, cap * sizeof(*z));
-    if (!z) { /* cannot track it: leave it in place rather than free a held block */
-      LOG_ERROR("l1: out of memory; a locked object is not deleted");
-      return;
-    }
-    m->zombies = z;
-    m->cap_zombies = cap;
-  }
   l1_note(m, NOTE_REMOVED, slot, 0);
-  object_table_unlink(&m->t, slot);
+  o->zombie = true;
   o->pins = 0;
-  m->zombies[m->nzombies++] = slot;
+  m->n_zombies++;
+  l1_settle(m, slot);
 }
 
-static bool holds(const l1_obj *o, bool writer) {
-  return writer ? o->write_locked : o->readers > 0;
-}
-
-int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, bool writer, uint32_t *slot) {
+int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot) {
   if (r->ids) {
     *slot = object_table_by_id(&m->t, r->ids[i]);
     if (*slot != NO_SLOT && !key_equal(&object_at(&m->t, *slot)->key, &r->keys[i])) *slot = NO_SLOT;
-    if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
-    return *slot == NO_SLOT ? KVA_KEY_NOT_EXIST : KVA_OK;
+  } else {
+    *slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
   }
-  int st = l1_key_slot(m, r, i, slot);
-  if (st == KVA_KEY_WRONG_STATE || (*slot != NO_SLOT && holds(object_at(&m->t, *slot), writer)))
-    return st;
-  for (size_t z = 0; z < m->nzombies; z++) {
-    l1_obj *o = object_at(&m->t, m->zombies[z]);
-    if (o->hash == m->sc.hash[i] && key_equal(&o->key, &r->keys[i]) && holds(o, writer)) {
-      *slot = m->zombies[z];
-      return KVA_OK;
-    }
-  }
-  return st;
+  if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
+  return *slot == NO_SLOT ? KVA_KEY_NOT_EXIST : KVA_OK;
 }
 
 int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot) {
   *slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
+  if (*slot != NO_SLOT && object_at(&m->t, *slot)->zombie) *slot = NO_SLOT;
   if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
   return *slot == NO_SLOT ? KVA_KEY_NOT_EXIST : KVA_OK;
 }
@@ -189,7 +198,7 @@ static void report_locked(struct l1_manager *m, char *out, size_t len) {
 
 /* Recounts everything and compares with the maintained counters. */
 static int check_accounting(struct l1_manager *m, char *out, size_t len) {
-  uint64_t objs = 0, blocks = 0, w = 0, rd = 0, tmp = 0;
+  uint64_t objs = 0, blocks = 0, w = 0, rd = 0, tmp = 0, zombies = 0, indexed = 0;
   for (uint32_t slot = 0; slot < m->t.nslots; slot++) {
     l1_obj *o = object_at(&m->t, slot);
     if (o->gen == 0) continue;
@@ -198,18 +207,30 @@ static int check_accounting(struct l1_manager *m, char *out, size_t len) {
     w += o->write_locked;
     rd += o->readers > 0;
     tmp += o->temporary;
+    zombies += o->zombie;
+    indexed += o->indexed;
     if (o->write_locked && o->readers) {
       snprintf(out, len, "l1: an object is write-locked and read-locked at once");
       return KVA_EIO;
     }
+    if (o->id_readers > o->readers || (o->zombie && (!l1_locked(o) || o->pins)) ||
+        (o->zombie && o->indexed && !key_held(o))) {
+      snprintf(out, len, "l1: a deleted object's locks are inconsistent");
+      return KVA_EIO;
+    }
   }
-  if (objs != m->t.count + m->nzombies || objs != pool_live_blocks(m->pool) ||
-      blocks != pool_used(m->pool) || w != m->n_write_locked || rd != m->n_read_locked ||
-      tmp != m->n_temporary) {
+  if (zombies != m->n_zombies || indexed != m->t.count) {
+    snprintf(out, len, "l1: %lu deleted objects (counted %lu), %lu indexed (index %lu)",
+             (unsigned long)zombies, (unsigned long)m->n_zombies, (unsigned long)indexed,
+             (unsigned long)m->t.count);
+    return KVA_EIO;
+  }
+  if (objs != m->t.records || objs != pool_live_blocks(m->pool) || blocks != pool_used(m->pool) ||
+      w != m->n_write_locked || rd != m->n_read_locked || tmp != m->n_temporary) {
     snprintf(out, len,
              "l1: accounting mismatch: %lu objects (table %lu, pool blocks %lu), %lu bytes "
              "(pool %lu), locks %lu/%lu (counted %lu/%lu), temporary %lu (counted %lu)",
-             (unsigned long)objs, (unsigned long)m->t.count,
+             (unsigned long)objs, (unsigned long)m->t.records,
              (unsigned long)pool_live_blocks(m->pool), (unsigned long)blocks,
              (unsigned long)pool_used(m->pool), (unsigned long)m->n_write_locked,
              (unsigned long)m->n_read_locked, (unsigned long)w, (unsigned long)rd,
@@ -238,8 +259,9 @@ void l1_memcheck(struct l1_manager *m, l1_req *r) {
     rc = KVA_EIO;
   }
   if (rc == KVA_OK)
-    snprintf(out, len, "ok: %lu objects, %lu bytes used of %lu", (unsigned long)m->t.count,
-             (unsigned long)pool_used(m->pool), (unsigned long)pool_capacity(m->pool));
+    snprintf(out, len, "ok: %lu objects, %lu bytes used of %lu",
+             (unsigned long)(m->t.records - m->n_zombies), (unsigned long)pool_used(m->pool),
+             (unsigned long)pool_capacity(m->pool));
   r->result = rc;
 }
 
@@ -248,7 +270,7 @@ void l1_stats(struct l1_manager *m, l1_req *r) {
   *s = m->st;
   s->l1_capacity_bytes = pool_capacity(m->pool);
   s->l1_used_bytes = pool_used(m->pool);
-  s->l1_objects = m->t.count;
+  s->l1_objects = m->t.records - m->n_zombies;
   s->l1_write_locked = m->n_write_locked;
   s->l1_read_locked = m->n_read_locked;
   s->l1_temporary = m->n_temporary;

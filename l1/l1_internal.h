@@ -73,8 +73,7 @@ struct l1_manager {
   deferred_msg *dq_head, *dq_tail;
   scratch sc;
   uint64_t n_write_locked, n_read_locked, n_temporary; /* objects, maintained */
-  uint32_t *zombies; /* slots of force-deleted objects still locked */
-  size_t nzombies, cap_zombies;
+  uint64_t n_zombies;   /* force-deleted objects still held (l1_admin.c) */
   kva_storage_stats st; /* counters */
 };
 
@@ -96,21 +95,33 @@ int l1_scan_keys(struct l1_manager *m, const l1_req *r);
 bool l1_locked(const l1_obj *o);
 void l1_remove(struct l1_manager *m, uint32_t slot, bool notify);
 void l1_set_write_lock(struct l1_manager *m, l1_obj *o, bool on);
-void l1_add_readers(struct l1_manager *m, l1_obj *o, uint32_t n);
-void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n);
-/* Key i of the request: sets *slot (NO_SLOT when absent) and returns
- * KVA_OK, KVA_KEY_WRONG_STATE for a repeat of an earlier key, or
- * KVA_KEY_NOT_EXIST. */
+/* Read locks: by_id = taken with an object id (a controller's), else by
+ * key (an engine's, or handed to one). */
+void l1_add_readers(struct l1_manager *m, l1_obj *o, uint32_t n, bool by_id);
+/* Releases up to n read locks of that kind (never below zero); a temporary
+ * object goes with its last reader unless pinned, a zombie with its last
+ * lock. */
+void l1_drop_readers(struct l1_manager *m, uint32_t slot, uint32_t n, bool by_id);
+/* A temporary or force-deleted object whose last lock or pin just went:
+ * removed, or (a zombie) out of the index once no by-key holder is left. */
+void l1_settle(struct l1_manager *m, uint32_t slot);
+/* Read locks held by key. */
+static inline uint32_t l1_key_readers(const l1_obj *o) {
+  return o->readers - o->id_readers;
+}
+/* Key i of the request, for calls on live objects: sets *slot (NO_SLOT
+ * when absent or force-deleted) and returns KVA_OK, KVA_KEY_WRONG_STATE for
+ * a repeat of an earlier key, or KVA_KEY_NOT_EXIST. */
 int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot);
 /* The object a holder releases: by r->ids[i] when ids are given (live or
- * zombie, its key must be keys[i]), else by key — the live object if it
- * holds the lock (writer: write lock; else read locks), otherwise a zombie
- * of that key that does. Sets *slot (NO_SLOT when none) and returns KVA_OK,
- * KVA_KEY_WRONG_STATE for a repeated key, or KVA_KEY_NOT_EXIST. */
-int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, bool writer, uint32_t *slot);
+ * zombie, its key must be keys[i]); else the one indexed object of the key
+ * (live or zombie), which a by-key holder's object always is (l1_admin.c).
+ * Sets *slot (NO_SLOT when none) and returns KVA_OK, KVA_KEY_WRONG_STATE for
+ * a repeated key, or KVA_KEY_NOT_EXIST. */
+int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot);
 /* Deletes an object: at once when unlocked; a locked one becomes a zombie
- * (out of the index and the eviction policy, its block kept) until its
- * holders have released it. */
+ * (out of the eviction policy, never readable or writable again, its block
+ * kept) until its holders have released it. */
 void l1_force_remove(struct l1_manager *m, uint32_t slot);
 /* marks an object as touched by this request; true if it already was */
 bool l1_seen(struct l1_manager *m, uint32_t slot);

@@ -368,7 +368,6 @@ static void l1_on_stop(kva_actor *self, void *state) {
   free(m->dem.plan);
   free(m->note);
   free(m->written);
-  free(m->zombies);
   free(m);
 }
 

@@ -68,6 +68,12 @@ typedef struct l1_req {
    * very object it locked even if it was force-deleted (and the key
    * written again) meanwhile. Optional everywhere. */
   uint64_t *ids;
+  /* RESERVE_READ, FINISH_READ with ids: the read locks are the sender's
+   * own, released by id only (the store controller's). Every other read
+   * lock is an engine's, released by key (or, for it, by a controller by
+   * id): a force-deleted object with such a lock keeps its key (l1_admin.c).
+   * A write lock is the sender's own when RESERVE_WRITE had ids. */
+  int own;
   const uint8_t *del; /* FINISH_READ: del[i] = remove the object if it is
                          then unlocked (atomically with the release) */
   int pin;            /* LOOKUP */

@@ -29,7 +29,17 @@ static void note_touched_reversed(struct l1_manager *m, size_t n) {
 }
 
 static bool can_add_readers(const l1_obj *o, uint32_t n) {
-  return !o->write_locked && o->readers + n <= READERS_LIMIT;
+  return !o->zombie && !o->write_locked && o->readers + n <= READERS_LIMIT;
+}
+
+/* Whether the request's read locks are its sender's own (by id). */
+static bool own_locks(const l1_req *r) {
+  return r->ids && r->own;
+}
+
+/* Whether a read lock of that kind is held on o. */
+static bool read_held(const l1_obj *o, bool own) {
+  return !o->write_locked && (own ? o->id_readers : l1_key_readers(o)) > 0;
 }
 
 void l1_reserve_read(struct l1_manager *m, l1_req *r) {
@@ -44,7 +54,7 @@ void l1_reserve_read(struct l1_manager *m, l1_req *r) {
     if (r->ids) r->ids[i] = st == KVA_OK ? object_id(&m->t, slot) : 0;
     if (st == KVA_OK) {
       l1_obj *o = object_at(&m->t, slot);
-      l1_add_readers(m, o, r->readers);
+      l1_add_readers(m, o, r->readers, own_locks(r));
       if (r->bufs) r->bufs[i] = (kva_buf){o->ptr, o->bytes};
       ok++;
     }
@@ -58,12 +68,11 @@ void l1_finish_read(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
-    int st = l1_held_slot(m, r, i, false, &slot);
-    if (st == KVA_OK && (object_at(&m->t, slot)->write_locked || !object_at(&m->t, slot)->readers))
-      st = KVA_KEY_WRONG_STATE;
+    int st = l1_held_slot(m, r, i, &slot);
+    if (st == KVA_OK && !read_held(object_at(&m->t, slot), own_locks(r))) st = KVA_KEY_WRONG_STATE;
     if (st == KVA_OK) {
       bool remove = r->del && r->del[i];
-      l1_drop_readers(m, slot, r->readers);
+      l1_drop_readers(m, slot, r->readers, own_locks(r));
       /* still there (not temporary, not a zombie), now unlocked: the
        * release and the deletion are one step, so no writer slips between */
       if (remove && object_at(&m->t, slot)->gen && !l1_locked(object_at(&m->t, slot)))
@@ -85,7 +94,7 @@ void l1_prefetch(struct l1_manager *m, l1_req *r) {
   size_t hits = 0;
   while (hits < r->n && m->sc.slot[hits] != NO_SLOT &&
          can_add_readers(object_at(&m->t, m->sc.slot[hits]), r->readers)) {
-    l1_add_readers(m, object_at(&m->t, m->sc.slot[hits]), r->readers);
+    l1_add_readers(m, object_at(&m->t, m->sc.slot[hits]), r->readers, false);
     hits++;
   }
   note_touched_reversed(m, hits);
@@ -103,15 +112,14 @@ void l1_read(struct l1_manager *m, l1_req *r) {
     r->result = KVA_EINVAL;
     return;
   }
-  for (size_t i = 0; i < r->n; i++) /* a reader of a force-deleted object still reads it */
-    if (m->sc.slot[i] == NO_SLOT || !object_at(&m->t, m->sc.slot[i])->readers)
-      l1_held_slot(m, r, i, false, &m->sc.slot[i]);
+  /* a reader of a force-deleted object still reads it: by key, the one
+   * indexed object of its key is the reader's (l1_admin.c) */
   int problem = KVA_OK;
   for (size_t i = 0; i < r->n && problem == KVA_OK; i++) {
     uint32_t slot = m->sc.slot[i];
     if (slot == NO_SLOT)
       problem = KVA_KEY_NOT_EXIST;
-    else if (object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers == 0)
+    else if (!read_held(object_at(&m->t, slot), false))
       problem = KVA_KEY_NOT_READABLE;
     else
       r->bufs[i] = (kva_buf){object_at(&m->t, slot)->ptr, object_at(&m->t, slot)->bytes};
@@ -120,7 +128,7 @@ void l1_read(struct l1_manager *m, l1_req *r) {
     for (size_t i = 0; i < r->n; i++) {
       r->bufs[i] = (kva_buf){0};
       uint32_t slot = m->sc.slot[i];
-      if (slot != NO_SLOT && !object_at(&m->t, slot)->write_locked) l1_drop_readers(m, slot, 1);
+      if (slot != NO_SLOT) l1_drop_readers(m, slot, 1, false);
     }
   }
   r->result = problem;
@@ -129,7 +137,7 @@ void l1_read(struct l1_manager *m, l1_req *r) {
 void l1_touch(struct l1_manager *m, l1_req *r) {
   int found = 0;
   for (size_t i = 0; i < r->n; i++) {
-    m->sc.slot[i] = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
+    l1_key_slot(m, r, i, &m->sc.slot[i]);
     found += m->sc.slot[i] != NO_SLOT;
   }
   note_touched_reversed(m, r->n);
@@ -146,7 +154,8 @@ void l1_lookup(struct l1_manager *m, l1_req *r) {
   }
   size_t hits = 0;
   while (hits < r->n && m->sc.slot[hits] != NO_SLOT &&
-         !object_at(&m->t, m->sc.slot[hits])->write_locked) {
+         !object_at(&m->t, m->sc.slot[hits])->write_locked &&
+         !object_at(&m->t, m->sc.slot[hits])->zombie) {
     l1_obj *o = object_at(&m->t, m->sc.slot[hits]);
     if (r->pin && o->pins == UINT32_MAX) break;
     if (r->pin) o->pins++;
@@ -165,6 +174,7 @@ void l1_unpin(struct l1_manager *m, l1_req *r) {
     if (st == KVA_OK && object_at(&m->t, slot)->pins == 0) st = KVA_KEY_WRONG_STATE;
     if (st == KVA_OK) {
       object_at(&m->t, slot)->pins--;
+      l1_settle(m, slot); /* a temporary object outlives its last reader while pinned */
       ok++;
     }
     if (r->status) r->status[i] = st;
@@ -174,7 +184,8 @@ void l1_unpin(struct l1_manager *m, l1_req *r) {
 
 void l1_inspect(struct l1_manager *m, l1_req *r) {
   for (size_t i = 0; i < r->n; i++) {
-    uint32_t slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
+    uint32_t slot;
+    l1_key_slot(m, r, i, &slot);
     if (slot == NO_SLOT) {
       r->status[i] = L1_ABSENT;
       continue;

@@ -32,9 +32,11 @@ static int claim_key(struct l1_manager *m, const l1_req *r, size_t i, uint64_t b
   if (slot != NO_SLOT) {
     l1_obj *o = object_at(&m->t, slot);
     l1_seen(m, slot); /* part of this request: never a demand-eviction victim */
-    if (r->mode == KVA_WRITE_NEW || l1_locked(o) || o->temporary || o->fingerprint != fp)
+    if (r->mode == KVA_WRITE_NEW || o->zombie || l1_locked(o) || o->temporary ||
+        o->fingerprint != fp)
       return KVA_KEY_NOT_WRITABLE;
     l1_set_write_lock(m, o, true);
+    o->write_by_id = r->ids != NULL;
     m->sc.slot[i] = slot;
     return KVA_OK;
   }
@@ -66,6 +68,7 @@ static void complete(struct l1_manager *m, l1_req *r, size_t nalloc, bool alloca
       l1_obj *o = object_at(&m->t, slot);
       o->ptr = m->sc.ptrs[j];
       l1_set_write_lock(m, o, true);
+      o->write_by_id = r->ids != NULL;
     } else {
       l1_remove(m, slot, false);
       m->sc.slot[i] = NO_SLOT;
@@ -175,23 +178,37 @@ void l1_demand_candidates(struct l1_manager *m, const evict_list *l) {
   complete(m, d->req, d->nalloc, try_alloc(m, d->nalloc), d->reply_to, d->tag);
 }
 
+/* Whether the caller may release o's write lock: by id (which names the
+ * very object), or by key when the lock was taken by key. */
+static bool write_held(const l1_obj *o, const l1_req *r) {
+  return o->write_locked && (r->ids || !o->write_by_id);
+}
+
+/* Key i's write lock as the caller holds it: KVA_OK with *slot set, or
+ * its status. A force-deleted object's lock is released here and the
+ * caller is told KVA_KEY_NOT_EXIST (it is never readable). */
+static int held_for_write(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot) {
+  int st = l1_held_slot(m, r, i, slot);
+  if (st != KVA_OK) return st;
+  l1_obj *o = object_at(&m->t, *slot);
+  if (!write_held(o, r) || o->readers) return o->zombie ? KVA_KEY_NOT_EXIST : KVA_KEY_WRONG_STATE;
+  if (!o->zombie) return KVA_OK;
+  l1_set_write_lock(m, o, false);
+  l1_settle(m, *slot);
+  return KVA_KEY_NOT_EXIST;
+}
+
 void l1_finish_write(struct l1_manager *m, l1_req *r, bool and_read) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
-    int st = l1_held_slot(m, r, i, true, &slot);
-    if (st == KVA_OK && object_at(&m->t, slot)->zombie) { /* force-deleted: never readable */
-      l1_remove(m, slot, false);
-      st = KVA_KEY_NOT_EXIST;
-    }
-    if (st == KVA_OK && (!object_at(&m->t, slot)->write_locked || object_at(&m->t, slot)->readers))
-      st = KVA_KEY_WRONG_STATE;
+    int st = held_for_write(m, r, i, &slot);
     if (and_read && r->bufs) r->bufs[i] = (kva_buf){0};
     if (st == KVA_OK) {
       l1_obj *o = object_at(&m->t, slot);
       l1_set_write_lock(m, o, false);
-      if (and_read) {
-        l1_add_readers(m, o, r->readers);
+      if (and_read) { /* the readers are the engine's: released by key */
+        l1_add_readers(m, o, r->readers, false);
         if (r->bufs) r->bufs[i] = (kva_buf){o->ptr, o->bytes};
       }
       l1_note(m, NOTE_WRITE_FINISHED, slot, 0);
@@ -211,8 +228,8 @@ void l1_abort_write(struct l1_manager *m, l1_req *r) {
   int ok = 0;
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
-    int st = l1_held_slot(m, r, i, true, &slot);
-    if (st == KVA_OK && !object_at(&m->t, slot)->write_locked) st = KVA_KEY_WRONG_STATE;
+    int st = l1_held_slot(m, r, i, &slot);
+    if (st == KVA_OK && !write_held(object_at(&m->t, slot), r)) st = KVA_KEY_WRONG_STATE;
     if (st == KVA_OK) {
       l1_remove(m, slot, !object_at(&m->t, slot)->zombie);
       ok++;

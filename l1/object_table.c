@@ -88,8 +88,10 @@ uint32_t object_table_insert(object_table *t, const kva_key *k, uint64_t hash) {
   o->hash = hash;
   o->gen = t->gen_next++;
   if (t->gen_next == 0) t->gen_next = 1; /* 0 marks a free slot */
+  o->indexed = true;
   index_put(t->index, t->index_mask, hash, slot);
   t->count++;
+  t->records++;
   return slot;
 }
 
@@ -111,22 +113,22 @@ static void index_delete(object_table *t, uint64_t i) {
 
 void object_table_unlink(object_table *t, uint32_t slot) {
   l1_obj *o = &t->objs[slot];
-  if (o->zombie) return;
+  if (!o->indexed) return;
   for (uint64_t i = o->hash & t->index_mask;; i = (i + 1) & t->index_mask) {
     if (t->index[i].slot == slot) {
       index_delete(t, i);
       break;
     }
   }
-  o->zombie = true;
-  t->count--; /* count is the objects the index finds */
+  o->indexed = false;
+  t->count--;
 }
 
 void object_table_remove(object_table *t, uint32_t slot) {
   l1_obj *o = &t->objs[slot];
   object_table_unlink(t, slot);
-  o->zombie = false;
   o->gen = 0;
+  t->records--;
   t->free_slots[t->nfree++] = slot;
 }
 

@@ -24,14 +24,18 @@ typedef struct l1_obj {
   uint64_t bytes;       /* logical size (layout_bytes) */
   uint64_t fingerprint; /* layout_fingerprint of its layout */
   kva_layout layout;
-  uint64_t stamp;    /* last request that named it (duplicate detection) */
-  uint32_t gen;      /* generation of this slot; 0 = slot free */
-  uint32_t readers;  /* read locks held */
-  uint32_t pins;     /* kva_lookup pins: not evictable while > 0 */
-  bool write_locked; /* being written; not readable */
-  bool temporary;    /* freed at its last read release (L2 loads) */
-  bool zombie;       /* force-deleted while locked: out of the index, block kept
-                        until its holders release it (by id) */
+  uint64_t stamp;      /* last request that named it (duplicate detection) */
+  uint32_t gen;        /* generation of this slot; 0 = slot free */
+  uint32_t readers;    /* read locks held */
+  uint32_t pins;       /* kva_lookup pins: not evictable while > 0 */
+  uint32_t id_readers; /* of readers: locks taken with an object id (the
+                          controllers'), released by id; the rest by key */
+  bool write_locked;   /* being written; not readable */
+  bool write_by_id;    /* the write lock was taken with an id: released by id */
+  bool temporary;      /* freed at its last read release (L2 loads) */
+  bool zombie;         /* force-deleted while locked: block kept until its
+                          holders let go (l1_admin.c says who finds it) */
+  bool indexed;        /* in the key index (object_table_find finds it) */
 } l1_obj;
 
 typedef struct object_table {
@@ -46,18 +50,20 @@ typedef struct object_table {
     uint32_t slot; /* UINT32_MAX = empty */
   } * index;
   uint64_t index_mask;
-  uint64_t count; /* objects in the index (zombies excluded) */
+  uint64_t count;   /* records in the key index */
+  uint64_t records; /* records in use, in the index or not */
 } object_table;
 
 int object_table_init(object_table *t);
 void object_table_destroy(object_table *t);
-/* slot of the object with this key, or UINT32_MAX */
+/* slot of the indexed record with this key, or UINT32_MAX; a key has at
+ * most one indexed record */
 uint32_t object_table_find(const object_table *t, const kva_key *k, uint64_t hash);
 /* a new, zeroed record for key k (not yet locked); UINT32_MAX on ENOMEM */
 uint32_t object_table_insert(object_table *t, const kva_key *k, uint64_t hash);
 void object_table_remove(object_table *t, uint32_t slot);
-/* Takes the object out of the key index only (it becomes a zombie: found
- * by id, never by key); object_table_remove frees its slot later. */
+/* Takes the record out of the key index only (found by id from then on,
+ * never by key); object_table_remove frees its slot later. */
 void object_table_unlink(object_table *t, uint32_t slot);
 static inline l1_obj *object_at(object_table *t, uint32_t slot) {
   return &t->objs[slot];

@@ -195,6 +195,7 @@ static void start_task(sc *c, store_task *t) {
                    .readers = 1,
                    .bufs = t->bufs,
                    .ids = t->ids,
+                   .own = 1,
                    .status = t->status};
   send_l1(c, t, L1_RESERVE_READ);
 }
@@ -219,8 +220,13 @@ static void release(sc *c, store_task *t) {
       if (t->del[i]) del = t->del;
   }
   t->state = RELEASING;
-  t->l1 = (l1_req){
-      .keys = t->keys, .n = t->n, .readers = 1, .ids = t->ids, .del = del, .status = t->status};
+  t->l1 = (l1_req){.keys = t->keys,
+                   .n = t->n,
+                   .readers = 1,
+                   .ids = t->ids,
+                   .own = 1,
+                   .del = del,
+                   .status = t->status};
   send_l1(c, t, L1_FINISH_READ);
 }
 

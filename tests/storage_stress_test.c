@@ -3,6 +3,10 @@
  * mixed writes, prefetches, reads, deletes, touches and clears over
  * overlapping keys in an L1 small enough to evict all the time; every
  * object read must hold exactly one complete write of its own key.
+ * The forced runs add forced deletes and kva_clear(force) of keys other
+ * threads hold, with no L2, a mock and a disk tier, or a redis tier: a
+ * holder still reads its own bytes, a writer whose key went is told
+ * KVA_KEY_NOT_EXIST, and no lock is left behind.
  *
  * Each writer fills an object with a pattern naming the key and a
  * generation unique to that write. A read verifies the whole object: a torn
@@ -21,6 +25,7 @@
 
 #include "kvact.h"
 #include "tests/support/fixture.h"
+#include "tests/support/redis_server.h"
 
 #define MiB (1024ull * 1024ull)
 #define L1_BYTES (32 * MiB)
@@ -30,6 +35,9 @@
 #define MAX_BATCH 8u
 #define NTHREADS 4
 #define CLEAR_EVERY 5000u /* about one clear(0) per this many ops */
+#define FORCED_THREADS 8
+#define FORCE_EVERY 40u        /* forced runs: about one forced delete per this many ops */
+#define FORCE_CLEAR_EVERY 800u /* and one kva_clear(force) per this many */
 
 #if defined(KVA_TSAN) || defined(__SANITIZE_THREAD__)
 #define OPS_DIVISOR 5
@@ -86,8 +94,9 @@ typedef struct engine {
   uint64_t rng;
   long ops;
   uint64_t gen; /* writes issued */
+  int force;    /* forced deletes and clears too */
   /* outcome counters */
-  uint64_t written, reads_verified, prefetched_keys, oom, deleted, clears;
+  uint64_t written, reads_verified, prefetched_keys, oom, deleted, clears, forced, lost_writes;
   char failure[512]; /* first failure, empty if none */
 } engine;
 
@@ -159,8 +168,15 @@ static void op_write(engine *e) {
       FAIL(e, "write-locked key %lu changed under its writer", (unsigned long)ids[i]);
   if (ndone == 0) return;
   rc = kva_finish_write(e->s, done, ndone, st);
-  if (rc != (int)ndone) FAIL(e, "finish_write %d of %zu", rc, ndone);
-  e->written += ndone;
+  size_t ok = 0;
+  for (size_t i = 0; i < ndone; i++) {
+    ok += st[i] == KVA_OK;
+    if (st[i] != KVA_OK && !(e->force && st[i] == KVA_KEY_NOT_EXIST))
+      FAIL(e, "finish_write key %lu: %s", (unsigned long)ids[i], kva_strerror(st[i]));
+  }
+  if (rc != (int)ok) FAIL(e, "finish_write returned %d for %zu keys", rc, ok);
+  e->written += ok;
+  e->lost_writes += ndone - ok; /* force-deleted under their writer */
 }
 
 /* Waits for a prefetch in one of the three ways an engine may. */
@@ -237,16 +253,34 @@ static void op_touch(engine *e) {
   if (rc < 0 || rc > (int)n) engine_fail(e, "touch: %d", rc);
 }
 
-static void op_clear(engine *e) {
-  int rc = kva_clear(e->s, 0);
+static void op_clear(engine *e, int force) {
+  int rc = kva_clear(e->s, force);
   if (rc < 0) FAIL(e, "clear: %s", kva_strerror(rc));
   e->clears++;
 }
 
+/* A forced delete of keys that other threads may hold, read or write. */
+static void op_force_delete(engine *e) {
+  uint64_t ids[MAX_BATCH];
+  kva_key k[MAX_BATCH];
+  int st[MAX_BATCH];
+  size_t n = pick(e, ids, k, 4);
+  int rc = kva_delete(e->s, k, n, 1, st);
+  if (rc < 0) FAIL(e, "forced delete: %s", kva_strerror(rc));
+  for (size_t i = 0; i < n; i++)
+    if (st[i] != KVA_OK && st[i] != KVA_KEY_NOT_EXIST)
+      FAIL(e, "forced delete key %lu: %s", (unsigned long)ids[i], kva_strerror(st[i]));
+  e->forced += (uint64_t)rc;
+}
+
 static void engine_step(engine *e) {
   uint64_t r = rnd(e) % 100;
-  if (rnd(e) % CLEAR_EVERY == 0)
-    op_clear(e);
+  if (e->force && rnd(e) % FORCE_EVERY == 0)
+    op_force_delete(e);
+  else if (e->force && rnd(e) % FORCE_CLEAR_EVERY == 0)
+    op_clear(e, 1);
+  else if (rnd(e) % CLEAR_EVERY == 0)
+    op_clear(e, 0);
   else if (r < 35)
     op_write(e);
   else if (r < 70)
@@ -289,8 +323,42 @@ static uint64_t verify_resident(kva_storage *s) {
   return found;
 }
 
-static void run_engines(kva_runtime *rt, int nthreads, long ops, int threaded) {
+/* One stress run: threads (0 = one engine in deterministic mode), ops
+ * per thread, forced deletes and clears or not, and whether L2 tiers are
+ * configured (then the final check freezes them first, so it reads L1). */
+typedef struct stress_opts {
+  int nthreads, threaded, force, l2;
+  long ops;
+} stress_opts;
+
+/* Every engine released what it held, the counters add up, and every
+ * resident object holds one complete write of its key. */
+static void check_after(kva_storage *s, const stress_opts *o, uint64_t written, uint64_t verified) {
+  if (o->l2) {
+    ck_assert_int_eq(kva_flush(s, 30000), KVA_OK); /* the store tasks' locks go */
+    ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);
+  }
+  kva_storage_stats x;
+  ck_assert_int_eq(kva_storage_get_stats(s, &x), KVA_OK);
+  ck_assert_uint_eq(x.l1_write_locked, 0);
+  ck_assert_uint_eq(x.l1_read_locked, 0);
+  fixture_memcheck_clean(s);
+  ck_assert_uint_gt(written, 0);
+  ck_assert_uint_gt(verified, 0);
+  ck_assert_uint_gt(x.evicted + x.evicted_on_demand, 0);
+  if (!o->force) {
+    ck_assert_uint_gt(x.evicted, 0);
+    ck_assert_uint_gt(x.evicted_on_demand, 0);
+  }
+  ck_assert_uint_le(x.l1_used_bytes, x.l1_capacity_bytes);
+  ck_assert_uint_eq(verify_resident(s), x.l1_objects);
+  fixture_memcheck_clean(s);
+  if (o->l2) ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
+}
+
+static void run_engines(kva_runtime *rt, const stress_opts *o) {
   kva_storage *s = kva_storage_of(rt);
+  int nthreads = o->nthreads, threaded = o->threaded;
   engine *e = calloc((size_t)nthreads, sizeof(*e));
   pthread_t *t = calloc((size_t)nthreads, sizeof(*t));
   ck_assert(e && t);
@@ -303,40 +371,36 @@ static void run_engines(kva_runtime *rt, int nthreads, long ops, int threaded) {
                     .first = (uint64_t)i * (NKEYS / (uint64_t)nthreads),
                     .window = nthreads > 1 ? WINDOW : NKEYS,
                     .rng = 0x1234567ull * (uint64_t)(i + 1),
-                    .ops = ops};
+                    .ops = o->ops,
+                    .force = o->force};
     if (threaded) ck_assert_int_eq(pthread_create(&t[i], NULL, engine_main, &e[i]), 0);
   }
   if (!threaded) engine_main(&e[0]);
-  uint64_t written = 0, verified = 0, oom = 0, clears = 0;
+  uint64_t written = 0, verified = 0, oom = 0, clears = 0, forced = 0, lost = 0;
   for (int i = 0; i < nthreads; i++) {
     if (threaded) pthread_join(t[i], NULL);
     written += e[i].written;
     verified += e[i].reads_verified;
     oom += e[i].oom;
     clears += e[i].clears;
+    forced += e[i].forced;
+    lost += e[i].lost_writes;
   }
   for (int i = 0; i < nthreads; i++) ck_assert_msg(!e[i].failure[0], "%s", e[i].failure);
   kva_storage_stats x;
   ck_assert_int_eq(kva_storage_get_stats(s, &x), KVA_OK);
   fprintf(stderr,
-          "%s: %d x %ld ops in %.1f s: %lu written, %lu verified reads, %lu clears, %lu oom; "
-          "stats: evicted %lu, on demand %lu, oom %lu, hits %lu, misses %lu\n",
-          threaded ? "threaded" : "deterministic", nthreads, ops,
+          "%s: %d x %ld ops in %.1f s: %lu written, %lu verified reads, %lu clears, %lu oom, "
+          "%lu forced deletes, %lu writes lost to them; stats: evicted %lu, on demand %lu, "
+          "oom %lu, hits %lu, misses %lu, l2 stored %lu, loaded %lu\n",
+          threaded ? "threaded" : "deterministic", nthreads, o->ops,
           (double)(fixture_now_ns() - t0) / 1e9, (unsigned long)written, (unsigned long)verified,
-          (unsigned long)clears, (unsigned long)oom, (unsigned long)x.evicted,
-          (unsigned long)x.evicted_on_demand, (unsigned long)x.out_of_memory, (unsigned long)x.hits,
-          (unsigned long)x.misses);
-  /* every thread released what it held */
-  ck_assert_uint_eq(x.l1_write_locked, 0);
-  ck_assert_uint_eq(x.l1_read_locked, 0);
-  fixture_memcheck_clean(s);
-  ck_assert_uint_gt(written, 0);
-  ck_assert_uint_gt(verified, 0);
-  ck_assert_uint_gt(x.evicted, 0);
-  ck_assert_uint_gt(x.evicted_on_demand, 0);
-  ck_assert_uint_le(x.l1_used_bytes, x.l1_capacity_bytes);
-  ck_assert_uint_eq(verify_resident(s), x.l1_objects);
-  fixture_memcheck_clean(s);
+          (unsigned long)clears, (unsigned long)oom, (unsigned long)forced, (unsigned long)lost,
+          (unsigned long)x.evicted, (unsigned long)x.evicted_on_demand,
+          (unsigned long)x.out_of_memory, (unsigned long)x.hits, (unsigned long)x.misses,
+          (unsigned long)x.l2_stored_keys, (unsigned long)x.l2_loaded_keys);
+  if (o->force) ck_assert_uint_gt(forced, 0);
+  check_after(s, o, written, verified);
   free(e);
   free(t);
 }
@@ -347,7 +411,8 @@ static void run_engines(kva_runtime *rt, int nthreads, long ops, int threaded) {
 START_TEST(engines_never_read_torn_or_foreign_bytes) {
   kva_runtime *rt =
       fixture_storage(2, L1_BYTES, "eviction.trigger_watermark=1", "eviction.ratio=0.05", NULL);
-  run_engines(rt, NTHREADS, ops_per_thread(100000), 1);
+  stress_opts o = {.nthreads = NTHREADS, .threaded = 1, .ops = ops_per_thread(100000)};
+  run_engines(rt, &o);
   kva_runtime_shutdown(rt);
 }
 END_TEST
@@ -355,7 +420,45 @@ END_TEST
 START_TEST(deterministic_engine_never_reads_torn_or_foreign_bytes) {
   kva_runtime *rt = fixture_storage(0, L1_BYTES, "eviction.trigger_watermark=1",
                                     "eviction.ratio=0.05", "runtime.seed=7", NULL);
-  run_engines(rt, 1, ops_per_thread(20000), 0);
+  stress_opts o = {.nthreads = 1, .ops = ops_per_thread(20000)};
+  run_engines(rt, &o);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* Eight engines with forced deletes and clears of each other's keys; _i
+ * picks the tiers: none, a mock and a disk tier, or a redis tier. */
+START_TEST(forced_deletes_never_serve_foreign_bytes_or_leak_locks) {
+  char tiers[512] = "";
+  rs_server srv = {0};
+  if (_i == 1) {
+    snprintf(tiers, sizeof(tiers),
+             "l2=[{\"type\":\"mock\",\"capacity_bytes\":%llu,\"latency_us\":200},"
+             "{\"type\":\"disk\",\"capacity_bytes\":%llu,\"persist\":false}]",
+             32 * MiB, 48 * MiB);
+  } else if (_i == 2) {
+    rs_start(&srv, NULL);
+    snprintf(tiers, sizeof(tiers), "l2=[{\"type\":\"redis\",\"addrs\":[\"127.0.0.1:%d\"]}]",
+             srv.port);
+  }
+  kva_runtime *rt = fixture_storage(2, L1_BYTES, "eviction.trigger_watermark=1",
+                                    "eviction.ratio=0.05", _i ? tiers : NULL, NULL);
+  stress_opts o = {.nthreads = FORCED_THREADS,
+                   .threaded = 1,
+                   .force = 1,
+                   .l2 = _i != 0,
+                   .ops = ops_per_thread(_i ? 6000 : 20000)};
+  run_engines(rt, &o);
+  kva_runtime_shutdown(rt);
+  if (_i == 2) rs_stop(&srv);
+}
+END_TEST
+
+START_TEST(deterministic_forced_deletes_never_serve_foreign_bytes) {
+  kva_runtime *rt = fixture_storage(0, L1_BYTES, "eviction.trigger_watermark=1",
+                                    "eviction.ratio=0.05", "runtime.seed=11", NULL);
+  stress_opts o = {.nthreads = 1, .force = 1, .ops = ops_per_thread(20000)};
+  run_engines(rt, &o);
   kva_runtime_shutdown(rt);
 }
 END_TEST
@@ -366,6 +469,8 @@ Suite *kva_test_suite(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, engines_never_read_torn_or_foreign_bytes);
   tcase_add_test(tc, deterministic_engine_never_reads_torn_or_foreign_bytes);
+  tcase_add_loop_test(tc, forced_deletes_never_serve_foreign_bytes_or_leak_locks, 0, 3);
+  tcase_add_test(tc, deterministic_forced_deletes_never_serve_foreign_bytes);
   suite_add_tcase(s, tc);
   return s;
 }
