@@ -253,12 +253,15 @@ int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const kva_layo
 /* write-locked -> ready (KVA_KEY_WRONG_STATE otherwise; KVA_KEY_NOT_EXIST). */
 int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status);
 /* Removes objects; a locked one gets KVA_KEY_LOCKED unless force. A forced
- * delete of a locked object takes it out of L1 at once (lookups and
- * prefetches miss it, the key can be written again) but keeps its memory
- * until its holders let go: a reader still reads the bytes it locked and
- * releases them with kva_finish_read_prefetched; a writer's kva_finish_write
- * answers KVA_KEY_NOT_EXIST and frees the buffer (never readable). Memory
- * is never reused under a holder. */
+ * delete of a locked object takes it out of L1 at once (lookups, touches
+ * and prefetches miss it) but keeps its memory until its holders let go: a
+ * reader still reads the bytes it locked and releases them with
+ * kva_finish_read_prefetched; a writer's kva_finish_write answers
+ * KVA_KEY_NOT_EXIST and frees the buffer (never readable). Memory is never
+ * reused under a holder, and a call by key never reaches an object its
+ * caller did not lock: until the engine's holders of the deleted object
+ * have let go, the key is not writable (KVA_KEY_NOT_WRITABLE) and a
+ * prefetch of it misses; kvact's own store tasks do not hold it up. */
 int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *status);
 
 /* Prefetch/read path. submit read-locks the contiguous L1 prefix of k[]

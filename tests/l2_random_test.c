@@ -13,10 +13,13 @@
  * touch, lookup (sometimes pinning, then unpinning), change a fault
  * (failure rates with a seed, latency, a tier down or up, freeze, manual
  * bypass), or let virtual time pass (deterministic mode: eviction ticks,
- * probes of bypassed tiers, mock latency). Forced deletes and clears run
- * only with no prefetch outstanding (may_force), so they may take the
- * store controller's locks but never the driver's own;
- * l2_forced_delete_test.c pins down what they first broke.
+ * probes of bypassed tiers, mock latency). Forced deletes and clears take
+ * any lock: the store controller's, a prefetch's in flight, and the
+ * driver's own of outstanding prefetches over the same keys, which must
+ * still read their own bytes (l2_forced_delete_test.c and
+ * l1_forced_rewrite_test.c pin down what they first broke). The tier runs
+ * put a disk and a redis tier (a server of the test's own) in place of the
+ * mocks, threaded, with freeze and bypass as their only faults.
  * Deterministic runs use runtime.workers=0 with runtime.seed = the run's
  * seed, so a failing seed replays exactly; the eviction policy and
  * prefetch_writeback vary with the seed.
@@ -60,6 +63,7 @@
 #include "l1/l1_manager.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
+#include "tests/support/redis_server.h"
 
 #define NIDS 24u                /* keys 0..23 */
 #define OBJ_BYTES (16u * 1024u) /* one 16 KiB object per key */
@@ -88,6 +92,7 @@ typedef struct pending {
 typedef struct run {
   uint64_t seed, rng;
   int workers;
+  int redis_port; /* > 0: tiers disk0 and redis1 instead of two mocks */
   uint32_t step;
   kva_runtime *rt;
   kva_storage *s;
@@ -240,21 +245,11 @@ static void do_write(run *r) {
   }
 }
 
-/* Forced deletes and clears run only with no prefetch outstanding: they
- * may take the store controller's read locks, which must break nothing,
- * but never the driver's own. Those would make the driver's later calls
- * ambiguous, as the facade releases by key: after a forced delete and a
- * new write of the key, finish_read of the old prefix could take a lock
- * of the new object that another outstanding prefetch holds. */
-static bool may_force(run *r) {
-  return r->nout == 0;
-}
-
 static void do_delete(run *r) {
   uint64_t first;
   kva_key k[3];
   size_t n = pick_run(r, k, &first, 3);
-  int force = below(r, 4) == 0 && may_force(r);
+  int force = below(r, 4) == 0;
   int st[3];
   int rc = kva_delete(r->s, k, n, force, st);
   ck_assert_int_ge(rc, 0);
@@ -264,7 +259,7 @@ static void do_delete(run *r) {
 }
 
 static void do_clear(run *r) {
-  int force = below(r, 2) == 0 && may_force(r);
+  int force = below(r, 2) == 0;
   int rc = kva_clear(r->s, force);
   ck_assert_int_ge(rc, 0);
   TRACE(r, "clear%s: %d removed", force ? " (force)" : "", rc);
@@ -325,7 +320,8 @@ static void do_touch(run *r) {
   TRACE(r, "touch [%lu, +%zu)", (unsigned long)first, n);
 }
 
-static const char *tier_name(uint32_t t) {
+static const char *tier_name(const run *r, uint32_t t) {
+  if (r->redis_port) return t ? "redis1" : "disk0";
   return t ? "mock1" : "mock0";
 }
 
@@ -336,7 +332,9 @@ static void do_fault(run *r) {
   static const uint64_t lat[] = {0, 0, 50, 500, 5000};
   mock_control c;
   memset(&c, 0, sizeof(c));
-  switch (below(r, 6)) {
+  uint32_t what = below(r, 6);
+  if (r->redis_port && what < 4) what = 4 + below(r, 2); /* no mock to steer */
+  switch (what) {
   case 0:
   case 1:
     c.set = MOCK_SET_FAIL_STORE_RATE | MOCK_SET_FAIL_LOAD_RATE | MOCK_SET_SEED;
@@ -360,7 +358,7 @@ static void do_fault(run *r) {
     break;
   default:
     r->bypass[t] = !r->bypass[t];
-    ck_assert_int_eq(kva_set_tier_bypass(r->s, tier_name(t), r->bypass[t]), KVA_OK);
+    ck_assert_int_eq(kva_set_tier_bypass(r->s, tier_name(r, t), r->bypass[t]), KVA_OK);
     break;
   }
 }
@@ -414,10 +412,16 @@ static void start(run *r) {
   snprintf(writeback, sizeof(writeback), "prefetch_writeback=%s",
            (r->seed / 4) % 2 ? "false" : "true");
   /* tier 0 holds 12 objects, tier 1 holds 20: both evict, FIFO */
-  snprintf(tiers, sizeof(tiers),
-           "l2=[{\"type\":\"mock\",\"capacity_bytes\":%u},"
-           "{\"type\":\"mock\",\"capacity_bytes\":%u}]",
-           12u * OBJ_BYTES, 20u * OBJ_BYTES);
+  if (r->redis_port)
+    snprintf(tiers, sizeof(tiers),
+             "l2=[{\"type\":\"disk\",\"capacity_bytes\":%u,\"persist\":false},"
+             "{\"type\":\"redis\",\"addrs\":[\"127.0.0.1:%d\"],\"namespace\":\"run%lu\"}]",
+             64u * OBJ_BYTES, r->redis_port, (unsigned long)r->seed); /* a run's own keys */
+  else
+    snprintf(tiers, sizeof(tiers),
+             "l2=[{\"type\":\"mock\",\"capacity_bytes\":%u},"
+             "{\"type\":\"mock\",\"capacity_bytes\":%u}]",
+             12u * OBJ_BYTES, 20u * OBJ_BYTES);
   r->rt = fixture_storage(r->workers, (uint64_t)L1_OBJS * OBJ_BYTES, tiers, seed, policy, writeback,
                           "prefetch_max_in_flight=2", "l2_probe_interval_ms=50", NULL);
   r->s = kva_storage_of(r->rt);
@@ -435,8 +439,8 @@ static void finish(run *r) {
   memset(&c, 0, sizeof(c));
   c.set = MOCK_SET_FAIL_STORE_RATE | MOCK_SET_FAIL_LOAD_RATE | MOCK_SET_DOWN | MOCK_SET_LATENCY;
   for (uint32_t t = 0; t < 2; t++) {
-    l2_control(r->s, t, &c);
-    ck_assert_int_eq(kva_set_tier_bypass(r->s, tier_name(t), 0), KVA_OK);
+    if (!r->redis_port) l2_control(r->s, t, &c);
+    ck_assert_int_eq(kva_set_tier_bypass(r->s, tier_name(r, t), 0), KVA_OK);
   }
   ck_assert_int_eq(kva_set_freeze(r->s, 0), KVA_OK);
   ck_assert_int_eq(kva_flush(r->s, WAIT_MS), KVA_OK);
@@ -457,9 +461,10 @@ static void finish(run *r) {
   for (uint32_t i = 0; i < NIDS; i++) free(r->k[i].exists);
 }
 
-static void one_run(int workers, uint64_t seed, uint32_t steps) {
+static void one_run(int workers, int redis_port, uint64_t seed, uint32_t steps) {
   run *r = calloc(1, sizeof(*r));
   ck_assert_ptr_nonnull(r);
+  r->redis_port = redis_port;
   r->seed = seed;
   r->rng = seed * 0x2545f4914f6cdd1dull + 1;
   r->workers = workers;
@@ -478,22 +483,30 @@ static void one_run(int workers, uint64_t seed, uint32_t steps) {
 }
 
 /* KVA_RANDOM_SEED=<n> replays one seed; otherwise seeds first..first+4. */
-static void runs(int workers, uint64_t first, uint32_t steps) {
+static void runs(int workers, int redis_port, uint64_t first, uint32_t steps) {
   const char *e = getenv("KVA_RANDOM_SEED");
   if (e && *e) {
-    one_run(workers, strtoull(e, NULL, 10), steps);
+    one_run(workers, redis_port, strtoull(e, NULL, 10), steps);
     return;
   }
-  for (uint64_t seed = first; seed < first + 5; seed++) one_run(workers, seed, steps);
+  for (uint64_t seed = first; seed < first + 5; seed++) one_run(workers, redis_port, seed, steps);
 }
 
 START_TEST(deterministic_random_runs_serve_only_written_versions) {
-  runs(0, 1, steps_wanted(3000));
+  runs(0, 0, 1, steps_wanted(3000));
 }
 END_TEST
 
 START_TEST(threaded_random_runs_serve_only_written_versions) {
-  runs(2, 101, steps_wanted(3000) / 3);
+  runs(2, 0, 101, steps_wanted(3000) / 3);
+}
+END_TEST
+
+START_TEST(disk_and_redis_random_runs_serve_only_written_versions) {
+  rs_server srv = {0};
+  rs_start(&srv, NULL);
+  runs(2, srv.port, 201, steps_wanted(3000) / 3);
+  rs_stop(&srv);
 }
 END_TEST
 
@@ -503,6 +516,7 @@ Suite *kva_test_suite(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, deterministic_random_runs_serve_only_written_versions);
   tcase_add_test(tc, threaded_random_runs_serve_only_written_versions);
+  tcase_add_test(tc, disk_and_redis_random_runs_serve_only_written_versions);
   suite_add_tcase(su, tc);
   return su;
 }
