@@ -272,8 +272,10 @@ int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *statu
 typedef struct kva_prefetch kva_prefetch;
 int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                         uint32_t extra_readers, kva_prefetch **h);
-int kva_query_prefetch(kva_storage *s, kva_prefetch *h,
-                       size_t *hits); /* KVA_EAGAIN while running */
+/* Not done yet: query answers KVA_EAGAIN; wait answers KVA_ETIMEDOUT once
+ * timeout_ms (-1: forever; 0: at once, as a query would) has passed. Both
+ * keep h. Done: its result (KVA_OK and *hits, or the error) frees h. */
+int kva_query_prefetch(kva_storage *s, kva_prefetch *h, size_t *hits);
 int kva_wait_prefetch(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits);
 int kva_prefetch_eventfd(const kva_prefetch *h); /* readable when done */
 /* All keys present and read-locked -> bufs, KVA_OK. Otherwise releases
