@@ -45,7 +45,10 @@ const char *kva_strerror(int status);
 /* ------------------------------------------------------------------------
  * Config: msgpack map files, validated against one schema (see README,
  * "Configuration reference"). On a bad file the loaders return KVA_ECONFIG
- * and write "<path>: <problem>" into err.
+ * and write "<path>: <problem>" into err. A config may be shared by
+ * threads: set, the gets, to_msgpack and kva_runtime_start each see or make
+ * one whole version (a lock inside); only kva_config_free must come after
+ * every other use.
  * ------------------------------------------------------------------------ */
 typedef struct kva_config kva_config;
 kva_config *kva_config_default(void); /* embedded default; NULL only on ENOMEM */
@@ -65,6 +68,7 @@ void kva_config_free(kva_config *c);
 int kva_config_get_i64(const kva_config *c, const char *path, int64_t *out);
 int kva_config_get_f64(const kva_config *c, const char *path, double *out);
 int kva_config_get_bool(const kva_config *c, const char *path, int *out);
+/* *out stays valid until kva_config_free, whatever is set meanwhile. */
 int kva_config_get_str(const kva_config *c, const char *path, const char **out);
 /* The effective config (defaults filled in) as msgpack; *buf is malloc'd. */
 int kva_config_to_msgpack(const kva_config *c, void **buf, size_t *len);
