@@ -1,7 +1,10 @@
 /*
  * crash_leftovers_test.c — a process killed with SIGKILL leaves nothing
  * that outlives it for good: its temporary disk tier has no name to leave
- * (in $TMPDIR or anywhere).
+ * (in $TMPDIR or anywhere), and its stats segment /dev/shm/kvact.<pid>.<n>
+ * is removed by the next runtime start, on any pid. Segments whose owner
+ * still runs (or may: a zombie, another pid namespace, a layout we cannot
+ * read) are kept.
  */
 #include <check.h>
 #include <dirent.h>
@@ -9,6 +12,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "actors/stats.h"
 #include "kvact.h"
 #include "l2/disk.h"
 #include "tests/l2_disk_test.h"
@@ -46,6 +51,16 @@ static const char *dir_entry(const char *dir) {
   }
   closedir(d);
   return found;
+}
+
+/* How many /dev/shm/kvact.<pid>.* exist. */
+static size_t segments_of(pid_t pid) {
+  char pattern[64];
+  snprintf(pattern, sizeof pattern, "/dev/shm/kvact.%d.*", (int)pid);
+  glob_t g = {0};
+  size_t n = glob(pattern, 0, NULL, &g) == 0 ? g.gl_pathc : 0;
+  globfree(&g);
+  return n;
 }
 
 /* A child that starts a runtime from the embedded default config (its
@@ -169,6 +184,127 @@ START_TEST(a_temporary_tier_is_unnamed_on_any_filesystem) {
 }
 END_TEST
 
+/* ---- stats segments ----------------------------------------------------- */
+
+/* Starts and stops a runtime: its start reclaims what is gone. */
+static void start_a_runtime(void) {
+  kva_runtime *rt = fixture_runtime(1, NULL);
+  ck_assert_uint_eq(segments_of(getpid()), 1); /* ours, and only ours */
+  kva_runtime_shutdown(rt);
+  ck_assert_uint_eq(segments_of(getpid()), 0);
+}
+
+/* A zombie keeps its segment (kvinspect shows it as stale); once it is
+ * reaped, the next start removes it. */
+START_TEST(a_killed_process_segment_is_reclaimed_at_the_next_start) {
+  pid_t child = runtime_child(NULL);
+  ck_assert_uint_eq(segments_of(child), 1);
+  kill(child, SIGKILL);
+  ck_assert_int_eq(waitid(P_PID, (id_t)child, &(siginfo_t){0}, WEXITED | WNOWAIT), 0);
+  start_a_runtime();
+  ck_assert_uint_eq(segments_of(child), 1); /* a zombie: exited, not gone */
+  waitpid(child, NULL, 0);                  /* reaped: the pid is free */
+  start_a_runtime();
+  ck_assert_uint_eq(segments_of(child), 0);
+}
+END_TEST
+
+/* Writes /dev/shm/kvact.<pid>.<seq> holding header h; returns its path. */
+static const char *write_segment(pid_t pid, unsigned seq, const stats_header *h) {
+  static char path[64];
+  snprintf(path, sizeof path, "/dev/shm/kvact.%d.%u", (int)pid, seq);
+  int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, h, sizeof *h), (ssize_t)sizeof *h);
+  close(fd);
+  return path;
+}
+
+/* A current-layout header as pid's runtime, started at `start`, writes. */
+static stats_header header_of(pid_t pid, uint64_t start) {
+  return (stats_header){.magic = KVA_STATS_MAGIC,
+                        .version = KVA_STATS_VERSION,
+                        .header_bytes = sizeof(stats_header),
+                        .slot_bytes = sizeof(stats_slot),
+                        .pid = (uint32_t)pid,
+                        .owner_start = start,
+                        .owner_pidns = stats_pidns_self()};
+}
+
+static pid_t sleeping_child(void) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0)
+    for (;;) pause();
+  return pid;
+}
+
+static pid_t reaped_pid(void) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) _exit(0);
+  waitpid(pid, NULL, 0);
+  return pid;
+}
+
+static bool exists(const char *path) {
+  return access(path, F_OK) == 0;
+}
+
+/* The pid is alive but is another process than the one that made the
+ * segment (it started at another time): the segment is reclaimed. The one
+ * that names the live process's own start time is kept. */
+START_TEST(a_segment_of_a_recycled_pid_is_reclaimed) {
+  pid_t child = sleeping_child();
+  uint64_t start = 0;
+  bool zombie = true;
+  ck_assert_int_eq(stats_proc_start(child, &start, &zombie), 0);
+  ck_assert(!zombie);
+  ck_assert_uint_gt(start, 0);
+  stats_header older = header_of(child, start - 1), own = header_of(child, start);
+  char recycled[64], live[64];
+  snprintf(recycled, sizeof recycled, "%s", write_segment(child, 90, &older));
+  snprintf(live, sizeof live, "%s", write_segment(child, 91, &own));
+  ck_assert_int_eq(stats_owner_state(&older, child), STATS_OWNER_GONE);
+  ck_assert_int_eq(stats_owner_state(&own, child), STATS_OWNER_LIVE);
+  start_a_runtime();
+  bool recycled_left = exists(recycled), live_left = exists(live);
+  unlink(live);
+  unlink(recycled);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  ck_assert_msg(!recycled_left, "%s (a recycled pid) was kept", recycled);
+  ck_assert_msg(live_left, "%s (a live owner) was removed", live);
+}
+END_TEST
+
+/* A dead pid whose segment we cannot judge stays: another pid namespace
+ * (its pids are not ours), another layout, a header with no magic yet, a
+ * header naming another pid. */
+START_TEST(segments_that_cannot_be_judged_are_kept) {
+  pid_t dead = reaped_pid();
+  stats_header h[4];
+  for (int i = 0; i < 4; i++) h[i] = header_of(dead, 12345);
+  h[0].owner_pidns += 1;
+  h[1].version = KVA_STATS_VERSION - 1;
+  h[2].magic = 0;
+  h[3].pid = (uint32_t)dead + 1;
+  char paths[4][64];
+  for (int i = 0; i < 4; i++)
+    snprintf(paths[i], sizeof paths[i], "%s", write_segment(dead, 80 + (unsigned)i, &h[i]));
+  ck_assert_int_eq(stats_owner_state(&h[0], dead), STATS_OWNER_UNKNOWN);
+  stats_header gone = header_of(dead, 12345);
+  ck_assert_int_eq(stats_owner_state(&gone, dead), STATS_OWNER_GONE);
+  start_a_runtime();
+  bool left[4];
+  for (int i = 0; i < 4; i++) {
+    left[i] = exists(paths[i]);
+    unlink(paths[i]);
+  }
+  for (int i = 0; i < 4; i++) ck_assert_msg(left[i], "%s (case %d) was removed", paths[i], i);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *su = suite_create("crash_leftovers");
   TCase *tc = tcase_create("leftovers");
@@ -176,6 +312,9 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, a_killed_process_leaves_no_temporary_tier_file);
   tcase_add_test(tc, a_temporary_tier_serves_from_an_unnamed_file);
   tcase_add_test(tc, a_temporary_tier_is_unnamed_on_any_filesystem);
+  tcase_add_test(tc, a_killed_process_segment_is_reclaimed_at_the_next_start);
+  tcase_add_test(tc, a_segment_of_a_recycled_pid_is_reclaimed);
+  tcase_add_test(tc, segments_that_cannot_be_judged_are_kept);
   suite_add_tcase(su, tc);
   return su;
 }
