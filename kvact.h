@@ -45,7 +45,10 @@ const char *kva_strerror(int status);
 /* ------------------------------------------------------------------------
  * Config: msgpack map files, validated against one schema (see README,
  * "Configuration reference"). On a bad file the loaders return KVA_ECONFIG
- * and write "<path>: <problem>" into err.
+ * and write "<path>: <problem>" into err. A config may be shared by
+ * threads: set, the gets, to_msgpack and kva_runtime_start each see or make
+ * one whole version (a lock inside); only kva_config_free must come after
+ * every other use.
  * ------------------------------------------------------------------------ */
 typedef struct kva_config kva_config;
 kva_config *kva_config_default(void); /* embedded default; NULL only on ENOMEM */
@@ -65,6 +68,7 @@ void kva_config_free(kva_config *c);
 int kva_config_get_i64(const kva_config *c, const char *path, int64_t *out);
 int kva_config_get_f64(const kva_config *c, const char *path, double *out);
 int kva_config_get_bool(const kva_config *c, const char *path, int *out);
+/* *out stays valid until kva_config_free, whatever is set meanwhile. */
 int kva_config_get_str(const kva_config *c, const char *path, const char **out);
 /* The effective config (defaults filled in) as msgpack; *buf is malloc'd. */
 int kva_config_to_msgpack(const kva_config *c, void **buf, size_t *len);
@@ -275,8 +279,10 @@ int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *statu
 typedef struct kva_prefetch kva_prefetch;
 int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                         uint32_t extra_readers, kva_prefetch **h);
-int kva_query_prefetch(kva_storage *s, kva_prefetch *h,
-                       size_t *hits); /* KVA_EAGAIN while running */
+/* Not done yet: query answers KVA_EAGAIN; wait answers KVA_ETIMEDOUT once
+ * timeout_ms (-1: forever; 0: at once, as a query would) has passed. Both
+ * keep h. Done: its result (KVA_OK and *hits, or the error) frees h. */
+int kva_query_prefetch(kva_storage *s, kva_prefetch *h, size_t *hits);
 int kva_wait_prefetch(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits);
 int kva_prefetch_eventfd(const kva_prefetch *h); /* readable when done */
 /* All keys present and read-locked -> bufs, KVA_OK. Otherwise releases

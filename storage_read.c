@@ -73,8 +73,11 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
   return rc;
 }
 
-/* Takes the result if it has arrived within timeout_ms. */
-static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits) {
+/* Takes the result if it has arrived within timeout_ms (-1: forever).
+ * Not there yet: `pending` (a query's KVA_EAGAIN, a wait's KVA_ETIMEDOUT
+ * whatever its timeout, 0 included), the handle kept. */
+static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, int pending,
+                           size_t *hits) {
   if (!s) return KVA_EINVAL;
   int rc = storage_enter(s); /* shutdown waits for us, then owns the handles */
   if (rc != KVA_OK) return rc;
@@ -86,7 +89,7 @@ static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, size
   rc = session_await(ss, timeout_ms);
   if (rc != KVA_OK) {
     storage_leave(s);
-    return rc == KVA_ETIMEDOUT && timeout_ms == 0 ? KVA_EAGAIN : rc;
+    return rc == KVA_ETIMEDOUT ? pending : rc;
   }
   int result = ss->req.result;
   if (hits) *hits = result == KVA_OK ? ss->req.hits : 0;
@@ -96,11 +99,11 @@ static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, size
 }
 
 int kva_query_prefetch(kva_storage *s, kva_prefetch *h, size_t *hits) {
-  return prefetch_result(s, h, 0, hits);
+  return prefetch_result(s, h, 0, KVA_EAGAIN, hits);
 }
 
 int kva_wait_prefetch(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits) {
-  return prefetch_result(s, h, timeout_ms < 0 ? -1 : timeout_ms, hits);
+  return prefetch_result(s, h, timeout_ms < 0 ? -1 : timeout_ms, KVA_ETIMEDOUT, hits);
 }
 
 int kva_prefetch_eventfd(const kva_prefetch *h) {

@@ -1,5 +1,6 @@
 /*
- * stats.c — create, fill and remove the shared-memory stats segment.
+ * stats.c — create, fill and remove the shared-memory stats segment (the
+ * segments that killed processes left are removed in stats_owner.c).
  */
 #include "actors/stats.h"
 
@@ -91,6 +92,7 @@ stats_segment *stats_open(int shared, uint32_t max_slots, bool trace) {
   if (!s) return NULL;
   s->bytes =
       slots_end(max_slots) + TRACE_LANES * lane_bytes(TRACE_LANE_EVENTS, TRACE_EVENT_WORDS * 8);
+  if (shared) stats_reclaim(); /* what killed processes left, before we add ours */
   void *p = shared ? map_segment(s) : NULL;
   s->shared = p != NULL;
   if (!p) { /* private, or shm unavailable: the slots only, no trace ring */
@@ -108,7 +110,7 @@ stats_segment *stats_open(int shared, uint32_t max_slots, bool trace) {
   s->hdr->header_bytes = sizeof(stats_header);
   s->hdr->slot_bytes = sizeof(stats_slot);
   s->hdr->max_slots = max_slots;
-  s->hdr->pid = (uint32_t)getpid();
+  stats_owner_fill(s->hdr);
   s->hdr->start_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
   s->hdr->version = KVA_STATS_VERSION;
   if (s->shared) trace_setup(s, max_slots, trace);

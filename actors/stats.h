@@ -11,7 +11,10 @@
  * processes see torn-free 32/64-bit values but no cross-field snapshot.
  *
  * The segment is /dev/shm/kvact.<pid>.<n> (mode 0600), created at runtime
- * start and unlinked at shutdown. With runtime.stats = false the same
+ * start and unlinked at shutdown. A process killed before its shutdown
+ * leaves it behind: the header names its owner (pid, start time, pid
+ * namespace), so the next runtime start, in any process, removes it once
+ * that owner is gone (stats_owner.c). With runtime.stats = false the same
  * records live in private memory.
  */
 #ifndef KVA_ACTORS_STATS_H
@@ -24,7 +27,7 @@
 #include "actors/trace.h"
 
 #define KVA_STATS_MAGIC 0x3153544341564b00ull /* "\0KVACTS1" */
-#define KVA_STATS_VERSION 2u                  /* 2: the trace ring */
+#define KVA_STATS_VERSION 3u                  /* 2: the trace ring; 3: the owner */
 #define KVA_STATS_HIST 32                     /* receive-time buckets: [2^i, 2^(i+1)) ns */
 #define KVA_STATS_NAME 48
 
@@ -49,6 +52,9 @@ typedef struct stats_header {
   uint64_t trace_until_ns;    /* atomic: TRACE_ON_LEASE ends (CLOCK_MONOTONIC) */
   uint32_t trace_epoch;       /* atomic: bumped by a reader that lost events */
   uint32_t trace_pad;
+  /* the owner beyond its pid, which another process may get once it dies */
+  uint64_t owner_start; /* its start time: /proc/<pid>/stat field 22; 0 = unknown */
+  uint64_t owner_pidns; /* inode of its /proc/self/ns/pid; 0 = unknown */
 } stats_header;
 
 typedef struct stats_slot {
@@ -83,5 +89,27 @@ trace_ring *stats_trace(stats_segment *s); /* NULL when private */
  * reader's over a mapped segment; check the fields before using it). */
 trace_ring stats_trace_view(stats_header *h);
 void stats_record_recv(stats_slot *slot, uint64_t ns);
+
+/* ---- owners (stats_owner.c) --------------------------------------------- */
+
+/* Whose segment is it: a running process; one that exited but is not yet
+ * reaped (a zombie); gone (no such pid, or the pid now names a process that
+ * started at another time); or unknown (another pid namespace, whose pids
+ * are not ours to look up, or a header we cannot read). */
+enum { STATS_OWNER_LIVE, STATS_OWNER_EXITED, STATS_OWNER_GONE, STATS_OWNER_UNKNOWN };
+
+/* Process pid's start time (clock ticks since boot) and whether it is a
+ * zombie, from /proc/<pid>/stat; -errno (ENOENT: no such process). */
+int stats_proc_start(int pid, uint64_t *start, bool *zombie);
+uint64_t stats_pidns_self(void); /* inode of /proc/self/ns/pid, 0 if unknown */
+/* Writes this process into the header's pid and owner fields. */
+void stats_owner_fill(stats_header *h);
+/* The state of the owner of a current-layout header found under pid's name. */
+int stats_owner_state(const stats_header *h, int pid);
+const char *stats_owner_name(int state); /* "live", "exited", "gone", "unknown" */
+/* Removes every /dev/shm/kvact.<pid>.<n> of the current layout whose owner
+ * is gone; returns how many. Segments of live, exited or unknown owners,
+ * and those of other layouts, stay. */
+unsigned stats_reclaim(void);
 
 #endif

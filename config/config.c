@@ -5,7 +5,18 @@
  * build its effective tree and the plug-in node views, and only then
  * replace the old ones. So a failed load returns no config and a failed
  * kva_config_set leaves the config exactly as it was.
+ *
+ * A config may be shared by threads (kvact.h): one mutex per config
+ * serialises set, the typed gets, to_msgpack and the runtime's copy.
+ * Config is not a hot path, so a plain mutex is the whole design. A
+ * string handed out by kva_config_get_str points into the effective tree;
+ * so that another thread's set cannot free it under its reader, a tree
+ * that lent strings is retired, not freed, and goes with kva_config_free.
+ * Trees that lent nothing are freed at once, so a program that only sets
+ * (or reads numbers) keeps one version.
  */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,13 +30,50 @@ struct kva_config_node {
   const config_value *map; /* one entry of the effective l2 array */
 };
 
+/* An effective tree kept alive for the strings it lent. */
+typedef struct retired_tree {
+  struct retired_tree *next;
+  config_value tree;
+} retired_tree;
+
 struct kva_config {
+  pthread_mutex_t lock;   /* guards every field below */
   config_value explicit_; /* what the file or the setters gave */
   config_value effective; /* explicit + defaults: what readers see */
   kva_config_node *nodes; /* views of effective.l2[i] */
   size_t nnodes;
-  unsigned ncpu; /* online CPUs when loaded: the default of runtime.workers */
+  unsigned ncpu;         /* online CPUs when loaded: the default of runtime.workers */
+  bool lent;             /* kva_config_get_str handed out a string of `effective` */
+  retired_tree *retired; /* older effective trees that lent strings */
 };
+
+void config_lock(const kva_config *c) {
+  pthread_mutex_lock(&((kva_config *)c)->lock); /* the lock is never part of the value */
+}
+
+void config_unlock(const kva_config *c) {
+  pthread_mutex_unlock(&((kva_config *)c)->lock);
+}
+
+void config_lend(const kva_config *c) {
+  ((kva_config *)c)->lent = true; /* under the lock, like every field */
+}
+
+/* The effective tree being replaced: freed, or retired when it lent. */
+static void retire_effective(kva_config *c) {
+  if (c->lent) {
+    retired_tree *r = malloc(sizeof(*r));
+    if (r) { /* out of memory: the tree leaks rather than be freed under its reader */
+      r->tree = c->effective;
+      r->next = c->retired;
+      c->retired = r;
+    }
+  } else {
+    config_value_free(&c->effective);
+  }
+  c->effective = config_value_nil();
+  c->lent = false;
+}
 
 static int make_nodes(const config_value *eff, kva_config_node **out, size_t *n) {
   const config_value *l2 = config_map_get(eff, "l2");
@@ -49,7 +97,7 @@ static int commit(kva_config *c, config_value *root, char *err, size_t errlen) {
     return rc;
   }
   config_value_free(&c->explicit_);
-  config_value_free(&c->effective);
+  retire_effective(c);
   free(c->nodes);
   c->explicit_ = *root;
   c->effective = eff;
@@ -62,6 +110,10 @@ static int commit(kva_config *c, config_value *root, char *err, size_t errlen) {
 static kva_config *config_new(unsigned ncpu) {
   kva_config *c = calloc(1, sizeof *c);
   if (!c) return NULL;
+  if (pthread_mutex_init(&c->lock, NULL) != 0) {
+    free(c);
+    return NULL;
+  }
   c->explicit_ = config_value_nil();
   c->effective = config_value_nil();
   c->ncpu = ncpu;
@@ -125,8 +177,12 @@ kva_config *config_copy(const kva_config *src) {
   config_value root;
   kva_config *c = NULL;
   if (!src) return kva_config_default();
-  if (config_value_copy(&root, &src->explicit_)) return NULL;
-  config_build(&root, src->ncpu, &c, NULL, 0);
+  config_lock(src);
+  int rc = config_value_copy(&root, &src->explicit_);
+  unsigned ncpu = src->ncpu;
+  config_unlock(src);
+  if (rc) return NULL;
+  config_build(&root, ncpu, &c, NULL, 0);
   return c;
 }
 
@@ -134,7 +190,13 @@ void kva_config_free(kva_config *c) {
   if (!c) return;
   config_value_free(&c->explicit_);
   config_value_free(&c->effective);
+  for (retired_tree *r = c->retired, *next; r; r = next) {
+    next = r->next;
+    config_value_free(&r->tree);
+    free(r);
+  }
   free(c->nodes);
+  pthread_mutex_destroy(&c->lock);
   free(c);
 }
 
@@ -210,11 +272,13 @@ int kva_config_set_err(kva_config *c, const char *path, const char *value, char 
   }
   if (strlen(value) > CONFIG_MAX_BYTES)
     return config_fail(err, errlen, &p, "value is over the 1 MiB limit");
+  config_lock(c);
   int rc = config_text_parse(&c->explicit_, &p, value, &v, err, errlen);
-  if (rc) return rc;
-  if ((rc = config_value_copy(&next, &c->explicit_))) return config_value_free(&v), rc;
-  if ((rc = put_at(&next, &p, &v, err, errlen))) return config_value_free(&next), rc;
-  return commit(c, &next, err, errlen);
+  if (rc == KVA_OK && (rc = config_value_copy(&next, &c->explicit_))) config_value_free(&v);
+  if (rc == KVA_OK && (rc = put_at(&next, &p, &v, err, errlen))) config_value_free(&next);
+  if (rc == KVA_OK) rc = commit(c, &next, err, errlen);
+  config_unlock(c);
+  return rc;
 }
 
 int kva_config_set(kva_config *c, const char *path, const char *value) {
@@ -223,7 +287,10 @@ int kva_config_set(kva_config *c, const char *path, const char *value) {
 
 int kva_config_to_msgpack(const kva_config *c, void **buf, size_t *len) {
   if (!c || !buf || !len) return KVA_EINVAL;
-  return config_value_to_msgpack(&c->effective, buf, len);
+  config_lock(c);
+  int rc = config_value_to_msgpack(&c->effective, buf, len);
+  config_unlock(c);
+  return rc;
 }
 
 const config_value *config_explicit(const kva_config *c) {

@@ -222,6 +222,13 @@ int config_read_file(const char *path, void **buf, size_t *len, char *err, size_
 /* ------------------------------------------------------------------------
  * Whole configs (config.c, get.c)
  * ------------------------------------------------------------------------ */
+/* The config's mutex (config.c): the public calls take it; the internal
+ * readers below do not, and serve configs nobody sets meanwhile (the
+ * runtime's own copy, a tool's). config_lend, under the lock, marks the
+ * effective tree as having lent a string (kept until kva_config_free). */
+void config_lock(const kva_config *c);
+void config_unlock(const kva_config *c);
+void config_lend(const kva_config *c);
 /* A deep copy (the runtime keeps its own); NULL -> the embedded default.
  * NULL only on ENOMEM. */
 kva_config *config_copy(const kva_config *c);

@@ -2,8 +2,9 @@
  * config/get.c — typed reads of the effective tree, and plug-in node views.
  *
  * All reads are of the effective tree, so defaults (including l2 per-type
- * defaults and the resolved CPU count) are always there; returned strings
- * live until the next successful kva_config_set or kva_config_free.
+ * defaults and the resolved CPU count) are always there. The public gets
+ * read under the config's lock; a returned string lives until
+ * kva_config_free, whatever other threads set meanwhile (config.c).
  */
 #include <string.h>
 
@@ -60,24 +61,47 @@ static int as_u64(const config_value *v, uint64_t *out) {
   return KVA_OK;
 }
 
+/* Each public get reads under the config's lock (a NULL config has none). */
 int kva_config_get_i64(const kva_config *c, const char *path, int64_t *out) {
-  return as_i64(config_get(c, path), out);
+  if (!c) return KVA_EINVAL;
+  config_lock(c);
+  int rc = as_i64(config_get(c, path), out);
+  config_unlock(c);
+  return rc;
 }
 
 int kva_config_get_f64(const kva_config *c, const char *path, double *out) {
-  return as_f64(config_get(c, path), out);
+  if (!c) return KVA_EINVAL;
+  config_lock(c);
+  int rc = as_f64(config_get(c, path), out);
+  config_unlock(c);
+  return rc;
 }
 
 int kva_config_get_bool(const kva_config *c, const char *path, int *out) {
-  return as_bool(config_get(c, path), out);
+  if (!c) return KVA_EINVAL;
+  config_lock(c);
+  int rc = as_bool(config_get(c, path), out);
+  config_unlock(c);
+  return rc;
 }
 
+/* The string points into the effective tree, which is kept for it. */
 int kva_config_get_str(const kva_config *c, const char *path, const char **out) {
-  return as_str(config_get(c, path), out);
+  if (!c) return KVA_EINVAL;
+  config_lock(c);
+  int rc = as_str(config_get(c, path), out);
+  if (rc == KVA_OK) config_lend(c);
+  config_unlock(c);
+  return rc;
 }
 
 int config_get_u64(const kva_config *c, const char *path, uint64_t *out) {
-  return as_u64(config_get(c, path), out);
+  if (!c) return KVA_EINVAL;
+  config_lock(c);
+  int rc = as_u64(config_get(c, path), out);
+  config_unlock(c);
+  return rc;
 }
 
 /* Effective values with a fallback, for the runtime's own reads (the

@@ -119,8 +119,8 @@ static const config_key keys[] = {
     INT("mock", "seed", 0, U64MAX, "0", 0, "PRNG seed of the failure injection."),
     /* disk: io_uring on a file or block device */
     STR("disk", "path", "",
-        "File or block device; \"\" = a temporary file in $TMPDIR made at start, removed at "
-        "stop."),
+        "File or block device; \"\" = a temporary file in $TMPDIR, unnamed (O_TMPFILE), so "
+        "that nothing is left behind, even by a killed process."),
     INT("disk", "capacity_bytes", 0, I64MAX, "1073741824", 0,
         "Bytes of a new (or empty) file, preallocated; an existing file or a block device "
         "keeps its size."),

@@ -361,12 +361,12 @@ static const char *read_config(disk *d, const kva_config_node *cfg) {
   return NULL;
 }
 
-/* A start that failed: nothing to persist; a temporary file we made goes. */
+/* A start that failed: nothing to persist (a temporary file has no name:
+ * closing it frees it). */
 static kva_actor *fail(disk *d, char *err, size_t errlen, const char *why) {
   if (err && errlen && why) snprintf(err, errlen, "%s", why);
   if (!d) return NULL;
   if (d->fd >= 0) close(d->fd);
-  if (d->temp) unlink(d->cfg.path);
   disk_free(d);
   return NULL;
 }

@@ -25,7 +25,7 @@
 
 typedef struct disk_cfg {
   char name[32];
-  char path[PATH_MAX]; /* "" = a temporary file */
+  char path[PATH_MAX]; /* "" = a temporary file (then "<dir> (temporary file)") */
   uint64_t capacity;   /* bytes of a new file */
   uint64_t slot_bytes; /* 0 = from the first layout stored */
   bool o_direct, persist;
@@ -85,7 +85,7 @@ typedef struct disk {
   bool det;            /* deterministic runtime: I/O is waited for inside receive */
   disk_cfg cfg;
   int fd;
-  bool temp;      /* a temporary file: removed at stop */
+  bool temp;      /* a temporary file: unnamed, freed when closed */
   bool direct;    /* O_DIRECT in effect (false after the fallback) */
   bool blockdev;  /* path is a block device */
   bool formatted; /* the superblock is written; ix and super are live */
@@ -172,7 +172,7 @@ int disk_pread(disk *d, void *buf, uint64_t len, uint64_t off);
 int disk_pwrite(disk *d, const void *buf, uint64_t len, uint64_t off);
 /* Seals and writes the superblock, then fdatasync. */
 int disk_write_super(disk *d);
-void disk_close(disk *d); /* persists (or discards), closes, unlinks a temporary file */
+void disk_close(disk *d); /* persists (or discards) and closes */
 
 /* disk_recover.c */
 /* Rebuilds the index of a formatted file: from the saved index when it

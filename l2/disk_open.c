@@ -9,14 +9,21 @@
  * A file whose first block is all zeros is taken as never formatted (we
  * create files that way: the superblock is written once slot_bytes is
  * known). An existing file keeps its size; capacity_bytes sizes new ones.
+ *
+ * A temporary tier (path "") never has a name a crash could leave behind:
+ * it is an O_TMPFILE in $TMPDIR, or, where the filesystem has no
+ * O_TMPFILE, a mkostemp file unlinked as soon as it is open (before it is
+ * sized, so even a crash in between leaves an empty file). Either way the
+ * kernel frees its blocks when the last descriptor closes, killed or not.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <linux/fs.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -89,21 +96,6 @@ static void open_error(const disk *d, int e, char *err, size_t errlen) {
     snprintf(err, errlen, "path %s: cannot open: %s", p, strerror(e));
 }
 
-/* A temporary file in $TMPDIR (or /tmp), its name into cfg.path. */
-static int make_temp(disk *d, char *err, size_t errlen) {
-  const char *dir = getenv("TMPDIR");
-  if (!dir || !*dir) dir = "/tmp";
-  snprintf(d->cfg.path, sizeof(d->cfg.path), "%s/kvact-%s-XXXXXX", dir, d->cfg.name);
-  int fd = mkostemp(d->cfg.path, O_CLOEXEC);
-  if (fd < 0) {
-    snprintf(err, errlen, "cannot create a temporary file in %s: %s", dir, strerror(errno));
-    return KVA_ECONFIG;
-  }
-  close(fd); /* reopened below with the tier's flags */
-  d->temp = true;
-  return KVA_OK;
-}
-
 /* One user at a time: two runtimes (or a runtime and `kvconf fsck
  * --repair`, which takes the same lock) writing one tier would corrupt
  * each other's slots. The lock goes with the descriptor — but a process
@@ -143,6 +135,65 @@ static int open_file(disk *d, char *err, size_t errlen) {
     open_error(d, e, err, errlen);
     return KVA_ECONFIG;
   }
+}
+
+/* Whether an open of O_TMPFILE failed because the filesystem (or kernel)
+ * has none, rather than for a reason a named file would share. */
+static bool no_tmpfile(int e) {
+  return e == EOPNOTSUPP || e == EISDIR || e == EINVAL;
+}
+
+/* An unnamed file in dir; -errno when O_TMPFILE cannot be used there.
+ * O_DIRECT refused at open (EINVAL either way) is told apart by trying
+ * once more without it. */
+static int open_unnamed(disk *d, const char *dir) {
+  int base = O_TMPFILE | O_RDWR | O_CLOEXEC;
+  d->fd = disk_open_fn(dir, base | (d->direct ? O_DIRECT : 0), 0600);
+  if (d->fd >= 0) return 0;
+  int e = errno;
+  if (e != EINVAL || !d->direct) return -e;
+  d->fd = disk_open_fn(dir, base, 0600);
+  if (d->fd < 0) return -errno;
+  LOG_WARN("%s: %s: the filesystem refuses O_DIRECT; using buffered I/O (page cache)", d->cfg.name,
+           dir);
+  d->direct = false;
+  return 0;
+}
+
+/* No O_TMPFILE: a named file, opened as any tier's, then unlinked. */
+static int open_named_then_unlink(disk *d, const char *dir, char *err, size_t errlen) {
+  snprintf(d->cfg.path, sizeof(d->cfg.path), "%s/kvact-%s-XXXXXX", dir, d->cfg.name);
+  int fd = mkostemp(d->cfg.path, O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot create a temporary file in %s: %s", dir, strerror(errno));
+    return KVA_ECONFIG;
+  }
+  close(fd); /* reopened with the tier's flags */
+  int rc = open_file(d, err, errlen);
+  if (unlink(d->cfg.path) != 0 && rc == KVA_OK)
+    LOG_WARN("%s: cannot unlink the temporary file %s: %s", d->cfg.name, d->cfg.path,
+             strerror(errno));
+  return rc;
+}
+
+/* A temporary tier's file in $TMPDIR (or /tmp). It has no name to show,
+ * so messages name the directory. */
+static int open_temp(disk *d, char *err, size_t errlen) {
+  char dir[PATH_MAX - 64];
+  const char *env = getenv("TMPDIR");
+  if (snprintf(dir, sizeof(dir), "%s", env && *env ? env : "/tmp") >= (int)sizeof(dir)) {
+    snprintf(err, errlen, "TMPDIR: longer than %zu bytes", sizeof(dir) - 1);
+    return KVA_ECONFIG;
+  }
+  d->temp = true;
+  int rc = open_unnamed(d, dir);
+  if (rc != 0 && no_tmpfile(-rc))
+    rc = open_named_then_unlink(d, dir, err, errlen);
+  else if (rc != 0)
+    snprintf(err, errlen, "cannot create a temporary file in %s: %s", dir, strerror(-rc));
+  if (rc != 0) return KVA_ECONFIG;
+  snprintf(d->cfg.path, sizeof(d->cfg.path), "%s (temporary file)", dir);
+  return KVA_OK;
 }
 
 /* The smallest tier: superblock, one index block, one slot. */
@@ -280,8 +331,7 @@ static int open_formatted(disk *d, char *err, size_t errlen) {
 int disk_open(disk *d, char *err, size_t errlen) {
   bool blank = false;
   d->direct = d->cfg.o_direct;
-  int rc = d->cfg.path[0] ? KVA_OK : make_temp(d, err, errlen);
-  if (rc == KVA_OK) rc = open_file(d, err, errlen);
+  int rc = d->cfg.path[0] ? open_file(d, err, errlen) : open_temp(d, err, errlen);
   if (rc == KVA_OK) rc = size_file(d, err, errlen);
   if (rc != KVA_OK) return rc;
   if (d->file_bytes < min_bytes(d)) {
@@ -322,11 +372,10 @@ static void persist(disk *d) {
               d->cfg.path, strerror(-rc));
 }
 
+/* A temporary file has no name: closing it frees it. */
 void disk_close(disk *d) {
   if (d->fd < 0) return;
   if (d->formatted && !d->temp) persist(d);
   close(d->fd);
   d->fd = -1;
-  if (d->temp && unlink(d->cfg.path) != 0)
-    LOG_WARN("%s: cannot remove %s: %s", d->cfg.name, d->cfg.path, strerror(errno));
 }

@@ -149,6 +149,32 @@ START_TEST(result_is_pending_while_the_tier_works) {
 }
 END_TEST
 
+/* "Not done yet" from a wait is KVA_ETIMEDOUT whatever the timeout, 0
+ * included (a query's is KVA_EAGAIN), and the handle stays usable.
+ * Deterministic mode: the tier's latency runs on virtual time, so the load
+ * is still pending until the wait is allowed to move the clock. */
+START_TEST(wait_0_while_the_tier_works_times_out_and_keeps_the_handle) {
+  kva_runtime *rt = l2_start_no_writeback(0, 1, NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  const uint64_t ids[] = {0, 1};
+  l2_seed(s, 0, ids, 2, &l, 0);
+  l2_set_latency(s, 0, 1000000);
+  kva_prefetch *h = l2_submit(s, ids, 2, &l, 0);
+  size_t hits = 99;
+  ck_assert_int_eq(kva_wait_prefetch(s, h, 0, &hits), KVA_ETIMEDOUT);
+  ck_assert_int_eq(kva_wait_prefetch(s, h, 1, &hits), KVA_ETIMEDOUT);
+  ck_assert_int_eq(kva_query_prefetch(s, h, &hits), KVA_EAGAIN);
+  ck_assert_int_eq(kva_wait_prefetch(s, h, 0, &hits), KVA_ETIMEDOUT);
+  ck_assert_uint_eq(hits, 99);
+  ck_assert_int_ge(kva_prefetch_eventfd(h), 0);
+  ck_assert_uint_eq(l2_wait(s, h), 2);
+  ck_assert_int_eq(kva_wait_prefetch(s, h, 0, &hits), KVA_EINVAL);
+  l2_read_release(s, ids, 2, 0, 0);
+  l2_finish(rt);
+}
+END_TEST
+
 /* ---- the L1 prefix and the L2 remainder ----------------------------------- */
 
 /* Keys 0, 1 in L1, 2, 3 only in L2: one prefix of 4; only the remainder is
@@ -331,6 +357,7 @@ Suite *kva_test_suite(void) {
   tcase_add_loop_test(tc, sequential_requests_each_get_their_prefix, 0, 2);
   tcase_add_loop_test(tc, result_is_readable_exactly_once, 0, 2);
   tcase_add_test(tc, result_is_pending_while_the_tier_works);
+  tcase_add_test(tc, wait_0_while_the_tier_works_times_out_and_keeps_the_handle);
   tcase_add_loop_test(tc, l1_prefix_continues_in_l2, 0, 2);
   tcase_add_loop_test(tc, l1_hits_past_a_gap_are_obtained_again, 0, 2);
   tcase_add_loop_test(tc, l1_hits_held_past_a_failed_load_are_released, 0, 2);

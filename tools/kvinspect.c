@@ -1,12 +1,13 @@
 /*
  * kvinspect.c — `kvinspect PID`: a live table of a kvact process's actors,
- * read from its shared-memory stats segments (actors/stats.h). This file:
- * options, the checks on the process, and the refresh loop.
+ * read from its shared-memory stats segments (actors/stats.h), or the last
+ * counters of a dead one whose segments are still there (marked stale).
+ * This file: options, the checks on the process, and the refresh loop.
  *
  * `kvinspect trace PID` (kvinspect_trace.c) records the trace ring.
  *
- * Exit status: 0 done, 1 the process or its segments cannot be inspected,
- * 2 usage.
+ * Exit status: 0 done (stale segments included), 1 the process or its
+ * segments cannot be inspected, 2 usage.
  */
 #include <errno.h>
 #include <signal.h>
@@ -27,7 +28,7 @@ static const char usage[] =
     "(/dev/shm/kvact.PID.*), refreshing every interval like top (the screen is\n"
     "cleared when stdout is a terminal; otherwise tables follow each other).\n"
     "\n"
-    "Columns: ACTOR name, KIND (actor, pinned, port), STATE (live, stopped),\n"
+    "Columns: ACTOR name, KIND (actor, pinned, port), STATE (live, stopped, stale),\n"
     "DEPTH (messages in the mailbox now), PEAK (deepest mailbox seen at a turn\n"
     "start), MSG/S (messages received per second over the last interval),\n"
     "RECV_P50 / RECV_P99 (receive time since the actor started, from a log2\n"
@@ -41,6 +42,11 @@ static const char usage[] =
     "  --once         one sample: rates over one interval, then exit\n"
     "  --json         with --once: one JSON object {pid, segments: [{name, actors}]}\n"
     "\n"
+    "A segment whose process is dead (killed before its shutdown removed it) is\n"
+    "shown with its last counters and marked stale; the next kvact runtime\n"
+    "start in any process removes it once the process is reaped. JSON: each\n"
+    "segment's \"owner\" (live, exited, gone, unknown) and \"stale\".\n"
+    "\n"
     "trace: turns on the process's trace ring for N seconds (default 5; it stops\n"
     "by itself within 2 s if kvinspect dies) and writes Chrome/Perfetto trace\n"
     "JSON to FILE (default kvact-trace.PID.json): a track per actor, a slice per\n"
@@ -49,8 +55,9 @@ static const char usage[] =
     "--max-events bounds kvinspect's memory and the file (default 1000000 events,\n"
     "about 170 MB of JSON; the rest are counted as not kept).\n"
     "\n"
-    "Exit status: 0 ok, 1 no such process, no kvact segment, a segment of\n"
-    "another layout version or no permission to read it, 2 usage.\n";
+    "Exit status: 0 ok (stale segments included), 1 no such process and no\n"
+    "segment, no kvact segment, a segment of another layout version or no\n"
+    "permission to read it, 2 usage.\n";
 
 typedef struct options {
   int pid;
@@ -167,9 +174,10 @@ static int inspect(const options *o, kvi_segment *segs, int count) {
   return 0;
 }
 
-/* Checks that pid is a process we may look at; the exit status or 0. */
-static int check_process(int pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) {
+/* Checks that pid is a process we may look at, or a dead one that left
+ * segments when `stale_ok`; the exit status or 0. */
+static int check_process(int pid, int stale_ok) {
+  if (kill(pid, 0) != 0 && errno == ESRCH && !(stale_ok && kvi_segment_count(pid) > 0)) {
     fprintf(stderr, "kvinspect: no such process: %d\n", pid);
     return 1;
   }
@@ -210,7 +218,7 @@ static int trace_main(int argc, char **argv) {
     snprintf(def_path, sizeof def_path, "kvact-trace.%d.json", pid);
     path = def_path;
   }
-  int rc = check_process(pid);
+  int rc = check_process(pid, 0); /* a dead process has nothing to record */
   return rc ? rc : kvi_trace(pid, seconds, path, (size_t)max_events);
 }
 
@@ -223,7 +231,7 @@ int main(int argc, char **argv) {
   options o;
   int rc = parse_args(&o, argc, argv);
   if (rc) return rc;
-  if ((rc = check_process(o.pid)) != 0) return rc;
+  if ((rc = check_process(o.pid, 1)) != 0) return rc;
   kvi_segment *segs;
   int count;
   if (kvi_open_all(o.pid, &segs, &count, 0) != 0) return 1;

@@ -17,7 +17,7 @@
 typedef struct kvi_row {
   char name[KVA_STATS_NAME];
   const char *kind;      /* "actor", "pinned", "port" */
-  const char *state;     /* "live", "stopped" */
+  const char *state;     /* "live", "stopped"; "stale" when its process is dead */
   uint64_t depth;        /* p_tail - c_head of the live ring */
   uint64_t peak_depth;   /* deepest mailbox at a turn start */
   uint64_t enqueued;     /* as of the consumer's last turn */
@@ -41,13 +41,19 @@ typedef struct kvi_segment {
   kvi_row *rows;           /* max_slots rows; nrows filled by kvi_sample */
   uint32_t nrows;
   double uptime_s; /* since the runtime created the segment */
+  int owner;       /* STATS_OWNER_* of the process that made it, when mapped */
 } kvi_segment;
+
+/* A segment its process left behind: exited (a zombie) or gone. */
+int kvi_stale(const kvi_segment *s);
 
 enum { KVI_SORT_NAME, KVI_SORT_DEPTH, KVI_SORT_RATE, KVI_SORT_P99 };
 
 /* Whether process pid still runs: it exists and is not a zombie (a
  * process that exited but was not yet reaped by its parent). */
 int kvi_alive(int pid);
+/* How many /dev/shm/kvact.<pid>.* there are (-1: /dev/shm unreadable). */
+int kvi_segment_count(int pid);
 /* Maps every segment of pid into *out (sorted by <n>), writable for
  * `kvinspect trace` (which turns tracing on); on failure prints the reason
  * to stderr and returns -1. */

@@ -1,6 +1,8 @@
 /*
  * kvinspect_segment.c — finds /dev/shm/kvact.<pid>.* for a process, maps
  * each read-only after checking its header, and turns the slots into rows.
+ * A segment whose process is dead (actors/stats_owner.c) is still read,
+ * and marked stale.
  *
  * The runtime writes the segment while we read it: every counter is read
  * with one atomic load (torn-free), but rows are not a snapshot across
@@ -65,8 +67,8 @@ static int check_header(const char *path, const void *map, size_t bytes) {
   return 0;
 }
 
-/* Maps one segment into s (s->name already set). */
-static int map_one(kvi_segment *s, int writable) {
+/* Maps one segment of pid into s (s->name already set). */
+static int map_one(kvi_segment *s, int pid, int writable) {
   char path[128];
   snprintf(path, sizeof(path), SHM_DIR "/%s", s->name);
   int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
@@ -94,6 +96,7 @@ static int map_one(kvi_segment *s, int writable) {
   s->hdr = map;
   s->bytes = (size_t)st.st_size;
   if (check_header(path, map, s->bytes) != 0) return -1;
+  s->owner = stats_owner_state(s->hdr, pid);
   s->slots = (const stats_slot *)((const char *)map + s->hdr->header_bytes);
   s->prev_dequeued = calloc(s->hdr->max_slots + 1, sizeof(uint64_t));
   s->rows = calloc(s->hdr->max_slots + 1, sizeof(kvi_row));
@@ -152,6 +155,18 @@ static int find_names(int pid, kvi_segment **out, int *count) {
   return 0;
 }
 
+int kvi_segment_count(int pid) {
+  kvi_segment *segs;
+  int n;
+  if (find_names(pid, &segs, &n) != 0) return -1;
+  free(segs);
+  return n;
+}
+
+int kvi_stale(const kvi_segment *s) {
+  return s->owner == STATS_OWNER_EXITED || s->owner == STATS_OWNER_GONE;
+}
+
 int kvi_open_all(int pid, kvi_segment **out, int *count, int writable) {
   if (find_names(pid, out, count) != 0) return -1;
   if (*count == 0) {
@@ -163,7 +178,7 @@ int kvi_open_all(int pid, kvi_segment **out, int *count, int writable) {
     return -1;
   }
   for (int i = 0; i < *count; i++) {
-    if (map_one(&(*out)[i], writable) != 0) {
+    if (map_one(&(*out)[i], pid, writable) != 0) {
       kvi_close_all(*out, *count);
       return -1;
     }
@@ -220,11 +235,11 @@ static uint64_t ring_depth(const ck_ring_t *r) {
   return depth > size ? size : depth;
 }
 
-static void fill_row(kvi_row *r, const stats_slot *sl, uint64_t prev, double seconds) {
+static void fill_row(kvi_row *r, const stats_slot *sl, uint64_t prev, double seconds, int stale) {
   memcpy(r->name, sl->name, sizeof(r->name));
   r->name[sizeof(r->name) - 1] = '\0';
   r->kind = kind_name(sl->kind);
-  r->state = load32(&sl->state) == STATS_SLOT_STOPPED ? "stopped" : "live";
+  r->state = load32(&sl->state) == STATS_SLOT_STOPPED ? "stopped" : stale ? "stale" : "live";
   r->depth = ring_depth(&sl->ring);
   r->peak_depth = load64(&sl->peak_depth);
   r->dequeued = load64(&sl->dequeued);
@@ -247,7 +262,7 @@ void kvi_sample(kvi_segment *s, double seconds) {
     /* acquire: name and kind are written before the slot shows as live */
     if (load32(&sl->state) == STATS_SLOT_FREE) continue;
     ck_pr_fence_load();
-    fill_row(&s->rows[s->nrows++], sl, s->prev_dequeued[i], seconds);
+    fill_row(&s->rows[s->nrows++], sl, s->prev_dequeued[i], seconds, kvi_stale(s));
   }
   uint64_t start = s->hdr->start_ns;
   struct timespec ts;

@@ -1,6 +1,7 @@
 /*
  * kvinspect_show.c — kvinspect's two outputs: the table (one block per
  * segment, one row per actor, like top) and the --once --json object.
+ * A segment its dead process left is shown all the same, marked stale.
  */
 #include <ck_pr.h>
 #include <jansson.h>
@@ -33,6 +34,14 @@ static const char *tracing(const kvi_segment *s) {
   return on & TRACE_ON_LEASE ? "on (kvinspect trace)" : "off";
 }
 
+/* After a segment's header line: why its counters are frozen. */
+static const char *stale_note(const kvi_segment *s) {
+  if (s->owner == STATS_OWNER_EXITED) return ", stale (its process exited, not yet reaped)";
+  if (s->owner == STATS_OWNER_GONE)
+    return ", stale (its process is gone; the next runtime start removes it)";
+  return "";
+}
+
 static void show_row(const kvi_row *r) {
   char p50[16], p99[16];
   printf("%-24s %-6s %-7s %7llu %7llu %10.0f %8s %8s %9llu %9llu\n", r->name, r->kind, r->state,
@@ -48,7 +57,8 @@ void kvi_show_table(int pid, const kvi_segment *segs, int count, int interval_ms
          count == 1 ? "" : "s", interval_ms, sort_name);
   for (int i = 0; i < count; i++) {
     const kvi_segment *s = &segs[i];
-    printf("\n%s: %u actors, up %.1fs, tracing %s\n", s->name, s->nrows, s->uptime_s, tracing(s));
+    printf("\n%s: %u actors, up %.1fs, tracing %s%s\n", s->name, s->nrows, s->uptime_s, tracing(s),
+           stale_note(s));
     printf("%-24s %-6s %-7s %7s %7s %10s %8s %8s %9s %9s\n", "ACTOR", "KIND", "STATE", "DEPTH",
            "PEAK", "MSG/S", "RECV_P50", "RECV_P99", "OVERFLOW", "BACKPRESS");
     for (uint32_t r = 0; r < s->nrows; r++) show_row(&s->rows[r]);
@@ -71,9 +81,10 @@ static json_t *segment_json(const kvi_segment *s) {
   json_t *actors = json_array();
   for (uint32_t r = 0; actors && r < s->nrows; r++)
     json_array_append_new(actors, row_json(&s->rows[r]));
-  return json_pack("{s:s, s:i, s:i, s:f, s:s, s:o}", "name", s->name, "version",
+  return json_pack("{s:s, s:i, s:i, s:f, s:s, s:s, s:b, s:o}", "name", s->name, "version",
                    (int)s->hdr->version, "max_slots", (int)s->hdr->max_slots, "uptime_s",
-                   s->uptime_s, "tracing", tracing(s), "actors", actors);
+                   s->uptime_s, "tracing", tracing(s), "owner", stats_owner_name(s->owner), "stale",
+                   kvi_stale(s), "actors", actors);
 }
 
 int kvi_show_json(int pid, const kvi_segment *segs, int count, int interval_ms) {
