@@ -14,7 +14,8 @@
  *    a working set four times the pool, demand eviction only
  *    (eviction.ratio = 0): the share of new keys that got
  *    KVA_OUT_OF_MEMORY and the pool's utilization (mean and lowest) at
- *    steady state, and the share of keys found resident (hit ratio).
+ *    steady state, the share of keys found resident (hit ratio), and the
+ *    time of one call (touch + reserve_write + finish_write + stats).
  * Figures are medians over --reps repetitions.
  */
 #include <stdbool.h>
@@ -233,7 +234,7 @@ static void bench_prefetch_rtt(const bench_opts *o) {
 typedef struct mx_tally {
   uint64_t asked, wanted, oom; /* keys, of them not resident, of those OOM */
   double util_sum, util_min;
-  uint64_t samples;
+  uint64_t samples, ns; /* steady-state calls (and a stats call each), time */
 } mx_tally;
 
 static uint64_t mx_rand(uint64_t *x) { /* xorshift64 */
@@ -286,12 +287,14 @@ static void run_mixed(int workers, int rep, mx_tally *t) {
   uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(rep + 1); /* one workload per rep */
   *t = (mx_tally){0};
   for (unsigned i = 0; i < MX_WARM; i++) mx_call(s, &rng, t, false);
+  uint64_t t0 = bench_now_ns();
   for (unsigned i = 0; i < MX_CALLS; i++) mx_call(s, &rng, t, true);
+  t->ns = bench_now_ns() - t0;
   kva_runtime_shutdown(rt);
 }
 
 static void bench_mixed_sizes(const bench_opts *o) {
-  double oom[64], mean[64], low[64], hit[64];
+  double oom[64], mean[64], low[64], hit[64], us[64];
   int reps = o->reps < 64 ? o->reps : 64;
   for (int r = 0; r < reps; r++) {
     mx_tally t;
@@ -300,11 +303,12 @@ static void bench_mixed_sizes(const bench_opts *o) {
     mean[r] = t.util_sum / (double)t.samples;
     low[r] = t.util_min;
     hit[r] = (double)(t.asked - t.wanted) / (double)t.asked;
+    us[r] = (double)t.ns / 1e3 / MX_CALLS;
   }
   printf("measure=mixed-sizes oom_rate=%.4f target=0 utilization=%.3f utilization_min=%.3f "
-         "target=0.9 hit_ratio=%.3f sizes=1-32x64KiB working_set=4xL1\n",
+         "target=0.9 hit_ratio=%.3f us_per_call=%.2f sizes=1-32x64KiB working_set=4xL1\n",
          bench_median(oom, reps), bench_median(mean, reps), bench_median(low, reps),
-         bench_median(hit, reps));
+         bench_median(hit, reps), bench_median(us, reps));
   fflush(stdout);
 }
 
