@@ -34,8 +34,9 @@ typedef struct evict_note {
   evict_note_entry e[];
 } evict_note;
 
-/* L1 needs `deficit` more bytes: send candidates in policy order, after
- * the id `after` (0 = from the start). */
+/* L1 needs room: at least `deficit` bytes must go (contiguous room may
+ * take more; the manager decides, candidate by candidate). Send candidates
+ * in policy order, after the id `after` (0 = from the start). */
 typedef struct evict_demand {
   uint64_t deficit;
   uint64_t after;

@@ -34,11 +34,11 @@ typedef struct demand {
   kva_actor *reply_to;
   uint64_t tag;
   size_t nalloc;    /* blocks the reservation needs (in scratch) */
-  uint64_t deficit; /* bytes the plan must free */
+  uint64_t deficit; /* bytes the plan must free at least (for the controller) */
   uint64_t after;   /* cursor into the policy order */
-  uint32_t *plan;   /* unlocked candidates chosen so far */
+  uint32_t *plan;   /* slots of the candidates planned so far, in the order of
+                       the pool's room plan (kept between demands) */
   size_t nplan, cap_plan;
-  uint64_t planned; /* bytes they free */
 } demand;
 
 /* Per-request scratch: which keys need a block, grown on demand. */

@@ -8,12 +8,25 @@
  *     key (modes NEW/ALL) — records first, so a repeated key is seen;
  *  2. allocate the blocks of the new records all at once;
  *  3. if that fails, demand eviction: ask the eviction controller for
- *     candidates in policy order (other messages wait, see l1_manager.c),
- *     plan unlocked ones until their bytes cover the deficit, and only then
- *     evict them and allocate again. If the plan cannot cover the deficit
- *     nothing is evicted and every new key gets KVA_OUT_OF_MEMORY. When the
- *     free bytes already cover the request (fragmentation), nothing is
- *     evicted either (LMCache PR #5290 does the same).
+ *     candidates in policy order (other messages wait, see l1_manager.c)
+ *     and plan unlocked ones, not part of the request, with the pool's
+ *     room planner (pool.h) until freeing them would make contiguous room
+ *     for every block of the batch; keep only the planned ones that are
+ *     needed (the latest in policy order go first), evict those and
+ *     allocate again. If no plan can make room (candidates exhausted)
+ *     nothing is evicted and every new key gets KVA_OUT_OF_MEMORY.
+ *
+ * Room, not bytes: a free byte count that covers the request says nothing
+ * when the free space is in pieces (LMCache #3187: allocations failing for
+ * hours with memory "free"), and bytes evicted in policy order need not be
+ * next to each other. So the plan counts the blocks of the batch the free
+ * runs would hold, victims merged with their free neighbours, and it stops
+ * at the shortest prefix of the policy order that makes room: victims are
+ * taken in policy order as far as contiguity allows, and each one evicted
+ * is needed. A size-class allocator would avoid the question for one chunk
+ * size but wastes a fifth or more of the pool with mixed sizes (measured:
+ * pool_plan.c, README "Benchmarks"); with one chunk size the plan is the
+ * old rule (the least recent unlocked objects, one block each).
  */
 #include <stdlib.h>
 
@@ -109,7 +122,9 @@ static bool demand_ask(struct l1_manager *m) {
   return false;
 }
 
-/* Step 3 begins: the batch did not fit. */
+/* Step 3 begins: the batch did not fit. The pool's room plan stays open
+ * until the demand ends (the pool does not change meanwhile: every other
+ * message waits). */
 static void demand_start(struct l1_manager *m, l1_req *r, size_t nalloc, kva_actor *to,
                          uint64_t tag) {
   uint64_t need = 0;
@@ -122,10 +137,16 @@ static void demand_start(struct l1_manager *m, l1_req *r, size_t nalloc, kva_act
                 .tag = tag,
                 .plan = d->plan,
                 .cap_plan = d->cap_plan};
-  d->deficit = need > free_bytes ? need - free_bytes : 0;
+  /* a lower bound for the controller: at least one block must go */
+  d->deficit = need > free_bytes ? need - free_bytes : pool_block_bytes(m->pool, m->sc.bytes[0]);
   d->nalloc = nalloc;
   l1_note_flush(m); /* the controller must know everything before it chooses */
-  if (d->deficit == 0 || !demand_ask(m)) complete(m, r, nalloc, false, to, tag);
+  /* 1 (fits as it is) cannot follow a failed batch; like a batch larger
+   * than the pool it is answered as out of memory */
+  if (pool_plan_start(m->pool, m->sc.bytes, nalloc) != 0 || !demand_ask(m)) {
+    pool_plan_cancel(m->pool);
+    complete(m, r, nalloc, false, to, tag);
+  }
 }
 
 void l1_reserve_write(struct l1_manager *m, l1_req *r, kva_actor *from, uint64_t tag) {
@@ -145,33 +166,39 @@ void l1_reserve_write(struct l1_manager *m, l1_req *r, kva_actor *from, uint64_t
 }
 
 /* Adds one candidate to the plan unless it is gone, locked, or part of the
- * reservation itself. */
-static void plan_add(struct l1_manager *m, uint64_t id) {
+ * reservation itself; true once the plan makes room for the batch. */
+static bool plan_add(struct l1_manager *m, uint64_t id) {
   demand *d = &m->dem;
   uint32_t slot = object_table_by_id(&m->t, id);
-  if (slot == NO_SLOT || l1_locked(object_at(&m->t, slot)) || l1_seen(m, slot)) return;
+  if (slot == NO_SLOT || l1_locked(object_at(&m->t, slot)) || l1_seen(m, slot)) return false;
   if (d->nplan == d->cap_plan) {
     size_t cap = d->cap_plan ? d->cap_plan * 2 : 64;
     uint32_t *p = realloc(d->plan, cap * sizeof(*p));
-    if (!p) return;
+    if (!p) return false;
     d->plan = p;
     d->cap_plan = cap;
   }
+  int rc = pool_plan_add(m->pool, object_at(&m->t, slot)->ptr);
+  if (rc < 0) return false; /* ENOMEM: this candidate is not planned */
   d->plan[d->nplan++] = slot;
-  d->planned += pool_block_bytes(m->pool, object_at(&m->t, slot)->bytes);
+  return rc == 1;
 }
 
 /* A page of candidates arrived for the waiting reservation. */
 void l1_demand_candidates(struct l1_manager *m, const evict_list *l) {
   demand *d = &m->dem;
-  for (uint32_t i = 0; i < l->n && d->planned < d->deficit; i++) plan_add(m, l->ids[i]);
-  if (d->planned < d->deficit) {
+  bool room = false;
+  for (uint32_t i = 0; i < l->n && !room; i++) room = plan_add(m, l->ids[i]);
+  if (!room) {
     if (l->n) d->after = l->ids[l->n - 1];
     if (!l->end && l->n && demand_ask(m)) return;
+    pool_plan_cancel(m->pool);
     complete(m, d->req, d->nalloc, false, d->reply_to, d->tag);
     return;
   }
+  pool_plan_finish(m->pool); /* keeps the planned objects that are needed */
   for (size_t i = 0; i < d->nplan; i++) {
+    if (!pool_plan_needed(m->pool, i)) continue;
     l1_remove(m, d->plan[i], true);
     m->st.evicted_on_demand++;
   }

@@ -9,13 +9,16 @@
  *              a stray pointer in O(1), so merging clears the absorbed tag.
  *   tail[i]    at the last unit of a block: the index of its first unit. Only
  *              read as tail[start - 1], to find the left neighbour.
- *   next/prev  free-list links of a free block, at its first unit.
+ *   next/prev  free-list links of a free block, at its first unit (at a block
+ *              planned for freeing, the extent of its planned run: see
+ *              pool_plan.c, which also owns the one-bit-per-unit marks).
  * Free list c holds the free blocks of floor(log2(units)) == c; bit c of
  * `nonempty` is set iff list c is non-empty.
  *
  * Invariants (pool_memcheck checks them all): blocks tile [0, units); no two
  * free blocks touch; every free block is on exactly the list of its class;
- * used_units and live match the allocated blocks.
+ * used_units and live match the allocated blocks; no block is marked as
+ * planned outside an open plan.
  */
 #include "l1/pool.h"
 
@@ -33,33 +36,13 @@
 #include "actors/log.h"
 #include "kvact.h"
 #include "l1/host_pin.h"
+#include "l1/pool_internal.h"
 
-#define POOL_FREE 0x80000000u      /* head[] flag: the block is free */
-#define POOL_NONE UINT32_MAX       /* end of a free list */
-#define POOL_MAX_UNITS 0x7fffffffu /* sizes must leave room for POOL_FREE */
-#define POOL_CLASSES 32            /* floor(log2(units)) < 31 */
-#define POOL_SCAN 8                /* exact-class entries tried before splitting */
+#define POOL_SCAN 8 /* exact-class entries tried before splitting */
 #define POOL_MIN_ALIGN 64
 #define POOL_MAX_ALIGN (UINT64_C(1) << 40)
 #define POOL_NODE_WORDS 16 /* nodemask words handed to mbind (1024 nodes) */
 #define MIB (UINT64_C(1) << 20)
-
-struct pool {
-  uint8_t *base;                /* first byte of the region, aligned to unit */
-  uint64_t unit;                /* bytes per unit: max(align_bytes, 4096) */
-  unsigned shift;               /* log2(unit) */
-  uint32_t units;               /* capacity in units */
-  uint32_t *head;               /* per unit: size | POOL_FREE at a block's first unit */
-  uint32_t *tail;               /* per unit: start index at a block's last unit */
-  uint32_t *next;               /* per unit: next free block of the same class */
-  uint32_t *prev;               /* per unit: previous free block of the same class */
-  uint32_t lists[POOL_CLASSES]; /* first free block of each class */
-  uint64_t nonempty;            /* bit c set iff lists[c] != POOL_NONE */
-  uint64_t used_units;          /* units in allocated blocks */
-  uint64_t live;                /* allocated blocks */
-  int pinned;                   /* the region is cudaHostRegister'ed */
-  int node;                     /* NUMA node the region is bound to, or -1 */
-};
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -74,16 +57,6 @@ __attribute__((format(printf, 4, 5))) static int pool_err(int rc, char *err, siz
     va_end(ap);
   }
   return rc;
-}
-
-/* The size class of a block of n >= 1 units: floor(log2(n)). */
-static inline unsigned pool_class(uint32_t n) {
-  return 31u - (unsigned)__builtin_clz(n);
-}
-
-/* The size in units of the block that starts at unit i. */
-static inline uint32_t pool_size(const pool *p, uint32_t i) {
-  return p->head[i] & ~POOL_FREE;
 }
 
 /* Writes both boundary tags of the block [i, i + n). */
@@ -190,9 +163,8 @@ static void pool_release(pool *p, uint32_t i) {
   pool_list_push(p, i);
 }
 
-/* The unit index of ptr when it is the start of a live block, else POOL_NONE.
- * O(1) thanks to head[] being 0 everywhere but at block starts. */
-static uint32_t pool_index_of(const pool *p, const void *ptr) {
+/* O(1) thanks to head[] being 0 everywhere but at block starts. */
+uint32_t pool_index_of(const pool *p, const void *ptr) {
   uintptr_t a = (uintptr_t)ptr, b = (uintptr_t)p->base;
   if (a < b || a - b >= pool_capacity(p) || ((a - b) & (p->unit - 1))) return POOL_NONE;
   uint32_t i = (uint32_t)((a - b) >> p->shift);
@@ -354,6 +326,8 @@ int pool_memcheck(const pool *p, char *report, size_t len) {
   if (t.live != p->live)
     return pool_err(KVA_EIO, report, len, "%llu allocated blocks but live counter %llu",
                     (unsigned long long)t.live, (unsigned long long)p->live);
+  if (pool_plan_stray_marks(p))
+    return pool_err(KVA_EIO, report, len, "planned marks left without an open plan");
   return pool_err(0, report, len, "ok");
 }
 
@@ -487,12 +461,13 @@ static int pool_pin(pool *p, int pinned, uint64_t bytes, char *err, size_t errle
   return 0;
 }
 
-/* Allocates the four side arrays (one calloc) and makes the whole region one
- * free block. */
+/* Allocates the four side arrays (one calloc) and the planned marks, and
+ * makes the whole region one free block. */
 static int pool_meta_init(pool *p, char *err, size_t errlen) {
   size_t n = p->units;
   p->head = calloc(4 * n, sizeof(uint32_t));
-  if (!p->head)
+  p->marks = calloc(n / 64 + 1, sizeof(uint64_t));
+  if (!p->head || !p->marks)
     return pool_err(KVA_ENOMEM, err, errlen, "l1 pool: no memory for %zu MiB of metadata",
                     4 * n * sizeof(uint32_t) / MIB);
   p->tail = p->head + n;
@@ -559,5 +534,7 @@ void pool_destroy(pool *p) {
   if (p->pinned) host_unpin(p->base);
   if (p->base) munmap(p->base, pool_capacity(p));
   free(p->head);
+  free(p->marks);
+  pool_plan_release(p);
   free(p);
 }

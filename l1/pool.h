@@ -7,7 +7,9 @@
  * free neighbours in O(1), and segregated free lists (one per power-of-two
  * size class, with a bitmap of non-empty classes) so that finding a block is
  * O(1) for the common case of many equal-sized chunks and correct for mixed
- * sizes. pool_alloc_batch is all-or-nothing.
+ * sizes. pool_alloc_batch is all-or-nothing. A room plan (pool_plan_*)
+ * says which allocated blocks to free so that a batch would fit, for the
+ * L1 manager's demand eviction.
  *
  * Not thread-safe: the pool belongs to the L1 manager actor. Only
  * pool_create/pool_destroy touch the OS (mmap, mbind, madvise, the optional
@@ -16,6 +18,7 @@
 #ifndef KVA_L1_POOL_H
 #define KVA_L1_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +62,37 @@ void pool_free(pool *p, void *ptr);
 uint64_t pool_block_bytes(const pool *p, uint64_t bytes);
 /* Whether one block of `bytes` could be allocated right now. */
 int pool_fits(const pool *p, uint64_t bytes);
+
+/* Room planning, for demand eviction (pool_plan.c): which allocated blocks
+ * to free so that a batch would fit, found without freeing anything. The
+ * free space counts as runs: maximal stretches of free blocks and blocks
+ * planned for freeing. The batch's room is the number of its blocks these
+ * runs hold (sum of run / block size): a batch of equal-sized blocks fits
+ * exactly when that is at least its count, whichever runs pool_alloc_batch
+ * picks (each block it takes lowers the sum by exactly one). A batch of
+ * mixed sizes is planned as blocks of its largest size, which is enough.
+ * One plan at a time; the pool must not change while a plan is open.
+ *
+ * pool_plan_start opens a plan for the batch bytes[0..n): 0, or 1 when it
+ * fits as it is (no plan opened), KVA_ENOMEM when it cannot fit even in an
+ * empty pool, KVA_EINVAL for a size 0 or no sizes (no plan opened either). */
+int pool_plan_start(pool *p, const uint64_t *bytes, size_t n);
+/* Plans the allocated block at ptr for freeing, in O(1); callers add
+ * blocks in the order they would rather free them. 1 when freeing the
+ * blocks planned so far would make room for the batch, 0 when not yet,
+ * KVA_EINVAL when ptr is not a live block or is planned already, KVA_ENOMEM
+ * (nothing planned). */
+int pool_plan_add(pool *p, const void *ptr);
+/* Closes a plan that makes room and keeps only blocks it needs: the
+ * latest planned first, each one is dropped when the room stays enough
+ * without it, so every block kept is needed (freeing all but any one of
+ * them would not make room). Returns how many are kept;
+ * pool_plan_needed(p, k) then says whether the k-th block added is one of
+ * them (until the next plan). O(k) plus the length of the runs. */
+size_t pool_plan_finish(pool *p);
+bool pool_plan_needed(const pool *p, size_t k);
+/* Closes a plan that frees nothing. No-op without an open plan. */
+void pool_plan_cancel(pool *p);
 
 uint64_t pool_capacity(const pool *p); /* effective bytes */
 uint64_t pool_used(const pool *p);     /* bytes in allocated blocks */

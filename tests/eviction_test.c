@@ -2,7 +2,9 @@
  * eviction_test.c — L1 eviction through the whole system: watermark rounds
  * by the eviction controller, each policy's order, the periodic tick, and
  * demand eviction inside reserve_write (the scenarios of LMCache PR #5290:
- * plan first, evict only the deficit, never a locked or requested object).
+ * plan first, evict only what is needed, never a locked or requested
+ * object; here "needed" means contiguous room, not bytes: see also
+ * l1_fragmentation_test.c).
  *
  * Deterministic mode (workers = 0) makes the interleaving of the manager
  * and the controller reproducible; kva_runtime_run_until_idle lets a round
@@ -18,43 +20,6 @@
 #include "tests/support/storage_client.h"
 
 #define PAGE 4096u
-
-/* Is key i in L1? (a prefetch of it alone, released at once) */
-static int present(kva_storage *s, uint64_t i) {
-  kva_key k = fixture_key(i);
-  size_t hits = prefetch_l(s, &k, 1, NULL, 0);
-  if (hits) ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
-  return hits == 1;
-}
-
-/* One batch reserve of keys [first, first+n) of `bytes` each; returns how
- * many succeeded and finishes them. */
-static int write_batch(kva_storage *s, uint64_t first, size_t n, uint64_t bytes, int *st) {
-  kva_layout l = fixture_layout_bytes(bytes);
-  kva_key k[64];
-  kva_buf b[64];
-  ck_assert_uint_le(n, 64);
-  key_range(k, first, n);
-  int ok = kva_reserve_write(s, k, n, &l, KVA_WRITE_NEW, b, st);
-  kva_key done[64];
-  size_t nd = 0;
-  for (size_t i = 0; i < n; i++)
-    if (st[i] == KVA_OK) done[nd++] = k[i];
-  int fst[64];
-  if (nd) ck_assert_int_eq(kva_finish_write(s, done, nd, fst), (int)nd);
-  return ok;
-}
-
-/* Holds one read lock on key i (a prefetch that hit). */
-static void lock_key(kva_storage *s, uint64_t i) {
-  kva_key k = fixture_key(i);
-  ck_assert_uint_eq(prefetch_l(s, &k, 1, NULL, 0), 1);
-}
-
-static void unlock_key(kva_storage *s, uint64_t i) {
-  kva_key k = fixture_key(i);
-  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
-}
 
 /* ---- watermark rounds ----------------------------------------------------- */
 
@@ -252,37 +217,41 @@ START_TEST(demand_eviction_counts_whole_blocks) {
 }
 END_TEST
 
-START_TEST(fragmentation_alone_is_out_of_memory_without_eviction) {
+/* [free][1][free][3], a 2-page request: the free pages cover it in bytes
+ * but not in one piece. Evicting 3, the least recent, joins it with the
+ * free page beside it; 1 stays. */
+START_TEST(evicting_a_neighbour_of_free_space_makes_contiguous_room) {
   kva_runtime *rt = fixture_storage(0, 4 * PAGE, "eviction.ratio=0", NULL);
   kva_storage *s = kva_storage_of(rt);
   int st[64];
-  ck_assert_int_eq(write_batch(s, 0, 4, PAGE, st), 4);
+  ck_assert_int_eq(write_batch(s, 0, 4, PAGE, st), 4); /* order: 3 2 1 0 */
   kva_key k[2] = {fixture_key(0), fixture_key(2)};
   ck_assert_int_eq(kva_delete(s, k, 2, 0, st), 2);
-  ck_assert_int_eq(write_batch(s, 100, 1, 2 * PAGE, st), 0);
-  ck_assert_int_eq(st[0], KVA_OUT_OF_MEMORY);
-  ck_assert_uint_eq(stats_of(s).evicted_on_demand, 0);
-  ck_assert_uint_eq(stats_of(s).l1_objects, 2);
+  ck_assert_int_eq(write_batch(s, 100, 1, 2 * PAGE, st), 1);
+  ck_assert_uint_eq(stats_of(s).evicted_on_demand, 1);
+  ck_assert(!present(s, 3));
+  ck_assert(present(s, 1));
   fixture_memcheck_clean(s);
   kva_runtime_shutdown(rt);
 }
 END_TEST
 
-/* The plan covers the deficit in bytes but the freed page is not next to
- * the free one: evict once, retry once, then OOM. */
-START_TEST(a_failed_retry_after_eviction_is_out_of_memory) {
+/* [0][1][2 locked][3], a 2-page request. 3 is the least recent, but no
+ * neighbour of it can join it (2 is locked, the pool ends): evicting it
+ * would make no room, so it stays; 1 and 0, next in order and side by side,
+ * go. */
+START_TEST(a_victim_that_makes_no_room_is_spared) {
   kva_runtime *rt = fixture_storage(0, 4 * PAGE, "eviction.ratio=0", NULL);
   kva_storage *s = kva_storage_of(rt);
   int st[64];
-  ck_assert_int_eq(write_batch(s, 0, 3, PAGE, st), 3);
+  ck_assert_int_eq(write_batch(s, 0, 4, PAGE, st), 4); /* order: 3 2 1 0 */
   lock_key(s, 2);
-  ck_assert_int_eq(write_batch(s, 100, 1, 2 * PAGE, st), 0);
-  ck_assert_int_eq(st[0], KVA_OUT_OF_MEMORY);
-  ck_assert_uint_eq(stats_of(s).evicted_on_demand, 1);
-  ck_assert_uint_eq(stats_of(s).l1_used_bytes, 2 * PAGE);
-  ck_assert(present(s, 0));
+  ck_assert_int_eq(write_batch(s, 100, 1, 2 * PAGE, st), 1);
+  ck_assert_uint_eq(stats_of(s).evicted_on_demand, 2);
+  ck_assert(present(s, 3));
+  ck_assert(!present(s, 1));
+  ck_assert(!present(s, 0));
   unlock_key(s, 2);
-  ck_assert(present(s, 2));
   fixture_memcheck_clean(s);
   kva_runtime_shutdown(rt);
 }
@@ -383,8 +352,8 @@ Suite *kva_test_suite(void) {
   tcase_add_test(d, a_reservation_that_fits_evicts_nothing);
   tcase_add_test(d, nothing_is_evicted_when_the_deficit_cannot_be_covered);
   tcase_add_test(d, demand_eviction_counts_whole_blocks);
-  tcase_add_test(d, fragmentation_alone_is_out_of_memory_without_eviction);
-  tcase_add_test(d, a_failed_retry_after_eviction_is_out_of_memory);
+  tcase_add_test(d, evicting_a_neighbour_of_free_space_makes_contiguous_room);
+  tcase_add_test(d, a_victim_that_makes_no_room_is_spared);
   tcase_add_test(d, keys_of_the_request_itself_are_never_evicted);
   tcase_add_test(d, demand_eviction_under_concurrent_writers_stays_consistent);
   tcase_add_test(d, a_registered_eviction_policy_is_selected_by_config);

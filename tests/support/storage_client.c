@@ -97,3 +97,40 @@ int update_count(kva_storage *s, const kva_key *k, size_t n) {
   if (ngot) ck_assert_int_eq(kva_finish_write(s, got, ngot, st), (int)ngot);
   return rc;
 }
+
+/* Is key i in L1? (a prefetch of it alone, released at once) */
+int present(kva_storage *s, uint64_t i) {
+  kva_key k = fixture_key(i);
+  size_t hits = prefetch_l(s, &k, 1, NULL, 0);
+  if (hits) ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+  return hits == 1;
+}
+
+/* One batch reserve of keys [first, first+n) of `bytes` each; returns how
+ * many succeeded and finishes them. */
+int write_batch(kva_storage *s, uint64_t first, size_t n, uint64_t bytes, int *st) {
+  kva_layout l = fixture_layout_bytes(bytes);
+  kva_key k[64];
+  kva_buf b[64];
+  ck_assert_uint_le(n, 64);
+  key_range(k, first, n);
+  int ok = kva_reserve_write(s, k, n, &l, KVA_WRITE_NEW, b, st);
+  kva_key done[64];
+  size_t nd = 0;
+  for (size_t i = 0; i < n; i++)
+    if (st[i] == KVA_OK) done[nd++] = k[i];
+  int fst[64];
+  if (nd) ck_assert_int_eq(kva_finish_write(s, done, nd, fst), (int)nd);
+  return ok;
+}
+
+/* Holds one read lock on key i (a prefetch that hit). */
+void lock_key(kva_storage *s, uint64_t i) {
+  kva_key k = fixture_key(i);
+  ck_assert_uint_eq(prefetch_l(s, &k, 1, NULL, 0), 1);
+}
+
+void unlock_key(kva_storage *s, uint64_t i) {
+  kva_key k = fixture_key(i);
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+}

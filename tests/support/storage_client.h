@@ -32,5 +32,15 @@ size_t prefetch(kva_storage *s, const kva_key *k, size_t n, uint32_t extra);
 /* LMCache's "update-mode reserve_write returns k entries": reserves with
  * KVA_WRITE_UPDATE, finishes what it got, returns how many keys it got. */
 int update_count(kva_storage *s, const kva_key *k, size_t n);
+/* Demand-eviction helpers (keys fixture_key(i), objects of one u8 tensor):
+ * whether key i is in L1 (a prefetch of it alone, released at once, so it
+ * counts as an access); one reserve_write(NEW) of keys [first, first + n)
+ * of `bytes` each (n <= 64), finishing the keys that got a buffer, returning
+ * how many did, statuses in st; one read lock on key i (a prefetch that
+ * must hit) and its release. */
+int present(kva_storage *s, uint64_t i);
+int write_batch(kva_storage *s, uint64_t first, size_t n, uint64_t bytes, int *st);
+void lock_key(kva_storage *s, uint64_t i);
+void unlock_key(kva_storage *s, uint64_t i);
 
 #endif

@@ -9,9 +9,16 @@
  *    keys per call (reserve, finish, prefetch, release, delete = 5 key-ops
  *    per key and cycle), one engine thread and two, with mallocs and
  *    syscall-free-ness per key-op;
- *  - prefetch-rtt: submit + wait of a single resident key, p50/p99 in us.
+ *  - prefetch-rtt: submit + wait of a single resident key, p50/p99 in us;
+ *  - mixed-sizes: objects of 1 to 32 chunks of 64 KiB (one size per key),
+ *    a working set four times the pool, demand eviction only
+ *    (eviction.ratio = 0): the share of new keys that got
+ *    KVA_OUT_OF_MEMORY and the pool's utilization (mean and lowest) at
+ *    steady state, the share of keys found resident (hit ratio), and the
+ *    time of one call (touch + reserve_write + finish_write + stats).
  * Figures are medians over --reps repetitions.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,10 +222,101 @@ static void bench_prefetch_rtt(const bench_opts *o) {
   kva_runtime_shutdown(rt);
 }
 
+/* ---- mixed sizes under demand eviction ---------------------------------- */
+
+#define MX_CHUNK (64 * 1024ull)
+#define MX_SIZES 32u  /* objects of 1..32 chunks */
+#define MX_KEYS 31u   /* keys per size: 31 * 528 chunks = 1023 MiB in all */
+#define MX_BATCH 4u   /* keys per call, all of one size */
+#define MX_WARM 4000u /* calls before the steady state is measured */
+#define MX_CALLS 20000u
+
+typedef struct mx_tally {
+  uint64_t asked, wanted, oom; /* keys, of them not resident, of those OOM */
+  double util_sum, util_min;
+  uint64_t samples, ns; /* steady-state calls (and a stats call each), time */
+} mx_tally;
+
+static uint64_t mx_rand(uint64_t *x) { /* xorshift64 */
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+/* One engine call: up to MX_BATCH distinct keys of one size are touched;
+ * the missing ones are reserved in one batch and written. */
+static void mx_call(kva_storage *s, uint64_t *rng, mx_tally *t, bool measured) {
+  uint64_t c = 1 + mx_rand(rng) % MX_SIZES, n = 1 + mx_rand(rng) % MX_BATCH, j[MX_BATCH];
+  kva_key k[MX_BATCH], done[MX_BATCH];
+  kva_buf b[MX_BATCH];
+  int st[MX_BATCH];
+  for (uint64_t i = 0; i < n; i++) {
+    bool again;
+    do {
+      j[i] = mx_rand(rng) % MX_KEYS;
+      again = false;
+      for (uint64_t q = 0; q < i; q++) again |= j[q] == j[i];
+    } while (again);
+    k[i] = bench_key("kvbench-mixed", c * MX_KEYS + j[i]);
+  }
+  kva_layout l = bench_layout_bytes(c * MX_CHUNK);
+  kva_touch(s, k, n);
+  kva_reserve_write(s, k, n, &l, KVA_WRITE_NEW, b, st);
+  size_t nd = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    if (st[i] == KVA_OK) done[nd++] = k[i];
+    if (measured && st[i] != KVA_KEY_NOT_WRITABLE) t->wanted++;
+    if (measured && st[i] == KVA_OUT_OF_MEMORY) t->oom++;
+  }
+  if (nd) must(kva_finish_write(s, done, nd, st), (int)nd, "finish_write");
+  if (!measured) return;
+  t->asked += n;
+  kva_storage_stats x;
+  must(kva_storage_get_stats(s, &x), KVA_OK, "get_stats");
+  double u = (double)x.l1_used_bytes / (double)x.l1_capacity_bytes;
+  t->util_sum += u;
+  t->util_min = t->samples++ == 0 || u < t->util_min ? u : t->util_min;
+}
+
+static void run_mixed(int workers, int rep, mx_tally *t) {
+  static const char *const settings[] = {"l2", "[]", "eviction.ratio", "0", NULL};
+  uint64_t pool = MX_KEYS * (MX_SIZES * (MX_SIZES + 1) / 2) * MX_CHUNK / 4;
+  kva_runtime *rt = bench_start_with(workers, pool & ~(MX_CHUNK - 1), settings);
+  kva_storage *s = kva_storage_of(rt);
+  uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(rep + 1); /* one workload per rep */
+  *t = (mx_tally){0};
+  for (unsigned i = 0; i < MX_WARM; i++) mx_call(s, &rng, t, false);
+  uint64_t t0 = bench_now_ns();
+  for (unsigned i = 0; i < MX_CALLS; i++) mx_call(s, &rng, t, true);
+  t->ns = bench_now_ns() - t0;
+  kva_runtime_shutdown(rt);
+}
+
+static void bench_mixed_sizes(const bench_opts *o) {
+  double oom[64], mean[64], low[64], hit[64], us[64];
+  int reps = o->reps < 64 ? o->reps : 64;
+  for (int r = 0; r < reps; r++) {
+    mx_tally t;
+    run_mixed(o->workers, r, &t);
+    oom[r] = t.wanted ? (double)t.oom / (double)t.wanted : 0;
+    mean[r] = t.util_sum / (double)t.samples;
+    low[r] = t.util_min;
+    hit[r] = (double)(t.asked - t.wanted) / (double)t.asked;
+    us[r] = (double)t.ns / 1e3 / MX_CALLS;
+  }
+  printf("measure=mixed-sizes oom_rate=%.4f target=0 utilization=%.3f utilization_min=%.3f "
+         "target=0.9 hit_ratio=%.3f us_per_call=%.2f sizes=1-32x64KiB working_set=4xL1\n",
+         bench_median(oom, reps), bench_median(mean, reps), bench_median(low, reps),
+         bench_median(hit, reps), bench_median(us, reps));
+  fflush(stdout);
+}
+
 int suite_l1(const bench_opts *o) {
   printf("suite=l1 workers=%d reps=%d (medians)\n", o->workers, o->reps);
   bench_cycles(o);
   bench_control_plane(o);
   bench_prefetch_rtt(o);
+  bench_mixed_sizes(o);
   return 0;
 }
