@@ -10,6 +10,7 @@
  *   redis_cluster.c  hash slots (CRC16), the slot map, MOVED / ASK
  *   redis_start.c    config, and the synchronous check at start (AUTH)
  *   redis_locks.c    client-side lookup lock counts
+ *   redis_value.c    the value format's check (redis_value.h: pure)
  */
 #ifndef KVA_L2_REDIS_INTERNAL_H
 #define KVA_L2_REDIS_INTERNAL_H
