@@ -196,7 +196,8 @@ static bool redirect(redis *r, redis_node *n, redis_cmd *c, const redisReply *re
   bool ask;
   uint16_t slot;
   redis_addr to;
-  if (!r->cfg.cluster || !redis_redirect_parse(rep->str, (size_t)rep->len, &ask, &slot, &to))
+  if (!r->cfg.cluster ||
+      !redis_redirect_parse(rep->str, (size_t)rep->len, &n->addr, &ask, &slot, &to))
     return false;
   redis_node *target = redis_node_get(r, to.host, to.port);
   if (!target || ++c->redirects > REDIS_MAX_REDIRECTS) {
