@@ -49,7 +49,11 @@ static bool is_int(const redisReply *e) {
   return e && e->type == REDIS_REPLY_INTEGER && e->integer >= 0 && e->integer < REDIS_SLOTS;
 }
 
-/* One [start, end, [host, port, ...], replicas...] entry. */
+/* One [start, end, [host, port, ...], replicas...] entry. A node no
+ * server can be makes the entry malformed: a port out of range (checked
+ * before it becomes an int, which would turn 6379 + 2^32 into 6379), a
+ * host with a NUL byte (printed, it would be another host) or longer than
+ * any host. */
 static bool apply_range(redis *r, const redisReply *e, const redis_addr *from) {
   if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || !is_int(e->element[0]) ||
       !is_int(e->element[1]))
@@ -58,13 +62,16 @@ static bool apply_range(redis *r, const redisReply *e, const redis_addr *from) {
   if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 ||
       m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_INTEGER)
     return false;
-  char host[REDIS_HOST_MAX];
+  long long port = m->element[1]->integer;
   const redisReply *h = m->element[0];
-  if (h->len == 0 || h->len >= sizeof(host)) /* "" = the node we asked */
+  if (port < 1 || port > 65535 || h->len >= REDIS_HOST_MAX || memchr(h->str, '\0', h->len))
+    return false;
+  char host[REDIS_HOST_MAX];
+  if (h->len == 0) /* "" = the node we asked */
     snprintf(host, sizeof(host), "%s", from->host);
   else
     snprintf(host, sizeof(host), "%.*s", (int)h->len, h->str);
-  redis_node *n = redis_node_get(r, host, (int)m->element[1]->integer);
+  redis_node *n = redis_node_get(r, host, (int)port);
   if (!n) return false;
   for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++) r->slots[s] = n->id;
   return true;
@@ -77,7 +84,8 @@ int redis_slots_apply(redis *r, const redisReply *reply, const redis_addr *from)
   return KVA_OK;
 }
 
-bool redis_redirect_parse(const char *s, size_t len, bool *ask, uint16_t *slot, redis_addr *to) {
+bool redis_redirect_parse(const char *s, size_t len, const redis_addr *from, bool *ask,
+                          uint16_t *slot, redis_addr *to) {
   char buf[REDIS_HOST_MAX + 64], host[REDIS_HOST_MAX];
   unsigned sl;
   int port;
@@ -94,7 +102,7 @@ bool redis_redirect_parse(const char *s, size_t len, bool *ask, uint16_t *slot, 
   host[colon - addr - 1] = 0;
   if (sscanf(colon + 1, "%d", &port) != 1 || port <= 0 || port > 65535) return false;
   *slot = (uint16_t)sl;
-  snprintf(to->host, sizeof(to->host), "%s", host[0] ? host : "127.0.0.1");
+  snprintf(to->host, sizeof(to->host), "%s", host[0] ? host : from->host);
   to->port = port;
   return true;
 }

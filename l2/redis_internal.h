@@ -10,6 +10,7 @@
  *   redis_cluster.c  hash slots (CRC16), the slot map, MOVED / ASK
  *   redis_start.c    config, and the synchronous check at start (AUTH)
  *   redis_locks.c    client-side lookup lock counts
+ *   redis_value.c    the value format's check (redis_value.h: pure)
  */
 #ifndef KVA_L2_REDIS_INTERNAL_H
 #define KVA_L2_REDIS_INTERNAL_H
@@ -198,8 +199,10 @@ redis_node *redis_route(redis *r, const char *key, size_t len);
  * leaves empty. KVA_OK or KVA_EIO (not a slots reply). */
 int redis_slots_apply(redis *r, const redisReply *reply, const redis_addr *from);
 /* "MOVED 3999 127.0.0.1:6381" / "ASK ...": true, with the slot and
- * address, for a redirect. */
-bool redis_redirect_parse(const char *s, size_t len, bool *ask, uint16_t *slot, redis_addr *to);
+ * address, for a redirect. An empty endpoint ("MOVED 3999 :6381", Redis
+ * 7's unknown endpoint) is `from`'s host, the node that answered. */
+bool redis_redirect_parse(const char *s, size_t len, const redis_addr *from, bool *ask,
+                          uint16_t *slot, redis_addr *to);
 /* Asks n for CLUSTER SLOTS (at most one in flight). */
 void redis_slots_refresh(redis *r, redis_node *n);
 

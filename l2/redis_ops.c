@@ -6,10 +6,10 @@
  * names the full key, the layout fingerprint, the payload length and its
  * xxh3-64, and seals itself with a checksum. A GET is served only when all
  * of that matches the key, layout and buffer asked for, checked over the
- * reply's bytes before one byte is copied into L1; anything else (nil, a
- * foreign or damaged value, another reply type) leaves the key's bit
- * clear. A value changed behind our back is therefore a miss, never wrong
- * bytes.
+ * reply's bytes (redis_value_check) before one byte is copied into L1;
+ * anything else (nil, a foreign or damaged value, another reply type)
+ * leaves the key's bit clear. A value changed behind our back is therefore
+ * a miss, never wrong bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +19,7 @@
 #include "l1/key.h"
 #include "l2/disk_format.h"
 #include "l2/redis_internal.h"
-
-#define HDR_BYTES sizeof(disk_slot_header)
+#include "l2/redis_value.h"
 
 /* The printed key is at most 148 bytes (model 63, kv_rank 8, group 10,
  * hash 64, three '@'), the namespace at most REDIS_NS_MAX: both fit. */
@@ -44,7 +43,7 @@ static redis_cmd *cmd_get(redis *r) {
 
 /* The value bytes a command moves, for the pipeline's byte budget. */
 static uint64_t cmd_bytes(const redis_task *t, size_t i) {
-  return t->type == KVA_L2_LOOKUP_AND_LOCK ? 0 : HDR_BYTES + t->req->bufs[i].len;
+  return t->type == KVA_L2_LOOKUP_AND_LOCK ? 0 : REDIS_VALUE_HDR + t->req->bufs[i].len;
 }
 
 static uint8_t cmd_kind(uint32_t type) {
@@ -100,8 +99,8 @@ static bool send_set(redis *r, redis_node *n, redis_cmd *c, const char *key, siz
   char head[128];
   int hl = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%zu\r\n", klen);
   char mid[64];
-  int ml = snprintf(mid, sizeof(mid), "\r\n$%zu\r\n", HDR_BYTES + b->len);
-  size_t total = (size_t)hl + klen + (size_t)ml + HDR_BYTES + b->len + 2;
+  int ml = snprintf(mid, sizeof(mid), "\r\n$%zu\r\n", REDIS_VALUE_HDR + b->len);
+  size_t total = (size_t)hl + klen + (size_t)ml + REDIS_VALUE_HDR + b->len + 2;
   char *p = scratch(r, total);
   if (!p) return false;
   disk_slot_header h;
@@ -109,8 +108,8 @@ static bool send_set(redis *r, redis_node *n, redis_cmd *c, const char *key, siz
   memcpy(p, head, (size_t)hl);
   memcpy(p += hl, key, klen);
   memcpy(p += klen, mid, (size_t)ml);
-  memcpy(p += ml, &h, HDR_BYTES);
-  memcpy(p += HDR_BYTES, b->ptr, b->len);
+  memcpy(p += ml, &h, REDIS_VALUE_HDR);
+  memcpy(p += REDIS_VALUE_HDR, b->ptr, b->len);
   memcpy(p + b->len, "\r\n", 2);
   return redisAsyncFormattedCommand(n->ac, on_reply, c, r->scratch, total) == REDIS_OK;
 }
@@ -145,15 +144,11 @@ static void got_value(redis *r, redis_cmd *c, const redisReply *rep) {
     bad_value(r, c, "not a string");
     return;
   }
-  if ((size_t)rep->len != HDR_BYTES + b->len) {
-    bad_value(r, c, "wrong length");
-    return;
-  }
-  disk_slot_header h; /* the reply's bytes need not be aligned */
-  memcpy(&h, rep->str, HDR_BYTES);
-  const char *payload = rep->str + HDR_BYTES;
-  if (!disk_header_matches(&h, &t->req->keys[c->key], t->fp, payload, b->len)) {
-    bad_value(r, c, "header or checksum mismatch");
+  const char *why;
+  const void *payload =
+      redis_value_check(rep->str, (size_t)rep->len, &t->req->keys[c->key], t->fp, b->len, &why);
+  if (!payload) {
+    bad_value(r, c, why);
     return;
   }
   memcpy(b->ptr, payload, b->len);
@@ -201,7 +196,8 @@ static bool redirect(redis *r, redis_node *n, redis_cmd *c, const redisReply *re
   bool ask;
   uint16_t slot;
   redis_addr to;
-  if (!r->cfg.cluster || !redis_redirect_parse(rep->str, (size_t)rep->len, &ask, &slot, &to))
+  if (!r->cfg.cluster ||
+      !redis_redirect_parse(rep->str, (size_t)rep->len, &n->addr, &ask, &slot, &to))
     return false;
   redis_node *target = redis_node_get(r, to.host, to.port);
   if (!target || ++c->redirects > REDIS_MAX_REDIRECTS) {

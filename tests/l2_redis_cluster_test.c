@@ -2,13 +2,19 @@
  * l2_redis_cluster_test.c — the redis tier against a real 3-master Redis
  * Cluster: keys spread over every master and come back byte-exact; a slot
  * migrated while the tier runs is followed through ASK (during the
- * migration) and MOVED (after it); a dead master costs only its keys.
+ * migration) and MOVED (after it); a dead master costs only its keys; a
+ * slots map naming a node no server can be is refused; a redirect to an
+ * empty endpoint stays on the host that answered.
  */
 #include <check.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <hiredis/hiredis.h>
+
+#include "l2/redis_internal.h"
 #include "storage_internal.h"
 #include "tests/l2_redis_test.h"
 #include "tests/support/fixture.h"
@@ -130,6 +136,97 @@ START_TEST(cluster_mode_against_a_plain_server_fails_start) {
 }
 END_TEST
 
+/* The slots of the CLUSTER SLOTS reply `resp` (len RESP bytes, as a
+ * server sends them, from 10.1.2.3:7000) applied to a fresh map:
+ * redis_slots_apply's result, and the node slot 0 maps to into *port and
+ * host (-1 and "" when unmapped). */
+static int apply_slots(const char *resp, size_t len, int *port, char *host) {
+  static const redis_addr from = {"10.1.2.3", 7000};
+  redisReader *rd = redisReaderCreate();
+  void *reply = NULL;
+  ck_assert_int_eq(redisReaderFeed(rd, resp, len), REDIS_OK);
+  ck_assert_int_eq(redisReaderGetReply(rd, &reply), REDIS_OK);
+  ck_assert_ptr_nonnull(reply);
+  redis *r = calloc(1, sizeof(*r));
+  ck_assert_ptr_nonnull(r);
+  r->cfg.cluster = true;
+  memset(r->slots, 0xff, sizeof(r->slots)); /* REDIS_NO_NODE */
+  int rc = redis_slots_apply(r, reply, &from);
+  const redis_node *n = r->slots[0] == REDIS_NO_NODE ? NULL : r->nodes[r->slots[0]];
+  *port = n ? n->addr.port : -1;
+  strcpy(host, n ? n->addr.host : "");
+  redis_nodes_free(r);
+  free(r);
+  freeReplyObject(reply);
+  redisReaderFree(rd);
+  return rc;
+}
+
+/* A map naming a node no server can be (a port of 0, negative, above
+ * 65535, or 6379 + 2^32, which an int cast turns into 6379; a host with a
+ * NUL byte, or longer than any host) is not understood, as any other
+ * malformed map: no slot goes to such a node. An empty host is the node
+ * asked. Found by fuzz_redis_reply (tests/fuzz_corpus/redis_reply/
+ * regress-*). */
+START_TEST(a_slots_map_naming_an_impossible_node_is_refused) {
+#define NODE(s)                                                                                    \
+  { s, sizeof(s) - 1 }
+  static const struct {
+    const char *resp; /* the [host, port] entry */
+    size_t len;
+  } nodes[] = {NODE("$9\r\n127.0.0.1\r\n:0"),
+               NODE("$9\r\n127.0.0.1\r\n:-1"),
+               NODE("$9\r\n127.0.0.1\r\n:65536"),
+               NODE("$9\r\n127.0.0.1\r\n:4294973675"),
+               NODE("$9\r\n\0"
+                    "27.0.0.1\r\n:6379"),
+               NODE("$10\r\n127.0\0.0.1\r\n:6379")};
+#undef NODE
+  static const char head[] = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n";
+  char resp[512], host[REDIS_HOST_MAX], longest[REDIS_HOST_MAX + 1];
+  int port;
+  for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+    memcpy(resp, head, sizeof(head) - 1);
+    memcpy(resp + sizeof(head) - 1, nodes[i].resp, nodes[i].len);
+    memcpy(resp + sizeof(head) - 1 + nodes[i].len, "\r\n", 2);
+    ck_assert_msg(apply_slots(resp, sizeof(head) + 1 + nodes[i].len, &port, host) == KVA_EIO,
+                  "node %zu: applied", i);
+    ck_assert_int_eq(port, -1);
+  }
+  memset(longest, 'h', REDIS_HOST_MAX);
+  longest[REDIS_HOST_MAX] = '\0';
+  snprintf(resp, sizeof(resp), "%s$%u\r\n%s\r\n:6379\r\n", head, REDIS_HOST_MAX, longest);
+  ck_assert_int_eq(apply_slots(resp, strlen(resp), &port, host), KVA_EIO);
+  ck_assert_int_eq(port, -1);
+  snprintf(resp, sizeof(resp), "%s$0\r\n\r\n:65535\r\n", head);
+  ck_assert_int_eq(apply_slots(resp, strlen(resp), &port, host), KVA_OK);
+  ck_assert_int_eq(port, 65535);
+  ck_assert_str_eq(host, "10.1.2.3"); /* "" is the node asked */
+}
+END_TEST
+
+/* A redirect to an empty endpoint ("MOVED 3999 :6381", Redis 7's
+ * cluster-preferred-endpoint-type unknown-endpoint) goes to the host of
+ * the node that answered, on the port given. */
+START_TEST(a_redirect_to_an_empty_endpoint_keeps_the_host_that_answered) {
+  static const redis_addr from = {"10.1.2.3", 7000};
+  static const char moved[] = "MOVED 3999 :6381", ask[] = "ASK 12 10.0.0.9:7001";
+  bool is_ask;
+  uint16_t slot;
+  redis_addr to;
+  ck_assert(redis_redirect_parse(moved, sizeof(moved) - 1, &from, &is_ask, &slot, &to));
+  ck_assert(!is_ask);
+  ck_assert_uint_eq(slot, 3999);
+  ck_assert_str_eq(to.host, "10.1.2.3");
+  ck_assert_int_eq(to.port, 6381);
+  ck_assert(redis_redirect_parse(ask, sizeof(ask) - 1, &from, &is_ask, &slot, &to));
+  ck_assert(is_ask);
+  ck_assert_uint_eq(slot, 12);
+  ck_assert_str_eq(to.host, "10.0.0.9");
+  ck_assert_int_eq(to.port, 7001);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *s = suite_create("l2_redis_cluster");
   TCase *tc = tcase_create("cluster");
@@ -138,6 +235,8 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, slot_migration_is_followed_through_ask_and_moved);
   tcase_add_test(tc, a_dead_master_costs_only_its_keys);
   tcase_add_test(tc, cluster_mode_against_a_plain_server_fails_start);
+  tcase_add_test(tc, a_slots_map_naming_an_impossible_node_is_refused);
+  tcase_add_test(tc, a_redirect_to_an_empty_endpoint_keeps_the_host_that_answered);
   suite_add_tcase(s, tc);
   return s;
 }
