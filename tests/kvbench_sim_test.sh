@@ -3,7 +3,9 @@
 # no --suite) runs on the embedded default config and without L2, and its
 # JSON report holds: hits on the repeated system prompts, no wrong bytes,
 # bytes stored = stored chunks x chunk bytes, the L2 tiers' own byte
-# counts add up to the L2 totals, and the chart is written.
+# counts add up to the L2 totals, the L2 chunks usable as a prefix are
+# some of those resident (some resident with an L2 tier, none without), and
+# the chart is written.
 set -eu
 kvbench=$1
 dir=$(mktemp -d)
@@ -44,10 +46,14 @@ run() { # run NAME [kvbench options...]
   ts=$(tier_sum bytes_stored "$out") tl=$(tier_sum bytes_loaded "$out")
   check "$name" "tiers stored $ts, loaded $tl != L2 totals $l2s, $l2l" \
     test "$ts" = "$l2s" -a "$tl" = "$l2l"
+  res=$(field l2_resident_chunks "$out") use=$(field l2_usable_chunks "$out")
+  check "$name" "l2_usable_chunks '$use' of l2_resident_chunks '$res' ($want_l2)" \
+    awk -v r="$res" -v u="$use" -v w="$want_l2" \
+    'BEGIN { exit !(u <= r && (w == "some" ? r > 0 : r == 0)) }'
   check "$name" "no chart at $svg" grep -q '</svg>' "$svg"
 }
 
-run default_config
-run no_l2 -o 'l2=[]' --threads 3 --conversations 5
+want_l2=some run default_config
+want_l2=none run no_l2 -o 'l2=[]' --threads 3 --conversations 5
 echo "$passed passed, $failed failed"
 test "$failed" = 0

@@ -339,6 +339,7 @@ static void engine_turn(sim_engine *e, sim_conv *c) {
   conv_append(e, c, 128, 512);
   size_t n =
       kva_chunk_keys(e->o->model->name, 0, NULL, c->tokens, c->n, SIM_CHUNK, 0, keys, SIM_MAX_KEYS);
+  sim_chains_note(&e->st->chains, keys, n);
   size_t hits = 0;
   double pf = 0, rd = 0;
   uint64_t bad = 0, errs = 0;

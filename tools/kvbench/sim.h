@@ -41,6 +41,16 @@ typedef struct sim_second {
   double ttft_sum_s, ttft_base_sum_s;
 } sim_second;
 
+/* Every chunk key the engines used, with the key before it in its chain
+ * (sim_prefix.c); guarded by mu. */
+typedef struct sim_chains {
+  pthread_mutex_t mu;
+  struct reg_entry *e;
+  uint32_t n, cap;
+  int32_t *table; /* open addressing: indexes into e, -1 = empty */
+  uint32_t tcap;
+} sim_chains;
+
 /* Everything the engine threads measure; guarded by mu. */
 typedef struct sim_stats {
   pthread_mutex_t mu;
@@ -54,6 +64,7 @@ typedef struct sim_stats {
   double *prefetch_s, *ttft_s, *ttft_base_s; /* one sample per turn */
   size_t nsamples, cap;
   sim_second sec[SIM_MAX_SECONDS];
+  sim_chains chains;
 } sim_stats;
 
 /* The run's result, handed to the report. */
@@ -63,6 +74,7 @@ typedef struct sim_result {
   double elapsed_s;
   kva_storage_stats before, after;
   kva_l2_tier_stats tier[SIM_MAX_TIERS]; /* [t] for st->tier_name[t], t >= 1, at the end */
+  uint64_t l2_resident, l2_usable; /* chunks the L2 tiers hold at the end, usable as a prefix */
   sim_stats *st;
 } sim_result;
 
@@ -73,6 +85,15 @@ const sim_model *sim_model_find(const char *name);
 /* st->device: the device asked for, then the one used */
 double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st);
 void sim_usage(FILE *f);
+/* sim_prefix.c */
+/* Records a turn's keys (its whole history, in order). */
+void sim_chains_note(sim_chains *c, const kva_key *keys, size_t n);
+/* Over the L2 tiers of st: the chunks each holds (kva_l2_contains) and
+ * those whose every earlier chunk in its chain that tier holds too. 0, or
+ * the first error. */
+int sim_chains_usable(sim_chains *c, kva_storage *s, const sim_stats *st, uint64_t *usable,
+                      uint64_t *resident);
+void sim_chains_free(sim_chains *c);
 /* sim_report.c */
 void sim_progress(const sim_opts *o, sim_stats *st, double t, int tty);
 void sim_report_text(const sim_result *r);

@@ -152,6 +152,8 @@ static int sim_finish(sim_result *r, kva_storage *s) {
   kva_storage_get_stats(s, &r->after);
   for (uint32_t t = 1; t < r->st->ntiers; t++) /* the runtime started with the run: no deltas */
     kva_l2_get_tier_stats(s, r->st->tier_name[t], &r->tier[t]);
+  if (sim_chains_usable(&r->st->chains, s, r->st, &r->l2_usable, &r->l2_resident) != 0)
+    r->st->errors++;
   if (r->o->json) {
     if (sim_report_json(r)) return 1;
   } else {
@@ -183,7 +185,8 @@ int sim_main(int argc, char **argv) {
   free(sets);
   if (!rt) return rc < 0 || rc > 2 ? 1 : rc;
   kva_storage *s = kva_storage_of(rt);
-  static sim_stats st = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  static sim_stats st = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                         .chains = {.mu = PTHREAD_MUTEX_INITIALIZER}};
   kva_layout l = sim_layout(o.model);
   sim_result r = {.o = &o, .chunk_bytes = kva_layout_bytes(&l), .st = &st};
   if (!s) {
@@ -196,5 +199,6 @@ int sim_main(int argc, char **argv) {
     rc = r.elapsed_s < 0 ? 1 : sim_finish(&r, s);
   }
   kva_runtime_shutdown(rt);
+  sim_chains_free(&st.chains);
   return rc;
 }
