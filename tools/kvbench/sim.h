@@ -67,6 +67,13 @@ typedef struct sim_stats {
   sim_chains chains;
 } sim_stats;
 
+/* The chunks the L2 tiers hold at the end (each tier counted on its own),
+ * those usable as a prefix (every chunk before it loadable from L1 or an
+ * L2 tier), and those usable from their tier alone. */
+typedef struct sim_prefix_counts {
+  uint64_t resident, usable, usable_alone;
+} sim_prefix_counts;
+
 /* The run's result, handed to the report. */
 typedef struct sim_result {
   const sim_opts *o;
@@ -74,7 +81,7 @@ typedef struct sim_result {
   double elapsed_s;
   kva_storage_stats before, after;
   kva_l2_tier_stats tier[SIM_MAX_TIERS]; /* [t] for st->tier_name[t], t >= 1, at the end */
-  uint64_t l2_resident, l2_usable; /* chunks the L2 tiers hold at the end, usable as a prefix */
+  sim_prefix_counts l2;                  /* at the end */
   sim_stats *st;
 } sim_result;
 
@@ -88,11 +95,9 @@ void sim_usage(FILE *f);
 /* sim_prefix.c */
 /* Records a turn's keys (its whole history, in order). */
 void sim_chains_note(sim_chains *c, const kva_key *keys, size_t n);
-/* Over the L2 tiers of st: the chunks each holds (kva_l2_contains) and
- * those whose every earlier chunk in its chain that tier holds too. 0, or
+/* Over the L2 tiers of st (kva_l2_contains, and kva_lookup for L1): 0, or
  * the first error. */
-int sim_chains_usable(sim_chains *c, kva_storage *s, const sim_stats *st, uint64_t *usable,
-                      uint64_t *resident);
+int sim_chains_usable(sim_chains *c, kva_storage *s, const sim_stats *st, sim_prefix_counts *out);
 void sim_chains_free(sim_chains *c);
 /* sim_report.c */
 void sim_progress(const sim_opts *o, sim_stats *st, double t, int tty);

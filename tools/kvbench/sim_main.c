@@ -152,8 +152,7 @@ static int sim_finish(sim_result *r, kva_storage *s) {
   kva_storage_get_stats(s, &r->after);
   for (uint32_t t = 1; t < r->st->ntiers; t++) /* the runtime started with the run: no deltas */
     kva_l2_get_tier_stats(s, r->st->tier_name[t], &r->tier[t]);
-  if (sim_chains_usable(&r->st->chains, s, r->st, &r->l2_usable, &r->l2_resident) != 0)
-    r->st->errors++;
+  if (sim_chains_usable(&r->st->chains, s, r->st, &r->l2) != 0) r->st->errors++;
   if (r->o->json) {
     if (sim_report_json(r)) return 1;
   } else {

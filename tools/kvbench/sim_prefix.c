@@ -6,10 +6,10 @@
  * in order), so each key seen is recorded once with the key before it in
  * its conversation: a forest of chains (conversations that share a system
  * prompt share its chunks). At the end, a chunk an L2 tier holds is usable
- * when every chunk before it in its chain is held by that same tier, so the
- * tier alone can serve the whole prefix; a held chunk past a missing one is
- * dead weight. A key is always recorded after its parent, so one
- * pass in recording order decides every key after its parent.
+ * when every chunk before it in its chain can be loaded too, from L1 or any
+ * L2 tier (prefix-only loading: a held chunk past a missing one is dead
+ * weight), and usable by the tier alone when that tier holds them all
+ * (what is left once L1 is gone, as after a restart).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -73,30 +73,65 @@ void sim_chains_note(sim_chains *c, const kva_key *keys, size_t n) {
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Counts the chunks `tier` holds and those of them usable as a prefix. */
-static int count_tier(sim_chains *c, kva_storage *s, const char *tier, uint8_t *ok,
-                      uint64_t *usable, uint64_t *resident) {
+/* held[i] = whether L1 holds key i (kva_lookup of that key alone). */
+static void held_l1(sim_chains *c, kva_storage *s, uint8_t *held) {
   for (uint32_t i = 0; i < c->n; i++) {
-    int held = kva_l2_contains(s, tier, &c->e[i].key);
-    if (held < 0) return held;
-    int32_t p = c->e[i].parent;
-    ok[i] = held && (p < 0 || ok[p]);
-    *resident += (uint64_t)held;
-    *usable += ok[i];
+    kva_tier_hits th = {0};
+    held[i] = kva_lookup(s, &c->e[i].key, 1, 0, &th) == KVA_OK && th.tier[0].hits == 1;
+  }
+}
+
+/* held[i] = whether `tier` holds key i; 0, or the first error. */
+static int held_tier(sim_chains *c, kva_storage *s, const char *tier, uint8_t *held) {
+  for (uint32_t i = 0; i < c->n; i++) {
+    int rc = kva_l2_contains(s, tier, &c->e[i].key);
+    if (rc < 0) return rc;
+    held[i] = (uint8_t)rc;
   }
   return 0;
 }
 
-int sim_chains_usable(sim_chains *c, kva_storage *s, const sim_stats *st, uint64_t *usable,
-                      uint64_t *resident) {
-  *usable = *resident = 0;
+/* ok[i] = every chunk of key i's chain up to it is held (held[]): keys
+ * come after their parents, so one pass in recording order decides. */
+static void prefix_ok(const sim_chains *c, const uint8_t *held, uint8_t *ok) {
+  for (uint32_t i = 0; i < c->n; i++) {
+    int32_t p = c->e[i].parent;
+    ok[i] = held[i] && (p < 0 || ok[p]);
+  }
+}
+
+/* Counts one tier's chunks (held) and those usable: by the tier alone
+ * (alone) and with the chunks before it from any tier (any). */
+static void count_tier(const sim_chains *c, const uint8_t *held, const uint8_t *alone,
+                       const uint8_t *any, sim_prefix_counts *out) {
+  for (uint32_t i = 0; i < c->n; i++) {
+    if (!held[i]) continue;
+    int32_t p = c->e[i].parent;
+    out->resident++;
+    out->usable += p < 0 || any[p];
+    out->usable_alone += alone[i];
+  }
+}
+
+int sim_chains_usable(sim_chains *c, kva_storage *s, const sim_stats *st, sim_prefix_counts *out) {
+  *out = (sim_prefix_counts){0};
   pthread_mutex_lock(&c->mu);
-  uint8_t *ok = malloc(c->n ? c->n : 1);
-  int rc = ok ? 0 : -1;
-  for (uint32_t t = 1; rc == 0 && t < st->ntiers; t++) /* tier 0 is L1 */
-    rc = count_tier(c, s, st->tier_name[t], ok, usable, resident);
+  size_t n = c->n ? c->n : 1, ntiers = st->ntiers > 1 ? st->ntiers - 1 : 0;
+  uint8_t *held = calloc((ntiers + 3) * n, 1); /* per L2 tier, then anywhere, alone, any */
+  uint8_t *where = held + ntiers * n, *alone = where + n, *any = alone + n;
+  int rc = held ? 0 : -1;
+  if (rc == 0) held_l1(c, s, where);
+  for (size_t t = 0; rc == 0 && t < ntiers; t++) {
+    rc = held_tier(c, s, st->tier_name[t + 1], held + t * n); /* tier_name[0] is L1 */
+    for (uint32_t i = 0; i < c->n; i++) where[i] |= held[t * n + i];
+  }
+  if (rc == 0) prefix_ok(c, where, any);
+  for (size_t t = 0; rc == 0 && t < ntiers; t++) {
+    prefix_ok(c, held + t * n, alone);
+    count_tier(c, held + t * n, alone, any, out);
+  }
   pthread_mutex_unlock(&c->mu);
-  free(ok);
+  free(held);
   return rc;
 }
 

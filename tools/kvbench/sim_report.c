@@ -90,9 +90,11 @@ void sim_report_text(const sim_result *r) {
     printf(")\n");
   }
   if (st->ntiers > 1)
-    printf("  L2 resident chunks usable as a prefix: %.1f%% (%llu of %llu)\n",
-           100 * ratio(r->l2_usable, r->l2_resident), (unsigned long long)r->l2_usable,
-           (unsigned long long)r->l2_resident);
+    printf("  L2 resident chunks usable as a prefix: %.1f%% (%llu of %llu); from L2 alone "
+           "%.1f%% (%llu)\n",
+           100 * ratio(r->l2.usable, r->l2.resident), (unsigned long long)r->l2.usable,
+           (unsigned long long)r->l2.resident, 100 * ratio(r->l2.usable_alone, r->l2.resident),
+           (unsigned long long)r->l2.usable_alone);
   printf("  stored           %.1f MiB into L1 (%llu chunks; %llu already there, %llu out of "
          "memory), %.1f MiB to L2, %.1f MiB loaded from L2\n",
          (double)f.stored_bytes / 1048576, (unsigned long long)st->stored_chunks,
@@ -131,7 +133,7 @@ int sim_report_json(const sim_result *r) {
   }
   json_t *j = json_pack(
       "{s:s,s:I,s:f,s:I,s:I,s:I,s:I,s:f,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,"
-      "s:I,s:I,s:s,s:s,s:I,s:I,s:f}",
+      "s:I,s:I,s:s,s:s,s:I,s:I,s:f,s:I,s:f}",
       "model", r->o->model->name, "chunk_bytes", (json_int_t)r->chunk_bytes, "elapsed_s",
       r->elapsed_s, "requests", (json_int_t)st->turns, "conversations",
       (json_int_t)st->conversations, "chunks", (json_int_t)st->chunks, "hit_chunks",
@@ -143,9 +145,10 @@ int sim_report_json(const sim_result *r) {
       "prefetch_p50_ms", f.p50 * 1e3, "prefetch_p95_ms", f.p95 * 1e3, "prefetch_p99_ms",
       f.p99 * 1e3, "ttft_p50_ms", f.ttft * 1e3, "ttft_p50_ms_without_kvact", f.ttft_base * 1e3,
       "wrong_bytes", (json_int_t)st->wrong_bytes, "errors", (json_int_t)st->errors, "svg",
-      r->o->svg, "device", dev, "l2_resident_chunks", (json_int_t)r->l2_resident,
-      "l2_usable_chunks", (json_int_t)r->l2_usable, "l2_usable_ratio",
-      ratio(r->l2_usable, r->l2_resident));
+      r->o->svg, "device", dev, "l2_resident_chunks", (json_int_t)r->l2.resident,
+      "l2_usable_chunks", (json_int_t)r->l2.usable, "l2_usable_ratio",
+      ratio(r->l2.usable, r->l2.resident), "l2_usable_alone_chunks", (json_int_t)r->l2.usable_alone,
+      "l2_usable_alone_ratio", ratio(r->l2.usable_alone, r->l2.resident));
   if (!j) return -1;
   int rc = json_dumpf(j, stdout, JSON_INDENT(2));
   fputc('\n', stdout);
