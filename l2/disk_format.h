@@ -4,7 +4,8 @@
  *
  *   offset 0                 superblock (one 4 KiB block)
  *   DISK_INDEX_OFFSET        index region: nslots disk_index_entry, rounded
- *                            up to 4 KiB (written at clean shutdown)
+ *                            up to 4 KiB (written at a clean stop, after a
+ *                            crash scan at start, and empty at format)
  *   data_offset              slot 0, slot 1, ... (slot_bytes each)
  *
  * A slot is [one 4 KiB header block][payload, rounded up to 4 KiB]. A
@@ -14,6 +15,21 @@
  * never served. A load checks the header's magic, version, key, layout
  * fingerprint, length, sequence and the payload's xxh3-64 before it says
  * "loaded"; any mismatch is a miss and the slot is dropped.
+ *
+ * Generations. Every store takes the next sequence number of the tier
+ * (super.seq counts them; a store's header carries its own), so a slot's
+ * seq says which of two copies of a key is newer, and super.seq on disk
+ * is a generation boundary. The index region is the authority at or below
+ * it: an intact slot whose seq is at most super.seq is live only when the
+ * index lists it (its seq and key hash, at its slot); one it does not list
+ * is dead — superseded by a newer copy of its key, evicted, or discarded
+ * (persist = false) — free space, never served, not damage. A slot above
+ * super.seq was written by a run that did not stop cleanly: it is live
+ * when its payload verifies. Among live copies of a key the highest seq
+ * wins. The adapter (disk_recover.c) and `kvconf fsck` apply the same
+ * rule, and every writer keeps it true by writing (and syncing) the index
+ * region before a superblock that raises super.seq: a clean stop, the save
+ * after a crash scan at start, a format (an empty index), fsck --repair.
  *
  * Checksums. A struct's checksum field is the xxh3-64 of the struct's bytes
  * before that field, padding included (the key's 3 bytes after hash[] and

@@ -274,9 +274,13 @@ int disk_format(disk *d, uint64_t slot_bytes) {
   d->super.seq = seq;
   disk_index_destroy(&d->ix);
   if (disk_index_init(&d->ix, (uint32_t)d->super.nslots) != KVA_OK) return KVA_ENOMEM;
-  int rc = disk_write_super(d);
+  /* an empty index first: every slot the file held is dead under the new
+   * superblock (the generation rule of disk_format.h) */
+  int rc = disk_save_index(d, false);
+  if (rc == 0 && fdatasync(d->fd) != 0) rc = -errno;
+  if (rc == 0) rc = disk_write_super(d);
   if (rc != 0) {
-    LOG_ERROR("%s: %s: cannot write the superblock: %s", d->cfg.name, d->cfg.path, strerror(-rc));
+    LOG_ERROR("%s: %s: cannot format: %s", d->cfg.name, d->cfg.path, strerror(-rc));
     disk_index_destroy(&d->ix);
     return KVA_EIO;
   }

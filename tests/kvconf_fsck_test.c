@@ -2,6 +2,9 @@
  * kvconf_fsck_test.c — `kvconf fsck PATH [--repair]` on disk tiers built by
  * hand with l2/disk_format.h: a clean tier, torn and mismatched slots, a
  * stale index, bad superblocks; repair leaves a tier a second fsck passes.
+ * Then on tiers a runtime wrote: a clean stop fscks clean although keys
+ * stored twice left superseded copies (and with persist = false), damage
+ * still counts, and a repair holds across the next start and stop.
  * Usage: kvconf_fsck_test KVCONF
  */
 #include <check.h>
@@ -17,8 +20,10 @@
 #include "kvact.h"
 #include "l1/key.h"
 #include "l2/disk_format.h"
+#include "tests/l2_disk_test.h"
 #include "tests/support/cli.h"
 #include "tests/support/fixture.h"
+#include "tests/support/l2_client.h"
 
 #define PAYLOAD (3 * DISK_BLOCK + 100) /* 5-block slots: 20480 bytes */
 #define SLOTS 16
@@ -65,11 +70,16 @@ static void write_super(int fd, disk_super *s) {
 
 /* A clean tier of SLOTS slots under TEST_TMPDIR/name, slots [0, STORED)
  * stored, index and seq current; returns it open read-write. */
-static int build_tier(const char *name) {
+/* tier, out_path and err_path for a test called name. */
+static void set_paths(const char *name) {
   const char *d = getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp";
   snprintf(tier, sizeof tier, "%s/%s.tier", d, name);
   snprintf(out_path, sizeof out_path, "%s/%s.out", d, name);
   snprintf(err_path, sizeof err_path, "%s/%s.err", d, name);
+}
+
+static int build_tier(const char *name) {
+  set_paths(name);
   uint64_t sb = disk_slot_bytes_for(PAYLOAD), off;
   uint64_t cap = DISK_INDEX_OFFSET + DISK_BLOCK + SLOTS * sb;
   ck_assert_uint_eq(disk_slot_count(cap, sb, &off), SLOTS);
@@ -118,7 +128,7 @@ static void repair_then_clean(int fd, const char *dropped, const char *summary) 
 START_TEST(clean_tier_passes_with_its_counts) {
   int fd = build_tier("clean");
   ck_assert_int_eq(fsck(""), 0);
-  assert_out_has("valid 10 torn 0 mismatched 0 free 6 (slots 16, slot_bytes 20480)\n");
+  assert_out_has("valid 10 superseded 0 torn 0 mismatched 0 free 6 (slots 16, slot_bytes 20480)\n");
   ck_assert_str_eq(cli_slurp(err_path), "");
   close(fd);
 }
@@ -131,8 +141,8 @@ START_TEST(torn_slot_is_reported_and_repair_drops_it) {
   ck_assert_int_eq(fsck(""), 1);
   assert_out_has(
       "slot 3: torn (payload checksum mismatch) seq 4 key fsck_model@0@0@0300000000000000\n");
-  assert_out_has("valid 9 torn 1 mismatched 0 free 6 (slots 16, slot_bytes 20480)\n");
-  repair_then_clean(fd, "dropped slot 3: torn", "valid 9 torn 0 mismatched 0 free 7 ");
+  assert_out_has("valid 9 superseded 0 torn 1 mismatched 0 free 6 (slots 16, slot_bytes 20480)\n");
+  repair_then_clean(fd, "dropped slot 3: torn", "valid 9 superseded 0 torn 0 mismatched 0 free 7 ");
   unsigned char block[DISK_BLOCK];
   pread_all(fd, block, sizeof block, disk_slot_offset(&s, 3));
   ck_assert(disk_block_is_zero(block, sizeof block));
@@ -150,8 +160,9 @@ START_TEST(corrupted_header_is_mismatched_and_repair_drops_it) {
   flip(fd, disk_slot_offset(&s, 5) + offsetof(disk_slot_header, key) + 2);
   ck_assert_int_eq(fsck(""), 1);
   assert_out_has("slot 5: mismatched (header checksum mismatch)\n");
-  assert_out_has("valid 9 torn 0 mismatched 1 free 6 ");
-  repair_then_clean(fd, "dropped slot 5: mismatched", "valid 9 torn 0 mismatched 0 free 7 ");
+  assert_out_has("valid 9 superseded 0 torn 0 mismatched 1 free 6 ");
+  repair_then_clean(fd, "dropped slot 5: mismatched",
+                    "valid 9 superseded 0 torn 0 mismatched 0 free 7 ");
 }
 END_TEST
 
@@ -171,7 +182,7 @@ START_TEST(sealed_header_with_nonsense_fields_is_mismatched) {
   pwrite_all(fd, &h, sizeof h, disk_slot_offset(&s, 2));
   ck_assert_int_eq(fsck(""), 1);
   assert_out_has("slot 2: mismatched (seq 0)\n");
-  assert_out_has("valid 8 torn 0 mismatched 2 free 6 ");
+  assert_out_has("valid 8 superseded 0 torn 0 mismatched 2 free 6 ");
   ck_assert_ptr_null(strstr(cli_slurp(out_path), "index:")); /* bad slots are not counted twice */
   close(fd);
 }
@@ -182,7 +193,7 @@ START_TEST(garbage_without_the_slot_magic_is_free) {
   disk_super s = read_super(fd);
   pwrite_all(fd, "leftover bytes", 14, disk_slot_offset(&s, 12));
   ck_assert_int_eq(fsck(""), 0);
-  assert_out_has("valid 10 torn 0 mismatched 0 free 6 ");
+  assert_out_has("valid 10 superseded 0 torn 0 mismatched 0 free 6 ");
   close(fd);
 }
 END_TEST
@@ -317,20 +328,128 @@ START_TEST(index_windows_are_checked_and_rewritten_past_the_first) {
   s.clean = 1, s.seq = 6;
   write_super(fd, &s);
   ck_assert_int_eq(fsck(""), 0);
-  assert_out_has("valid 6 torn 0 mismatched 0 free 8994 (slots 9000, slot_bytes 4096)\n");
-  flip(fd, disk_slot_offset(&s, 8192) + 20); /* inside seq: header checksum */
-  index[N - 1].key_hash ^= 1;
+  assert_out_has(
+      "valid 6 superseded 0 torn 0 mismatched 0 free 8994 (slots 9000, slot_bytes 4096)\n");
+  flip(fd, disk_slot_offset(&s, 8192) + 20);   /* inside seq: header checksum */
+  index[N - 2] = (disk_index_entry){77, 1234}; /* an entry for a free slot */
   pwrite_all(fd, index, sizeof index, DISK_INDEX_OFFSET);
   ck_assert_int_eq(fsck(""), 1);
   assert_out_has("slot 8192: mismatched (header checksum mismatch)\n");
   assert_out_has("index: 1 of 9000 entries disagree");
   ck_assert_int_eq(fsck("--repair"), 0);
   ck_assert_int_eq(fsck(""), 0);
-  assert_out_has("valid 5 torn 0 mismatched 0 free 8995 ");
-  disk_index_entry e;
-  pread_all(fd, &e, sizeof e, DISK_INDEX_OFFSET + (N - 1) * sizeof e);
-  ck_assert_uint_eq(e.seq, 6);
+  assert_out_has("valid 5 superseded 0 torn 0 mismatched 0 free 8995 ");
+  disk_index_entry e[2];
+  pread_all(fd, e, sizeof e, DISK_INDEX_OFFSET + (N - 2) * sizeof e[0]);
+  ck_assert_uint_eq(e[0].seq, 0);
+  ck_assert_uint_eq(e[1].seq, 6);
   close(fd);
+}
+END_TEST
+
+/* ---- tiers a runtime wrote ---------------------------------------------- */
+
+#define TWICE 16 /* keys stored twice at once */
+
+/* A runtime on the tier of test `name` (a new file when fresh), 32 slots
+ * of DT_SLOT. */
+static kva_runtime *tier_start(const char *name, bool fresh, const char *extra) {
+  set_paths(name);
+  if (fresh) unlink(tier);
+  return l2_start_disk(2, DT_L1, dt_json(tier, dt_capacity(32), extra), NULL);
+}
+
+/* Keys 0..TWICE-1 each stored by two STOREs sent together: the second
+ * arrives while the first is in flight, so each key lands in two slots
+ * and the older copy is superseded. */
+static void store_each_twice(kva_runtime *rt) {
+  kva_storage *s = kva_storage_of(rt);
+  static uint8_t bytes[2][TWICE][DT_LEN];
+  kva_layout l = dt_layout();
+  kva_key keys[TWICE];
+  kva_buf bufs[2][TWICE];
+  kva_l2_req req[2][TWICE];
+  kva_port *p = kva_port_open(rt, "twice");
+  ck_assert_ptr_nonnull(p);
+  for (int i = 0; i < TWICE; i++) {
+    keys[i] = fixture_key((uint64_t)i);
+    for (int v = 0; v < 2; v++) {
+      l2_fill(bytes[v][i], DT_LEN, (uint64_t)i, (uint32_t)v);
+      bufs[v][i] = (kva_buf){bytes[v][i], DT_LEN};
+      req[v][i] = (kva_l2_req){.keys = &keys[i], .n = 1, .layout = &l, .bufs = &bufs[v][i]};
+      kva_l2_req *r = &req[v][i];
+      ck_assert_int_eq(kva_send(l2_tier_actor(s, 0), KVA_L2_STORE, &r, sizeof r, kva_port_actor(p),
+                                (uint64_t)(2 * i + v)),
+                       KVA_OK);
+    }
+  }
+  for (int i = 0; i < 2 * TWICE; i++) fixture_recv(p, NULL, 0, 10000);
+  for (int i = 0; i < TWICE; i++)
+    ck_assert(req[0][i].result == KVA_OK && req[1][i].result == KVA_OK);
+  kva_port_close(p);
+}
+
+/* The number after `what` in the last fsck's summary. */
+static uint64_t summary_count(const char *what) {
+  const char *at = strstr(cli_slurp(out_path), what);
+  ck_assert_msg(at, "no \"%s\" in:\n%s", what, cli_slurp(out_path));
+  return strtoull(at + strlen(what), NULL, 10);
+}
+
+/* The file offset of the slot the index lists for key id (0: none). */
+static uint64_t listed_slot(int fd, uint64_t id) {
+  disk_super s = read_super(fd);
+  kva_key k = fixture_key(id);
+  for (uint64_t i = 0; i < s.nslots; i++) {
+    disk_index_entry e;
+    pread_all(fd, &e, sizeof e, DISK_INDEX_OFFSET + i * sizeof e);
+    if (e.seq && e.key_hash == key_hash(&k)) return disk_slot_offset(&s, i);
+  }
+  return 0;
+}
+
+START_TEST(a_clean_stop_fscks_clean_after_keys_stored_twice) {
+  kva_runtime *rt = tier_start("twice", true, "");
+  store_each_twice(rt);
+  l2_finish(rt);
+  ck_assert_int_eq(fsck(""), 0);
+  ck_assert_uint_eq(summary_count("valid "), TWICE);
+  ck_assert_uint_gt(summary_count("superseded "), 0); /* the scenario happened */
+  ck_assert_ptr_null(strstr(cli_slurp(out_path), "--repair"));
+}
+END_TEST
+
+START_TEST(damage_still_counts_and_a_repair_holds_across_a_restart) {
+  kva_runtime *rt = tier_start("repair_holds", true, "");
+  store_each_twice(rt);
+  l2_finish(rt);
+  int fd = open(tier, O_RDWR);
+  ck_assert_int_ge(fd, 0);
+  uint64_t off = listed_slot(fd, 3);
+  ck_assert_uint_ne(off, 0);
+  flip(fd, off + DISK_BLOCK + 17); /* the live copy's payload */
+  ck_assert_int_eq(fsck(""), 1);
+  assert_out_has("torn (payload checksum mismatch)");
+  ck_assert_int_eq(fsck("--repair"), 0);
+  ck_assert_int_eq(fsck(""), 0);
+  ck_assert_uint_eq(summary_count("valid "), TWICE - 1);
+  rt = tier_start("repair_holds", false, ""); /* start and stop: still repaired */
+  ck_assert_uint_eq(l2_stats(kva_storage_of(rt), 0).objects, TWICE - 1);
+  l2_finish(rt);
+  ck_assert_int_eq(fsck(""), 0);
+  ck_assert_uint_eq(summary_count("valid "), TWICE - 1);
+  ck_assert_uint_eq(summary_count("torn "), 0);
+  close(fd);
+}
+END_TEST
+
+START_TEST(a_clean_stop_with_persist_false_fscks_clean) {
+  kva_runtime *rt = tier_start("nopersist", true, "\"persist\":false");
+  store_each_twice(rt);
+  l2_finish(rt);
+  ck_assert_int_eq(fsck(""), 0);
+  ck_assert_uint_eq(summary_count("valid "), 0); /* discarded at stop */
+  ck_assert_uint_ge(summary_count("superseded "), TWICE);
 }
 END_TEST
 
@@ -362,6 +481,9 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, repair_refuses_a_tier_in_use);
   tcase_add_test(tc, index_windows_are_checked_and_rewritten_past_the_first);
   tcase_add_test(tc, usage_errors_exit_2);
+  tcase_add_test(tc, a_clean_stop_fscks_clean_after_keys_stored_twice);
+  tcase_add_test(tc, damage_still_counts_and_a_repair_holds_across_a_restart);
+  tcase_add_test(tc, a_clean_stop_with_persist_false_fscks_clean);
   suite_add_tcase(s, tc);
   return s;
 }

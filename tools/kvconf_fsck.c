@@ -3,22 +3,36 @@
  * block device) slot by slot, and with --repair drops the bad slots and
  * rebuilds the index region from the good ones.
  *
- * A slot is
- *   free        its header block is all zero or lacks DISK_SLOT_MAGIC
- *   valid       intact header (magic, version, checksum), sane fields, and
- *               the payload's xxh3-64 matches
- *   torn        intact header, payload checksum mismatch (a store killed
- *               between payload and header, or a flipped payload byte)
+ * Which slots are live follows the generation rule of l2/disk_format.h,
+ * as the adapter's start does: on a tier that stopped cleanly the index
+ * region lists the live slots; on one that did not, a slot above super.seq
+ * is live when it verifies, one at or below it only when the index lists
+ * it. A slot is
+ *   free        its header block is all zero or lacks DISK_SLOT_MAGIC (or,
+ *               on a clean tier, holds a broken header the index does not
+ *               list: the adapter never reads it)
+ *   valid       live: intact header (magic, version, checksum), sane
+ *               fields, the payload's xxh3-64 matches, and no live copy of
+ *               its key has a higher seq
+ *   superseded  an intact header the rule makes dead: a lower-seq copy of
+ *               a live key, or a slot the index no longer lists (evicted,
+ *               replaced, discarded). Free space, not damage
+ *   torn        would be live, but the payload checksum does not match (a
+ *               store killed between payload and header, a flipped byte)
  *   mismatched  magic present but the header is not intact, or its fields
  *               are nonsense (seq 0, invalid key, length over the capacity)
  * When the superblock says clean, the index region and super.seq must also
- * agree with the slots (the adapter trusts them without a scan).
+ * agree with the slots (the adapter trusts them without a scan): an entry
+ * naming a slot that does not hold it, or a slot seq above super.seq, is
+ * damage.
  *
  * Repair is ordered so that a crash part way leaves a tier the adapter
  * rescans: clean = 0 goes to disk first, then the bad headers are zeroed
- * and the index rewritten, fsync, and only then clean = 1 with the new seq.
- * It takes an exclusive flock (O_EXCL for a block device) and refuses a
- * tier that is in use.
+ * and the index rewritten to list exactly the valid slots, fsync, and only
+ * then clean = 1 with super.seq at the highest seq of any intact header
+ * (so every copy left unlisted is dead, and no seq is issued twice). It
+ * takes an exclusive flock (O_EXCL for a block device) and refuses a tier
+ * that is in use.
  */
 #include "tools/kvconf_fsck.h"
 
@@ -41,7 +55,14 @@
 #define FSCK_WINDOW (DISK_BLOCK / sizeof(disk_index_entry) * 16) /* index entries per read */
 #define FSCK_MAX_LINES 50                                        /* bad slots listed by name */
 
-typedef enum { SLOT_FREE, SLOT_VALID, SLOT_TORN, SLOT_MISMATCHED } slot_state;
+typedef enum { SLOT_FREE, SLOT_VALID, SLOT_SUPERSEDED, SLOT_TORN, SLOT_MISMATCHED } slot_state;
+
+/* A slot whose payload verified: live unless a copy of its key with a
+ * higher seq verified too. */
+typedef struct live {
+  uint64_t slot, seq, key_hash;
+  kva_key key;
+} live;
 
 typedef struct fsck {
   const char *path;
@@ -54,10 +75,12 @@ typedef struct fsck {
   unsigned char *chunk;                  /* FSCK_CHUNK bytes of payload */
   XXH3_state_t *sum;
   disk_index_entry index[FSCK_WINDOW]; /* the index entries of the current window */
-  uint64_t count[4];                   /* per slot_state */
+  uint64_t count[5];                   /* per slot_state */
   uint64_t stale;                      /* index entries that disagree (clean only) */
-  uint64_t max_seq;                    /* highest seq of a valid slot */
+  uint64_t max_seq;                    /* highest seq of an intact header */
   uint64_t listed;                     /* bad slots printed */
+  live *live;                          /* the slots that verified, in slot order */
+  size_t nlive, caplive;
 } fsck;
 
 /* ---- I/O ---- */
@@ -169,10 +192,22 @@ static const char *header_nonsense(const fsck *f, const disk_slot_header *h, cha
   return buf;
 }
 
-/* Reads slot i and classifies it; *why says what is wrong with a bad one.
- * -1 on an I/O error. */
-static int slot_check(fsck *f, uint64_t i, disk_slot_header *h, slot_state *st, const char **why,
-                      char *buf, size_t len) {
+/* Whether the index entry names exactly this header's store. */
+static bool entry_names(const disk_index_entry *e, const disk_slot_header *h) {
+  return e->seq == h->seq && e->key_hash == key_hash(&h->key);
+}
+
+/* An intact, sane header: whether the generation rule may make it live
+ * (then its payload decides), or says it is dead. */
+static bool may_live(const fsck *f, const disk_slot_header *h, const disk_index_entry *e) {
+  if (entry_names(e, h)) return true;
+  return !f->super.clean && h->seq > f->super.seq; /* written by a run that crashed */
+}
+
+/* Reads slot i and classifies it against its index entry e; *why says
+ * what is wrong with a bad one. -1 on an I/O error. */
+static int slot_check(fsck *f, uint64_t i, const disk_index_entry *e, disk_slot_header *h,
+                      slot_state *st, const char **why, char *buf, size_t len) {
   uint64_t off = disk_slot_offset(&f->super, i), magic, sum;
   if (read_at(f, f->block, DISK_BLOCK, off)) return -1;
   memcpy(&magic, f->block, sizeof magic);
@@ -184,11 +219,16 @@ static int slot_check(fsck *f, uint64_t i, disk_slot_header *h, slot_state *st, 
     snprintf(buf, len, "header version %" PRIu32, h->version), *why = buf;
   else if (!disk_header_valid(h))
     *why = "header checksum mismatch";
-  else if ((*why = header_nonsense(f, h, buf, len)) == NULL) {
+  else if ((*why = header_nonsense(f, h, buf, len)) != NULL)
+    ;
+  else if (!may_live(f, h, e))
+    *st = SLOT_SUPERSEDED;
+  else {
     if (payload_sum(f, off + DISK_BLOCK, h->length, &sum)) return -1;
     *st = sum == h->payload_sum ? SLOT_VALID : SLOT_TORN;
     *why = "payload checksum mismatch";
   }
+  if (*st == SLOT_MISMATCHED && f->super.clean && e->seq == 0) *st = SLOT_FREE; /* never read */
   return 0;
 }
 
@@ -204,28 +244,38 @@ static void slot_report(fsck *f, uint64_t i, const disk_slot_header *h, slot_sta
   putchar('\n');
 }
 
-/* Checks slot i against its index entry e, and with repair drops it when
- * bad and sets e to what the slot holds. */
-static int slot_visit(fsck *f, uint64_t i, disk_index_entry *e) {
+static int live_add(fsck *f, uint64_t i, const disk_slot_header *h) {
+  if (f->nlive == f->caplive) {
+    size_t cap = f->caplive ? 2 * f->caplive : 1024;
+    live *l = realloc(f->live, cap * sizeof *l);
+    if (!l) {
+      fprintf(stderr, "kvconf: out of memory\n");
+      return -1;
+    }
+    f->live = l, f->caplive = cap;
+  }
+  f->live[f->nlive++] = (live){i, h->seq, key_hash(&h->key), h->key};
+  return 0;
+}
+
+/* Checks slot i against its index entry e; with repair zeroes it when bad.
+ * A slot that verified joins f->live (whether it wins is decided later). */
+static int slot_visit(fsck *f, uint64_t i, const disk_index_entry *e) {
   disk_slot_header h;
   slot_state st;
   const char *why = "";
   char buf[128];
-  if (slot_check(f, i, &h, &st, &why, buf, sizeof buf)) return -1;
+  if (slot_check(f, i, e, &h, &st, &why, buf, sizeof buf)) return -1;
   f->count[st]++;
-  disk_index_entry want = {0, 0};
-  if (st == SLOT_VALID) {
-    want = (disk_index_entry){.seq = h.seq, .key_hash = key_hash(&h.key)};
-    if (h.seq > f->max_seq) f->max_seq = h.seq;
-  }
+  bool intact = st == SLOT_VALID || st == SLOT_SUPERSEDED || st == SLOT_TORN;
+  if (intact && h.seq > f->max_seq) f->max_seq = h.seq;
   bool bad = st == SLOT_TORN || st == SLOT_MISMATCHED;
   if (bad)
     slot_report(f, i, &h, st, why); /* its index entry is stale too: not counted twice */
-  else if (f->super.clean && (e->seq != want.seq || e->key_hash != want.key_hash))
+  else if (f->super.clean && e->seq != 0 && !(intact && entry_names(e, &h)))
     f->stale++;
-  if (!f->repair) return 0;
-  *e = want;
-  if (!bad) return 0;
+  if (st == SLOT_VALID && live_add(f, i, &h)) return -1;
+  if (!f->repair || !bad) return 0;
   memset(f->block, 0, DISK_BLOCK);
   return write_at(f, f->block, DISK_BLOCK, disk_slot_offset(&f->super, i));
 }
@@ -236,11 +286,68 @@ static int scan(fsck *f) {
   for (uint64_t w = 0; w < f->super.nslots; w += FSCK_WINDOW) {
     uint64_t n = f->super.nslots - w < FSCK_WINDOW ? f->super.nslots - w : FSCK_WINDOW;
     uint64_t off = DISK_INDEX_OFFSET + w * sizeof(disk_index_entry);
-    size_t bytes = (size_t)n * sizeof(disk_index_entry);
-    if (read_at(f, f->index, bytes, off)) return -1;
+    if (read_at(f, f->index, (size_t)n * sizeof(disk_index_entry), off)) return -1;
     for (uint64_t i = 0; i < n; i++)
       if (slot_visit(f, w + i, &f->index[i])) return -1;
-    if (f->repair && write_at(f, f->index, bytes, off)) return -1;
+  }
+  return 0;
+}
+
+/* ---- copies of one key ---- */
+
+static int by_key_then_newest(const void *a, const void *b) {
+  const live *x = a, *y = b;
+  if (x->key_hash != y->key_hash) return x->key_hash < y->key_hash ? -1 : 1;
+  if (x->seq != y->seq) return x->seq > y->seq ? -1 : 1;
+  return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+static int by_slot(const void *a, const void *b) {
+  const live *x = a, *y = b;
+  return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Whether an earlier entry of the sorted f->live (a newer copy, since
+ * copies of a key sort newest first) holds the key of entry i and wins. */
+static bool newer_copy(const fsck *f, const bool *lost, size_t i) {
+  for (size_t j = i; j-- > 0 && f->live[j].key_hash == f->live[i].key_hash;)
+    if (!lost[j] && key_equal(&f->live[j].key, &f->live[i].key)) return true;
+  return false;
+}
+
+/* Of the copies of a key that verified, the highest seq wins; the others
+ * are superseded (dropped from f->live, which ends in slot order). */
+static int resolve_copies(fsck *f) {
+  if (f->nlive == 0) return 0; /* and f->live may be NULL, which qsort refuses */
+  bool *lost = calloc(f->nlive, sizeof *lost);
+  if (!lost) {
+    fprintf(stderr, "kvconf: out of memory\n");
+    return -1;
+  }
+  qsort(f->live, f->nlive, sizeof *f->live, by_key_then_newest);
+  size_t kept = 0;
+  for (size_t i = 0; i < f->nlive; i++) lost[i] = newer_copy(f, lost, i);
+  for (size_t i = 0; i < f->nlive; i++)
+    if (!lost[i]) f->live[kept++] = f->live[i];
+  f->count[SLOT_VALID] -= f->nlive - kept;
+  f->count[SLOT_SUPERSEDED] += f->nlive - kept;
+  f->nlive = kept;
+  free(lost);
+  qsort(f->live, f->nlive, sizeof *f->live, by_slot);
+  return 0;
+}
+
+/* Rewrites the index region to list exactly the live slots. */
+static int index_rewrite(fsck *f) {
+  size_t next = 0;
+  for (uint64_t w = 0; w < f->super.nslots; w += FSCK_WINDOW) {
+    uint64_t n = f->super.nslots - w < FSCK_WINDOW ? f->super.nslots - w : FSCK_WINDOW;
+    memset(f->index, 0, sizeof f->index);
+    for (; next < f->nlive && f->live[next].slot < w + n; next++)
+      f->index[f->live[next].slot - w] =
+          (disk_index_entry){.seq = f->live[next].seq, .key_hash = f->live[next].key_hash};
+    uint64_t off = DISK_INDEX_OFFSET + w * sizeof(disk_index_entry);
+    if (write_at(f, f->index, (size_t)n * sizeof(disk_index_entry), off)) return -1;
   }
   return 0;
 }
@@ -257,10 +364,10 @@ static bool super_stale(const fsck *f) {
 }
 
 static void summary(const fsck *f) {
-  printf("valid %" PRIu64 " torn %" PRIu64 " mismatched %" PRIu64 " free %" PRIu64
-         " (slots %" PRIu64 ", slot_bytes %" PRIu64 ")\n",
-         f->count[SLOT_VALID], f->count[SLOT_TORN], f->count[SLOT_MISMATCHED], f->count[SLOT_FREE],
-         f->super.nslots, f->super.slot_bytes);
+  printf("valid %" PRIu64 " superseded %" PRIu64 " torn %" PRIu64 " mismatched %" PRIu64
+         " free %" PRIu64 " (slots %" PRIu64 ", slot_bytes %" PRIu64 ")\n",
+         f->count[SLOT_VALID], f->count[SLOT_SUPERSEDED], f->count[SLOT_TORN],
+         f->count[SLOT_MISMATCHED], f->count[SLOT_FREE], f->super.nslots, f->super.slot_bytes);
   if (f->stale)
     printf("index: %" PRIu64 " of %" PRIu64
            " entries disagree with the slots (superblock says clean)\n",
@@ -272,6 +379,19 @@ static void summary(const fsck *f) {
     printf("run kvconf fsck %s --repair (with kvact stopped) to fix\n", f->path);
 }
 
+/* Everything checked: the index lists the live slots, then (synced) the
+ * superblock says clean with a seq no intact header exceeds. */
+static int repair_finish(fsck *f) {
+  if (index_rewrite(f) || sync_fd(f)) return FSCK_FAILED;
+  if (f->max_seq > f->super.seq) f->super.seq = f->max_seq; /* never reissue a seq */
+  f->super.clean = 1;
+  if (super_write(f)) return FSCK_FAILED;
+  printf("repaired: dropped %" PRIu64 " slots, index rebuilt from %" PRIu64
+         " valid slots, seq %" PRIu64 ", clean\n",
+         bad_slots(f), f->count[SLOT_VALID], f->super.seq);
+  return FSCK_CLEAN;
+}
+
 static int check(fsck *f) {
   if (open_tier(f) || super_read(f)) return FSCK_FAILED;
   uint32_t was_clean = f->super.clean;
@@ -280,17 +400,10 @@ static int check(fsck *f) {
     if (super_write(f)) return FSCK_FAILED;
     f->super.clean = was_clean; /* still judge the index against it */
   }
-  if (scan(f)) return FSCK_FAILED;
+  if (scan(f) || resolve_copies(f)) return FSCK_FAILED;
   summary(f);
-  if (!f->repair) return bad_slots(f) || super_stale(f) ? FSCK_DAMAGED : FSCK_CLEAN;
-  if (sync_fd(f)) return FSCK_FAILED;
-  if (f->max_seq > f->super.seq) f->super.seq = f->max_seq; /* never reissue a seq */
-  f->super.clean = 1;
-  if (super_write(f)) return FSCK_FAILED;
-  printf("repaired: dropped %" PRIu64 " slots, index rebuilt from %" PRIu64
-         " valid slots, seq %" PRIu64 ", clean\n",
-         bad_slots(f), f->count[SLOT_VALID], f->super.seq);
-  return FSCK_CLEAN;
+  if (f->repair) return repair_finish(f);
+  return bad_slots(f) || super_stale(f) ? FSCK_DAMAGED : FSCK_CLEAN;
 }
 
 int kvconf_fsck(const char *path, bool repair) {
@@ -304,7 +417,7 @@ int kvconf_fsck(const char *path, bool repair) {
     rc = check(f);
     if (f->fd >= 0) close(f->fd);
   }
-  if (f) free(f->chunk), XXH3_freeState(f->sum);
+  if (f) free(f->chunk), free(f->live), XXH3_freeState(f->sum);
   free(f);
   return fflush(stdout) != 0 && rc == FSCK_CLEAN ? FSCK_FAILED : rc;
 }
