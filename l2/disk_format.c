@@ -31,7 +31,8 @@ _Static_assert(sizeof(kva_key) == 108, "kva_key is 108 bytes inside a slot heade
 _Static_assert(offsetof(kva_key, kv_rank) == 64 && offsetof(kva_key, group) == 68 &&
                    offsetof(kva_key, hash_len) == 72 && offsetof(kva_key, hash) == 73,
                "kva_key field offsets");
-_Static_assert(offsetof(disk_slot_header, seq) == 16 && offsetof(disk_slot_header, key) == 48,
+_Static_assert(offsetof(disk_slot_header, parent) == 12 && offsetof(disk_slot_header, seq) == 16 &&
+                   offsetof(disk_slot_header, key) == 48,
                "disk_slot_header field offsets");
 _Static_assert(offsetof(disk_slot_header, checksum) == 160, "disk_slot_header checksum at 160");
 _Static_assert(sizeof(disk_slot_header) == 168, "disk_slot_header is 168 bytes on disk");

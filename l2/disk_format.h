@@ -77,7 +77,12 @@ typedef struct disk_super {
 typedef struct disk_slot_header {
   uint64_t magic;   /* DISK_SLOT_MAGIC */
   uint32_t version; /* DISK_VERSION */
-  uint32_t pad;
+  /* The low 32 bits of key_hash of the key before this one in its chain
+   * (the chunk it continues), 0 when none is known. An eviction hint only
+   * (disk_index.h): never checked against anything. Files written before
+   * chains hold 0 here (the field was zeroed padding), so they read as
+   * chains of one. */
+  uint32_t parent;
   uint64_t seq;         /* store sequence number (> 0), unique per store */
   uint64_t fingerprint; /* layout_fingerprint of the object's layout */
   uint64_t length;      /* payload bytes */

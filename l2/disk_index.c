@@ -4,7 +4,9 @@
  *
  * Every transition keeps one invariant: a slot is in the LRU list iff it
  * is VALID and idle (no lock, no load in flight). Eviction is then the LRU
- * head, with no walk past locked slots.
+ * head, with no walk past locked slots. A slot joins the list by a touch
+ * (touch): at the tail, followed by the idle slots before it in its chain,
+ * so the head is the end of the least recently used chain.
  */
 #include "l2/disk_index.h"
 
@@ -21,7 +23,8 @@ int disk_index_init(disk_index *ix, uint32_t nslots) {
   ix->slots = calloc(nslots ? nslots : 1, sizeof(*ix->slots));
   ix->buckets = malloc(nb * sizeof(*ix->buckets));
   ix->free = malloc((nslots ? nslots : 1) * sizeof(*ix->free));
-  if (!ix->slots || !ix->buckets || !ix->free) {
+  ix->hint = calloc(DISK_HINTS, sizeof(*ix->hint));
+  if (!ix->slots || !ix->buckets || !ix->free || !ix->hint) {
     disk_index_destroy(ix);
     return KVA_ENOMEM;
   }
@@ -41,6 +44,7 @@ void disk_index_destroy(disk_index *ix) {
   free(ix->slots);
   free(ix->buckets);
   free(ix->free);
+  free(ix->hint);
   memset(ix, 0, sizeof(*ix));
 }
 
@@ -110,6 +114,52 @@ static void lru_push(disk_index *ix, uint32_t id) {
   ix->nlru++;
 }
 
+/* ---- chains ------------------------------------------------------------- */
+
+/* The VALID slot that id continues, or DISK_NONE. Matched on the chain id
+ * alone (32 bits: a false match only reorders eviction); the buckets are
+ * indexed by the hash's low bits (mask < 2^32), which the id keeps. */
+static uint32_t parent_of(const disk_index *ix, uint32_t id) {
+  uint32_t p = ix->slots[id].parent;
+  if (p == 0) return DISK_NONE;
+  for (uint32_t x = ix->buckets[p & ix->mask]; x != DISK_NONE; x = ix->slots[x].hnext)
+    if (x != id && ix->slots[x].state == SLOT_VALID && disk_chain_id(ix->slots[x].key_hash) == p)
+      return x;
+  return DISK_NONE;
+}
+
+/* id (VALID, idle, in no list) becomes the most recently used, then each
+ * idle slot before it in its chain, in order: a chain's prefix is always
+ * more recent than its continuation. The walk stops at a slot it reached
+ * already, so a cycle of wrong links ends. */
+static void touch(disk_index *ix, uint32_t id) {
+  uint32_t walk = ++ix->walks;
+  lru_push(ix, id);
+  ix->slots[id].walk = walk;
+  for (uint32_t x = parent_of(ix, id); x != DISK_NONE && ix->slots[x].walk != walk;
+       x = parent_of(ix, x)) {
+    ix->slots[x].walk = walk;
+    if (!disk_slot_idle(&ix->slots[x])) continue; /* joins the tail when it settles */
+    lru_remove(ix, x);
+    lru_push(ix, x);
+  }
+}
+
+void disk_index_follows(disk_index *ix, uint32_t id, uint64_t key_hash, uint64_t prev) {
+  uint32_t p = disk_chain_id(prev);
+  if (p == disk_chain_id(key_hash)) return; /* a key repeated: no chain */
+  if (id != DISK_NONE) {
+    if (ix->slots[id].parent == 0) ix->slots[id].parent = p;
+    return;
+  }
+  if (ix->hint) ix->hint[key_hash & (DISK_HINTS - 1)] = (disk_chain_hint){key_hash, p};
+}
+
+uint32_t disk_index_hinted(const disk_index *ix, uint64_t key_hash) {
+  const disk_chain_hint *h = ix->hint ? &ix->hint[key_hash & (DISK_HINTS - 1)] : NULL;
+  return h && h->key_hash == key_hash ? h->parent : 0;
+}
+
 /* ---- transitions -------------------------------------------------------- */
 
 /* VALID → out of the lookup-visible set (the caller sets the new state). */
@@ -173,10 +223,11 @@ static void make_valid(disk_index *ix, uint32_t id, const disk_slot_meta *m) {
   s->fingerprint = m->fingerprint;
   s->length = m->length;
   s->payload_sum = m->payload_sum;
+  s->parent = m->parent;
   s->state = SLOT_VALID;
   s->locks = s->reads = 0;
   hash_insert(ix, id);
-  lru_push(ix, id);
+  touch(ix, id);
   ix->nvalid++;
   ix->bytes += m->length;
 }
@@ -211,7 +262,7 @@ static void settle(disk_index *ix, uint32_t id) {
   disk_slot *s = &ix->slots[id];
   if (!disk_slot_idle(s)) return;
   if (s->state == SLOT_VALID)
-    lru_push(ix, id);
+    touch(ix, id);
   else if (s->state == SLOT_DROPPED)
     disk_index_release(ix, id);
 }
@@ -259,8 +310,30 @@ bool disk_index_restore(disk_index *ix, uint32_t id, const disk_slot_meta *m) {
   return true;
 }
 
+static int by_seq(const void *a, const void *b, void *arg) {
+  const disk_slot *s = arg;
+  uint64_t x = s[*(const uint32_t *)a].seq, y = s[*(const uint32_t *)b].seq;
+  return x < y ? -1 : x > y;
+}
+
+/* Every restored slot is idle, so all are in the LRU list: touched again
+ * oldest store first, they end in store order with each chain's prefix
+ * after its tail. Without memory for the order, the restore order stays. */
+static void lru_by_seq(disk_index *ix) {
+  uint32_t *ids = malloc((ix->nlru ? ix->nlru : 1) * sizeof(*ids)), n = 0;
+  if (!ids) return;
+  for (uint32_t id = ix->lru_head; id != DISK_NONE; id = ix->slots[id].next) ids[n++] = id;
+  qsort_r(ids, n, sizeof(*ids), by_seq, ix->slots);
+  for (uint32_t i = 0; i < n; i++) {
+    lru_remove(ix, ids[i]);
+    touch(ix, ids[i]);
+  }
+  free(ids);
+}
+
 void disk_index_recover_end(disk_index *ix) {
   ix->nfree = 0;
   for (uint32_t i = ix->nslots; i-- > 0;)
     if (ix->slots[i].state == SLOT_FREE) ix->free[ix->nfree++] = i;
+  lru_by_seq(ix);
 }

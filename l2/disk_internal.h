@@ -38,6 +38,7 @@ typedef struct disk_tkey {
   int err;               /* 0 or -errno of its first failed I/O */
   uint64_t seq;          /* STORE: the header's; LOAD: the slot's when the read began */
   uint64_t sum;          /* payload_sum of the L1 bytes (STORE: to write; LOAD: read) */
+  uint32_t parent;       /* STORE: chain id of the key it continues, 0 = none (disk_index.h) */
   bool hashed;           /* sum computed */
   bool job;              /* its sum is being computed by the hasher */
   bool done;             /* its payload write, or its read, completed */

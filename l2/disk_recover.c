@@ -51,7 +51,8 @@ static bool restore(disk *d, uint32_t id, const disk_slot_header *h) {
                       .seq = h->seq,
                       .fingerprint = h->fingerprint,
                       .length = h->length,
-                      .payload_sum = h->payload_sum};
+                      .payload_sum = h->payload_sum,
+                      .parent = h->parent};
   return disk_index_restore(&d->ix, id, &m);
 }
 

@@ -14,6 +14,11 @@
  * header is not linked to the payload in the ring: issuing it after the
  * payload's completion keeps every submission one op + its link timeout,
  * so a full ring never splits a chain, and the order on disk is the same.
+ *
+ * A STORE's keys are taken as a chain in order (a request's consecutive
+ * chunks): each key continues the one before it, the first the key a
+ * lookup saw before it (disk_index_follows). The header records it, so
+ * eviction takes a chain's end before its prefix (disk_index.h).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -96,6 +101,13 @@ static int check_slots(disk *d, disk_task *t) {
   return fresh > d->ix.nfree + (d->ix.nlru - rewrite) ? KVA_ENOMEM : KVA_OK;
 }
 
+/* The chain id of the key key i continues (see the top), 0 for none. */
+static uint32_t chain_parent(const disk *d, const kva_l2_req *r, size_t i) {
+  uint64_t h = key_hash(&r->keys[i]);
+  uint32_t p = i ? disk_chain_id(key_hash(&r->keys[i - 1])) : disk_index_hinted(&d->ix, h);
+  return p == disk_chain_id(h) ? 0 : p; /* a key repeated is not its own prefix */
+}
+
 /* Takes a slot for every key to write: its own first (so eviction below
  * cannot take a slot of this task), then free ones, then the LRU. */
 static void take_slots(disk *d, disk_task *t) {
@@ -103,6 +115,7 @@ static void take_slots(disk *d, disk_task *t) {
   for (size_t i = 0; i < r->n; i++) {
     t->k[i].slot = DISK_NONE;
     if (!t->k[i].seq) continue;
+    t->k[i].parent = chain_parent(d, r, i);
     uint32_t id = disk_index_find(&d->ix, &r->keys[i], key_hash(&r->keys[i]));
     if (id != DISK_NONE) disk_index_begin_rewrite(&d->ix, id);
     t->k[i].slot = id;
@@ -149,6 +162,7 @@ static void issue_header(disk *d, disk_task *t, size_t i) {
   disk_slot_header *h = x->hdr;
   h->magic = DISK_SLOT_MAGIC;
   h->version = DISK_VERSION;
+  h->parent = k->parent;
   h->seq = k->seq;
   h->fingerprint = t->fp;
   h->length = r->bufs[i].len;
@@ -182,7 +196,8 @@ static void store_finish(disk *d, disk_task *t) {
                         .seq = k->seq,
                         .fingerprint = t->fp,
                         .length = r->bufs[i].len,
-                        .payload_sum = k->sum};
+                        .payload_sum = k->sum,
+                        .parent = k->parent};
     disk_index_commit(&d->ix, k->slot, &m);
   }
   if (result != KVA_OK) d->stats.store_failures++;

@@ -320,7 +320,7 @@ END_TEST
 START_TEST(header_that_is_not_intact_matches_nothing) {
   disk_slot_header h = test_header();
   kva_key k = test_key(42);
-  h.pad = 1; /* every field still describes the store, the checksum does not */
+  h.parent = 1; /* every field still describes the store, the checksum does not */
   ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
 }
 END_TEST
