@@ -5,13 +5,14 @@
  *  - used <= capacity (when bounded), and locked_bytes <= used: an entry's
  *    bytes are in locked_bytes exactly while its lock count is > 0;
  *  - every entry is in exactly one bucket chain and in the FIFO list, whose
- *    order is insertion order (a replaced key counts as newly inserted);
+ *    order is insertion order (a replaced key counts as newly inserted),
+ *    except that an insertion moves the entries before it in its chain to
+ *    the newest end after it (mock_store.h);
  *  - a locked entry is never evicted or replaced;
  *  - a store task is checked before anything changes, and the check
  *    (bytes of the task <= capacity - locked_bytes) guarantees that
- *    evicting unlocked entries oldest-first makes room for every object of
- *    the task without touching what the task itself inserted: those are
- *    the newest entries, reached only after everything older is gone.
+ *    evicting unlocked entries oldest-first, skipping those the task
+ *    itself inserted, makes room for every object of the task.
  */
 #include "l2/mock_store.h"
 
@@ -89,7 +90,8 @@ int mock_store_init(mock_store *s, uint64_t capacity) {
   s->pool_limit = capacity && capacity < MOCK_POOL_CAP ? capacity : MOCK_POOL_CAP;
   s->nbuckets = MOCK_BUCKETS_MIN;
   s->bucket = calloc(s->nbuckets, sizeof(*s->bucket));
-  return s->bucket ? KVA_OK : KVA_ENOMEM;
+  s->hint = calloc(MOCK_HINTS, sizeof(*s->hint));
+  return s->bucket && s->hint ? KVA_OK : KVA_ENOMEM;
 }
 
 void mock_store_destroy(mock_store *s) {
@@ -105,6 +107,7 @@ void mock_store_destroy(mock_store *s) {
   }
   pool_drain(s);
   free(s->bucket);
+  free(s->hint);
   memset(s, 0, sizeof(*s));
 }
 
@@ -132,10 +135,7 @@ static void table_grow(mock_store *s) {
   s->nbuckets = n;
 }
 
-static void entry_link(mock_store *s, mock_entry *e) {
-  mock_entry **head = &s->bucket[e->hash & (s->nbuckets - 1)];
-  e->chain = *head;
-  *head = e;
+static void fifo_append(mock_store *s, mock_entry *e) {
   e->older = s->newest;
   e->newer = NULL;
   if (s->newest)
@@ -143,6 +143,24 @@ static void entry_link(mock_store *s, mock_entry *e) {
   else
     s->oldest = e;
   s->newest = e;
+}
+
+static void fifo_unlink(mock_store *s, mock_entry *e) {
+  if (e->older)
+    e->older->newer = e->newer;
+  else
+    s->oldest = e->newer;
+  if (e->newer)
+    e->newer->older = e->older;
+  else
+    s->newest = e->older;
+}
+
+static void entry_link(mock_store *s, mock_entry *e) {
+  mock_entry **head = &s->bucket[e->hash & (s->nbuckets - 1)];
+  e->chain = *head;
+  *head = e;
+  fifo_append(s, e);
   s->count++;
   s->used += e->bytes;
   if (s->count > s->nbuckets) table_grow(s);
@@ -154,14 +172,7 @@ static void entry_remove(mock_store *s, mock_entry *e) {
   mock_entry **pp = &s->bucket[e->hash & (s->nbuckets - 1)];
   while (*pp != e) pp = &(*pp)->chain;
   *pp = e->chain;
-  if (e->older)
-    e->older->newer = e->newer;
-  else
-    s->oldest = e->newer;
-  if (e->newer)
-    e->newer->older = e->older;
-  else
-    s->newest = e->older;
+  fifo_unlink(s, e);
   s->count--;
   s->used -= e->bytes;
   buf_put(s, e->data, e->bytes);
@@ -180,6 +191,46 @@ static mock_entry *entry_new(mock_store *s) {
   s->spare = e->chain;
   s->nspare--;
   return e;
+}
+
+/* ---- chains ------------------------------------------------------------- */
+
+/* The entry of hash `hash` (matched on the hash alone: a false match only
+ * reorders eviction), or NULL. */
+static mock_entry *find_hash(const mock_store *s, uint64_t hash) {
+  if (hash == 0) return NULL;
+  for (mock_entry *e = s->bucket[hash & (s->nbuckets - 1)]; e; e = e->chain)
+    if (e->hash == hash) return e;
+  return NULL;
+}
+
+/* Moves the entry of hash `from` and the entries before it in its chain to
+ * the newest end, in order (the chain's start ends newest). The walk stops
+ * at an entry it reached already, so a cycle of wrong links ends. */
+static void chain_renew(mock_store *s, uint64_t from) {
+  uint64_t walk = ++s->walks;
+  for (mock_entry *e = find_hash(s, from); e && e->walk != walk; e = find_hash(s, e->parent)) {
+    e->walk = walk;
+    fifo_unlink(s, e);
+    fifo_append(s, e);
+  }
+}
+
+void mock_store_follows(mock_store *s, mock_entry *e, uint64_t hash, uint64_t prev) {
+  if (prev == hash || prev == 0) return; /* a key repeated: no chain */
+  if (e) {
+    if (e->parent == 0) e->parent = prev;
+    return;
+  }
+  s->hint[hash & (MOCK_HINTS - 1)] = (mock_hint){hash, prev};
+}
+
+/* The key key i of the task continues: the one before it, or for the
+ * first the one a lookup saw before it; 0 for none. */
+static uint64_t chain_parent(const mock_store *s, const uint64_t *hashes, size_t i) {
+  const mock_hint *h = &s->hint[hashes[0] & (MOCK_HINTS - 1)];
+  uint64_t p = i ? hashes[i - 1] : h->hash == hashes[0] ? h->parent : 0;
+  return p == hashes[i] ? 0 : p;
 }
 
 /* ---- locks -------------------------------------------------------------- */
@@ -210,12 +261,14 @@ int mock_store_check(const mock_store *s, const kva_l2_req *r, const uint64_t *h
   return KVA_OK;
 }
 
-/* Evicts unlocked entries, oldest first, until `bytes` more fit. */
+/* Evicts unlocked entries, oldest first, until `bytes` more fit. The
+ * task's own entries stay: they need not be the newest (an insertion
+ * moves its chain's older entries after them). */
 static bool evict_for(mock_store *s, uint64_t bytes) {
   mock_entry *e = s->oldest;
   while (s->capacity && s->used + bytes > s->capacity && e) {
     mock_entry *next = e->newer;
-    if (!e->locks) {
+    if (!e->locks && e->epoch != s->epoch) {
       entry_remove(s, e);
       s->evictions++;
     }
@@ -232,11 +285,14 @@ static void task_rollback(mock_store *s, const kva_l2_req *r, const uint64_t *ha
   }
 }
 
-/* Stores one object: replace, make room, copy. */
-static int store_one(mock_store *s, const kva_key *k, uint64_t hash, const kva_buf *b,
-                     uint64_t fp) {
+/* Stores one object continuing the key of hash parent: replace, make
+ * room (the chain it continues renewed first, so it is not what goes),
+ * copy, and the chain renewed after it. */
+static int store_one(mock_store *s, const kva_key *k, uint64_t hash, const kva_buf *b, uint64_t fp,
+                     uint64_t parent) {
   mock_entry *old = mock_store_find(s, k, hash);
   if (old) entry_remove(s, old); /* unlocked: mock_store_check said so */
+  chain_renew(s, parent);
   if (!evict_for(s, b->len)) {
     LOG_ERROR("mock: a checked store task does not fit (bug)");
     return KVA_ENOMEM;
@@ -248,9 +304,15 @@ static int store_one(mock_store *s, const kva_key *k, uint64_t hash, const kva_b
     return KVA_ENOMEM;
   }
   memcpy(data, b->ptr, b->len);
-  *e = (mock_entry){
-      .key = *k, .hash = hash, .fp = fp, .bytes = b->len, .data = data, .epoch = s->epoch};
+  *e = (mock_entry){.key = *k,
+                    .hash = hash,
+                    .fp = fp,
+                    .bytes = b->len,
+                    .data = data,
+                    .epoch = s->epoch,
+                    .parent = parent};
   entry_link(s, e);
+  chain_renew(s, parent);
   return KVA_OK;
 }
 
@@ -259,7 +321,7 @@ int mock_store_apply(mock_store *s, const kva_l2_req *r, const uint64_t *hashes,
   s->epoch++;
   *copied = 0;
   for (size_t i = 0; i < r->n; i++) {
-    int rc = store_one(s, &r->keys[i], hashes[i], &r->bufs[i], fp);
+    int rc = store_one(s, &r->keys[i], hashes[i], &r->bufs[i], fp, chain_parent(s, hashes, i));
     if (rc != KVA_OK) {
       task_rollback(s, r, hashes, i);
       return rc;

@@ -4,6 +4,14 @@
  * for eviction, lock counts, and per-size free lists of data buffers so
  * that steady-state stores of same-size objects neither malloc nor fault
  * pages in.
+ *
+ * Chains: a chunk is only useful while the chunks before it can be loaded,
+ * so the FIFO evicts a chain from its end. Each entry records the key it
+ * continues (a STORE's keys are a chain in order; its first key continues
+ * the key a lookup saw right before it: mock_store_follows), and inserting
+ * an entry moves the entries before it in its chain to the newest end
+ * after it, in order: a chain is as new as its last insertion, and within
+ * it the end is the oldest.
  */
 #ifndef KVA_L2_MOCK_STORE_H
 #define KVA_L2_MOCK_STORE_H
@@ -21,6 +29,8 @@ typedef struct mock_entry {
   void *data;                       /* malloc'd or recycled buffer */
   uint32_t locks;                   /* LOOKUP_AND_LOCKs not yet UNLOCKed */
   uint64_t epoch;                   /* store task that inserted it (rollback) */
+  uint64_t parent;                  /* key_hash of the key it continues, 0 = none known */
+  uint64_t walk;                    /* the last chain walk that reached it (cycle guard) */
   struct mock_entry *chain;         /* next in the same bucket */
   struct mock_entry *older, *newer; /* FIFO neighbours (insertion order) */
 } mock_entry;
@@ -33,6 +43,13 @@ typedef struct mock_pool_class {
   uint32_t count;
   void *head; /* buffers linked through their first 8 bytes */
 } mock_pool_class;
+
+#define MOCK_HINTS 4096u /* chain hints kept (direct-mapped on key_hash) */
+
+/* A missing key a lookup saw right after another: the key it continues. */
+typedef struct mock_hint {
+  uint64_t hash, parent;
+} mock_hint;
 
 typedef struct mock_store {
   mock_entry **bucket;
@@ -49,6 +66,8 @@ typedef struct mock_store {
   uint32_t nspare;
   mock_pool_class pool[MOCK_POOL_CLASSES];
   uint64_t pooled, pool_limit; /* bytes sitting in the free lists, and their cap */
+  mock_hint *hint;             /* MOCK_HINTS entries */
+  uint64_t walks;              /* chain walks so far */
 } mock_store;
 
 int mock_store_init(mock_store *s, uint64_t capacity); /* KVA_OK or KVA_ENOMEM */
@@ -59,10 +78,15 @@ mock_entry *mock_store_find(const mock_store *s, const kva_key *k, uint64_t hash
  * fit even after evicting everything unlocked). Changes nothing. */
 int mock_store_check(const mock_store *s, const kva_l2_req *r, const uint64_t *hashes);
 /* Applies a task that passed mock_store_check: replaces existing keys,
- * evicts oldest-first, copies the bytes. KVA_ENOMEM only if malloc fails,
- * and then nothing of the task is kept. *copied = bytes copied. */
+ * evicts oldest-first (never an entry of the task), copies the bytes.
+ * KVA_ENOMEM only if malloc fails, and then nothing of the task is kept.
+ * *copied = bytes copied. */
 int mock_store_apply(mock_store *s, const kva_l2_req *r, const uint64_t *hashes, uint64_t fp,
                      uint64_t *copied);
+/* A lookup saw the key of hash `hash` (entry e, or NULL when the tier lacks
+ * it) right after the key of hash prev: e continues prev when that is not
+ * known yet, or a later store of the key does. */
+void mock_store_follows(mock_store *s, mock_entry *e, uint64_t hash, uint64_t prev);
 void mock_store_lock(mock_store *s, mock_entry *e);
 void mock_store_unlock(mock_store *s, mock_entry *e);
 

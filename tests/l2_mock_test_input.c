@@ -28,12 +28,12 @@ static objs *store_key0(mk *h) {
 START_TEST(stats_count_every_request) {
   mk h = mk_open(0, "\"capacity_bytes\":2048");
   ck_assert_int_eq(mk_store_range(&h, 0, 2, 1024, 0), KVA_OK);
-  ck_assert_int_eq(mk_store_range(&h, 2, 1, 1024, 0), KVA_OK);     /* evicts key 0 */
+  ck_assert_int_eq(mk_store_range(&h, 2, 1, 1024, 0), KVA_OK); /* evicts key 1: chain 0, 1's end */
   ck_assert_int_eq(mk_store_range(&h, 9, 1, 5000, 0), KVA_ENOMEM); /* too big */
-  objs *o = objs_make(1, 3, 1024, -1);
-  ck_assert_uint_eq(mk_lookup(&h, o), 3);
+  objs *o = objs_make(0, 3, 1024, -1);
+  ck_assert_uint_eq(mk_lookup(&h, o), 5);
   ck_assert_uint_eq(mk_stats(&h).keys_locked, 2);
-  ck_assert_uint_eq(mk_load(&h, o), 3);
+  ck_assert_uint_eq(mk_load(&h, o), 5);
   mk_unlock(&h, o);
   kva_l2_stats s = mk_stats(&h);
   ck_assert_uint_eq(s.objects, 2);

@@ -20,10 +20,12 @@ static objs *lock_key(mk *h, uint64_t i) {
   return o;
 }
 
-/* A SMALL tier that is full: keys 0..3 of OBJ bytes, generation 0. */
+/* A SMALL tier that is full: keys 0..3 of OBJ bytes, generation 0, one
+ * STORE each (a STORE's keys are a chain, evicted from its end: these are
+ * four chains, in FIFO order). */
 static mk open_full(void) {
   mk h = mk_open(0, SMALL);
-  ck_assert_int_eq(mk_store_range(&h, 0, 4, OBJ, 0), KVA_OK);
+  for (uint64_t i = 0; i < 4; i++) ck_assert_int_eq(mk_store_range(&h, i, 1, OBJ, 0), KVA_OK);
   return h;
 }
 
