@@ -447,6 +447,10 @@ typedef struct kva_l2_req {
   uint8_t *bits;            /* LOOKUP_AND_LOCK, LOAD: out, per key */
   kva_l2_stats *stats;      /* STATS: out */
   int result;               /* out: KVA_OK or a negative error */
+  /* LOOKUP_AND_LOCK: the key before keys[0] in its chain (the last one
+   * L1 held), or NULL; a hint for tiers that evict chains from their end
+   * (keys[i] continues keys[i - 1] in every request). */
+  const kva_key *prev;
 } kva_l2_req;
 static inline int kva_bit_get(const uint8_t *bits, size_t i) {
   return (bits[i >> 3] >> (i & 7)) & 1;

@@ -178,14 +178,15 @@ static bool probe(disk *d, const kva_msg *msg, kva_l2_req *r) {
 }
 
 /* Locks the keys found; each key continues the one before it in the
- * request (a prefetch looks a chain up in order), which the index notes
- * for the chain order of eviction (disk_index.h). */
+ * request (a prefetch looks a chain up in order), the first continues
+ * r->prev when set, which the index notes for the chain order of eviction
+ * (disk_index.h). */
 static void on_lookup(disk *d, const kva_msg *msg, kva_l2_req *r) {
-  uint64_t prev = 0;
+  uint64_t prev = r->prev ? key_hash(r->prev) : 0;
   for (size_t i = 0; d->formatted && i < r->n; i++) {
     uint64_t h = key_hash(&r->keys[i]);
     uint32_t id = disk_index_find(&d->ix, &r->keys[i], h);
-    if (i > 0) disk_index_follows(&d->ix, id, h, prev);
+    if (i > 0 || r->prev) disk_index_follows(&d->ix, id, h, prev);
     prev = h;
     if (id == DISK_NONE) continue;
     disk_index_lock(&d->ix, id);

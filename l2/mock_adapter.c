@@ -108,14 +108,16 @@ static void on_store(mock *m, const kva_msg *msg, kva_l2_req *r) {
 }
 
 /* Locks the keys found; each key continues the one before it in the
- * request (a prefetch looks a chain up in order), which the store notes
- * for the chain order of eviction (mock_store.h). */
+ * request (a prefetch looks a chain up in order), the first continues
+ * r->prev when set, which the store notes for the chain order of eviction
+ * (mock_store.h). */
 static void on_lookup(mock *m, const kva_msg *msg, kva_l2_req *r) {
-  uint64_t t0 = mock_emulating(m) ? mock_now(m) : 0, prev = 0;
+  uint64_t t0 = mock_emulating(m) ? mock_now(m) : 0;
+  uint64_t prev = r->prev ? key_hash(r->prev) : 0;
   for (size_t i = 0; i < r->n; i++) {
     uint64_t h = key_hash(&r->keys[i]);
     mock_entry *e = mock_store_find(&m->st, &r->keys[i], h);
-    if (i > 0) mock_store_follows(&m->st, e, h, prev);
+    if (i > 0 || r->prev) mock_store_follows(&m->st, e, h, prev);
     prev = h;
     if (!e) continue;
     mock_store_lock(&m->st, e);

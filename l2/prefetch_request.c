@@ -82,7 +82,8 @@ void pf_start(pc *c, pf_req *q) {
   for (uint32_t t = 0; t < c->tiers->n; t++) {
     memset(q->found[t], 0, (q->n + 7) / 8);
     if (!l2_usable(c->tiers, t)) continue;
-    q->look[t] = (kva_l2_req){.keys = q->keys, .n = q->n, .bits = q->found[t]};
+    q->look[t] = (kva_l2_req){
+        .keys = q->keys, .n = q->n, .bits = q->found[t], .prev = q->base ? q->keys - 1 : NULL};
     kva_l2_req *r = &q->look[t];
     if (kva_send(c->tiers->t[t].actor, KVA_L2_LOOKUP_AND_LOCK, &r, sizeof(r), c->self,
                  pf_tag(c, q)) != KVA_OK)

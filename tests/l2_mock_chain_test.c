@@ -55,6 +55,30 @@ START_TEST(a_batch_stored_after_its_lookup_continues_the_chain) {
 }
 END_TEST
 
+/* Through the prefetch controller: L1 holds chunks 0..3 of chain 0, so
+ * the tier is asked for 4..5 only; the lookup names chunk 3 as the one
+ * before, and the engine's write of 4..5 continues chain 0 in the tier
+ * (unlinked, chain 0's prefix would be the oldest and go first). */
+START_TEST(a_lookup_past_the_l1_hits_links_the_chain_to_its_l1_prefix) {
+  kva_runtime *rt = start(10);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(OBJ);
+  uint64_t ids[6];
+  for (size_t i = 0; i < 6; i++) ids[i] = l2_chain_id(0, i);
+  l2_write(s, ids, 4, &l, 1); /* L1 and the tier */
+  l2_flush(s);
+  l2_chain_store(s, 0, 1, 0, 4, &l); /* chain 1: newer in the tier */
+  ck_assert_uint_eq(l2_prefetch(s, ids, 6, &l, 0), 4);
+  l2_read_release(s, ids, 4, 1, 0);
+  l2_write(s, ids + 4, 2, &l, 1);
+  l2_flush(s);
+  l2_chain_store(s, 0, 2, 0, 2, &l); /* evicts chain 1's end */
+  const size_t len[] = {6, 4, 2}, want[] = {6, 2, 2};
+  expect_prefixes(s, len, want, 3);
+  l2_finish(rt);
+}
+END_TEST
+
 START_TEST(a_tier_smaller_than_its_chains_keeps_every_chain_a_prefix) {
   kva_runtime *rt = start(24);
   kva_layout l = fixture_layout_bytes(OBJ);
@@ -71,6 +95,7 @@ Suite *kva_test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, eviction_takes_a_chains_end_before_its_prefix);
   tcase_add_test(tc, a_batch_stored_after_its_lookup_continues_the_chain);
+  tcase_add_test(tc, a_lookup_past_the_l1_hits_links_the_chain_to_its_l1_prefix);
   tcase_add_test(tc, a_tier_smaller_than_its_chains_keeps_every_chain_a_prefix);
   suite_add_tcase(s, tc);
   return s;
