@@ -131,6 +131,9 @@ int disk_super_check(const disk_super *s, uint64_t file_bytes, char *why, size_t
     snprintf(buf, sizeof buf, "superblock checksum mismatch");
   else if (s->clean > 1)
     snprintf(buf, sizeof buf, "superblock clean flag is %" PRIu32 ", not 0 or 1", s->clean);
+  else if (s->seq >= DISK_SEQ_LIMIT)
+    snprintf(buf, sizeof buf, "superblock sequence number %" PRIu64 " is past any a writer issues",
+             s->seq);
   else if (!super_geometry_fits(s, file_bytes))
     snprintf(buf, sizeof buf,
              "geometry does not fit a file of %" PRIu64 " bytes (nslots %" PRIu64

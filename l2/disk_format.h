@@ -62,6 +62,12 @@
 #define DISK_VERSION 1u
 #define DISK_INDEX_OFFSET DISK_BLOCK
 
+/* Sequence numbers a writer can have issued: one per store, so never near
+ * 2^62. A superblock or header past it is damage, checksum intact or not:
+ * taking it would make the next store's number wrap below the superblock's
+ * generation boundary. */
+#define DISK_SEQ_LIMIT (UINT64_C(1) << 62)
+
 typedef struct disk_super {
   uint64_t magic;      /* DISK_MAGIC */
   uint32_t version;    /* DISK_VERSION */
@@ -69,7 +75,7 @@ typedef struct disk_super {
   uint64_t slot_bytes; /* header block + payload capacity, multiple of 4 KiB */
   uint64_t nslots;
   uint64_t data_offset; /* first slot, multiple of 4 KiB */
-  uint64_t seq;         /* highest slot sequence number issued so far */
+  uint64_t seq;         /* highest slot sequence number issued so far (< DISK_SEQ_LIMIT) */
   uint64_t created_ns;  /* CLOCK_REALTIME at format, for humans */
   uint64_t checksum;    /* xxh3-64 of the fields above */
 } disk_super;

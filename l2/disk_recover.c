@@ -40,8 +40,8 @@ static void *aligned(uint64_t bytes) {
 
 /* A header that can describe a slot of this tier at all. */
 static bool header_usable(const disk *d, const disk_slot_header *h) {
-  return disk_header_valid(h) && key_valid(&h->key) && h->seq > 0 && h->length > 0 &&
-         h->length <= disk_slot_capacity(d->super.slot_bytes);
+  return disk_header_valid(h) && key_valid(&h->key) && h->seq > 0 && h->seq < DISK_SEQ_LIMIT &&
+         h->length > 0 && h->length <= disk_slot_capacity(d->super.slot_bytes);
 }
 
 /* Restores a slot that verified; false when a newer copy of its key won. */

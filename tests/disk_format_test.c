@@ -183,6 +183,20 @@ START_TEST(super_check_rejects_a_clean_flag_other_than_0_or_1) {
 }
 END_TEST
 
+/* A sequence number no writer issues would wrap the next store's below
+ * the generation boundary: the superblock is damaged. */
+START_TEST(super_check_rejects_a_sequence_number_no_writer_issues) {
+  disk_super s = test_super();
+  s.seq = DISK_SEQ_LIMIT - 1;
+  disk_super_seal(&s);
+  ck_assert_int_eq(disk_super_check(&s, 64 * MIB, NULL, 0), KVA_OK);
+  s.seq = UINT64_MAX;
+  disk_super_seal(&s);
+  ck_assert_str_eq(super_why(&s, 64 * MIB),
+                   "superblock sequence number 18446744073709551615 is past any a writer issues");
+}
+END_TEST
+
 /* Seals s with one geometry field changed and returns the check's text. */
 static const char *geometry_why(uint64_t nslots, uint64_t slot_bytes, uint64_t data_offset,
                                 uint64_t file_bytes) {
@@ -370,6 +384,7 @@ Suite *kva_test_suite(void) {
       super_check_names_the_version_it_reads,
       super_checksum_covers_every_byte_before_it,
       super_check_rejects_a_clean_flag_other_than_0_or_1,
+      super_check_rejects_a_sequence_number_no_writer_issues,
       super_check_rejects_geometry_that_does_not_fit_the_file,
       super_check_truncates_its_reason_to_the_buffer,
   };

@@ -40,6 +40,7 @@ static bool oracle_fits(u128 n, u128 slot_bytes, u128 data_offset, u128 file_byt
 
 static bool oracle_super(const disk_super *s, uint64_t file_bytes) {
   if (s->magic != DISK_MAGIC || s->version != DISK_VERSION || s->clean > 1) return false;
+  if (s->seq >= (UINT64_C(1) << 62)) return false;
   if (s->checksum != XXH3_64bits(s, offsetof(disk_super, checksum))) return false;
   if (s->slot_bytes < DISK_BLOCK || s->slot_bytes % DISK_BLOCK || s->data_offset % DISK_BLOCK)
     return false;

@@ -185,6 +185,7 @@ static int payload_sum(fsck *f, uint64_t off, uint64_t length, uint64_t *sum) {
 static const char *header_nonsense(const fsck *f, const disk_slot_header *h, char *buf,
                                    size_t len) {
   if (h->seq == 0) return "seq 0";
+  if (h->seq >= DISK_SEQ_LIMIT) return "seq past any a writer issues";
   if (!key_valid(&h->key)) return "invalid key";
   if (h->length <= disk_slot_capacity(f->super.slot_bytes)) return NULL;
   snprintf(buf, len, "length %" PRIu64 " over the slot's %" PRIu64, h->length,
