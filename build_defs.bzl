@@ -7,3 +7,9 @@ KVA_COPTS = [
     "-Wno-unused-parameter",
     "-Wno-missing-field-initializers",
 ]
+
+# The library's own code (everything linked into libkvact.so): symbols are
+# hidden unless kvact.h marks them KVA_API, so the shared library exports
+# the API alone (tests/exports_test.sh). Tests and tools keep KVA_COPTS:
+# kvbench interposes malloc, which a hidden definition could not do.
+KVA_LIB_COPTS = KVA_COPTS + ["-fvisibility=hidden"]

@@ -14,6 +14,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* KVA_API marks what libkvact.so exports. The library is built with
+ * -fvisibility=hidden and a version script that keeps kva_* only, so its
+ * internal names (pool_create, config_get, ...) never meet a user's own. */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVA_API __attribute__((visibility("default")))
+#else
+#define KVA_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,7 +49,7 @@ enum {
   KVA_ENOTSUP = -7,
   KVA_ENOMEM = -8,
 };
-const char *kva_strerror(int status);
+KVA_API const char *kva_strerror(int status);
 
 /* ------------------------------------------------------------------------
  * Config: msgpack map files, validated against one schema (see README,
@@ -51,27 +60,27 @@ const char *kva_strerror(int status);
  * every other use.
  * ------------------------------------------------------------------------ */
 typedef struct kva_config kva_config;
-kva_config *kva_config_default(void); /* embedded default; NULL only on ENOMEM */
-int kva_config_from_file(const char *path, kva_config **out, char *err, size_t errlen);
-int kva_config_from_msgpack(const void *buf, size_t len, kva_config **out, char *err,
-                            size_t errlen);
+KVA_API kva_config *kva_config_default(void); /* embedded default; NULL only on ENOMEM */
+KVA_API int kva_config_from_file(const char *path, kva_config **out, char *err, size_t errlen);
+KVA_API int kva_config_from_msgpack(const void *buf, size_t len, kva_config **out, char *err,
+                                    size_t errlen);
 /* scalar in text form ("l1.size_bytes", "1073741824"), or JSON for a composite
  * value: kva_config_set(c, "l2", "[{\"type\":\"mock\",\"capacity_bytes\":1048576}]").
  * Returns KVA_ECONFIG (and leaves c unchanged) when the value does not validate. */
-int kva_config_set(kva_config *c, const char *path, const char *value);
+KVA_API int kva_config_set(kva_config *c, const char *path, const char *value);
 /* Same as kva_config_set, with the reason written into err. */
-int kva_config_set_err(kva_config *c, const char *path, const char *value, char *err,
-                       size_t errlen);
-void kva_config_free(kva_config *c);
+KVA_API int kva_config_set_err(kva_config *c, const char *path, const char *value, char *err,
+                               size_t errlen);
+KVA_API void kva_config_free(kva_config *c);
 /* Typed reads of the effective value at a dotted path ("runtime.workers",
  * "l2[0].type"). KVA_EINVAL if the path does not exist or has another type. */
-int kva_config_get_i64(const kva_config *c, const char *path, int64_t *out);
-int kva_config_get_f64(const kva_config *c, const char *path, double *out);
-int kva_config_get_bool(const kva_config *c, const char *path, int *out);
+KVA_API int kva_config_get_i64(const kva_config *c, const char *path, int64_t *out);
+KVA_API int kva_config_get_f64(const kva_config *c, const char *path, double *out);
+KVA_API int kva_config_get_bool(const kva_config *c, const char *path, int *out);
 /* *out stays valid until kva_config_free, whatever is set meanwhile. */
-int kva_config_get_str(const kva_config *c, const char *path, const char **out);
+KVA_API int kva_config_get_str(const kva_config *c, const char *path, const char **out);
 /* The effective config (defaults filled in) as msgpack; *buf is malloc'd. */
-int kva_config_to_msgpack(const kva_config *c, void **buf, size_t *len);
+KVA_API int kva_config_to_msgpack(const kva_config *c, void **buf, size_t *len);
 
 /* ------------------------------------------------------------------------
  * Runtime and actors (the spawn API)
@@ -80,12 +89,12 @@ typedef struct kva_runtime kva_runtime;
 /* Starts the scheduler (runtime.workers threads; 0 = deterministic mode, see
  * kva_runtime_run_until_idle) and, unless l1.size_bytes is 0, every storage
  * actor. cfg may be NULL for the embedded default; it is copied. */
-int kva_runtime_start(const kva_config *cfg, kva_runtime **out);
+KVA_API int kva_runtime_start(const kva_config *cfg, kva_runtime **out);
 /* Stops timers and fd watches, lets queued messages drain, stops every actor
  * (newest first: queued messages, then on_stop), joins the threads, frees
  * everything. Sends made while it runs (from on_stop, say) to actors already
  * stopped return KVA_ESHUTDOWN. Must not be called from an actor. */
-void kva_runtime_shutdown(kva_runtime *rt);
+KVA_API void kva_runtime_shutdown(kva_runtime *rt);
 
 typedef struct kva_actor kva_actor;
 typedef struct kva_msg {
@@ -126,27 +135,28 @@ typedef struct kva_spawn_opts {
 } kva_spawn_opts;
 
 /* NULL on bad arguments, after shutdown began, or when out of memory. */
-kva_actor *kva_spawn(kva_runtime *rt, const kva_behavior *b, void *state, const kva_spawn_opts *o);
+KVA_API kva_actor *kva_spawn(kva_runtime *rt, const kva_behavior *b, void *state,
+                             const kva_spawn_opts *o);
 /* Never fails for a full mailbox and never drops: a thread that is not an
  * actor waits for room (back-pressure); an actor's message goes to the
  * receiver's overflow queue and the sender is muted after its current
  * receive until the receiver has caught up. KVA_EINVAL for a bad argument
  * or len > KVA_MSG_MAX, KVA_ESHUTDOWN when `to` is stopped. */
-int kva_send(kva_actor *to, uint32_t type, const void *data, uint32_t len, kva_actor *from,
-             uint64_t tag);
+KVA_API int kva_send(kva_actor *to, uint32_t type, const void *data, uint32_t len, kva_actor *from,
+                     uint64_t tag);
 /* Already-queued messages are still delivered, then on_stop; later sends
  * return KVA_ESHUTDOWN. The actor's memory lives until runtime shutdown. */
-void kva_actor_stop(kva_actor *a);
-int kva_actor_eventfd(const kva_actor *a);
-const char *kva_actor_name(const kva_actor *a);
-kva_runtime *kva_actor_runtime(const kva_actor *a);
+KVA_API void kva_actor_stop(kva_actor *a);
+KVA_API int kva_actor_eventfd(const kva_actor *a);
+KVA_API const char *kva_actor_name(const kva_actor *a);
+KVA_API kva_runtime *kva_actor_runtime(const kva_actor *a);
 /* The three calls below are made by an actor for itself, from its receive. */
-int kva_watch_fd(kva_actor *self, int fd, uint32_t epoll_events, uint64_t tag);
-int kva_unwatch_fd(kva_actor *self, int fd);
+KVA_API int kva_watch_fd(kva_actor *self, int fd, uint32_t epoll_events, uint64_t tag);
+KVA_API int kva_unwatch_fd(kva_actor *self, int fd);
 /* Returns a timer id >= 0; period 0 = once. In deterministic mode delays are
  * in virtual time (see kva_runtime_advance). */
-int kva_timer(kva_actor *self, uint64_t delay_ns, uint64_t period_ns, uint64_t tag);
-int kva_timer_cancel(kva_actor *self, int timer_id);
+KVA_API int kva_timer(kva_actor *self, uint64_t delay_ns, uint64_t period_ns, uint64_t tag);
+KVA_API int kva_timer_cancel(kva_actor *self, int timer_id);
 
 /* Deterministic mode (runtime.workers = 0): nothing runs until the caller
  * drives it. run_until_idle delivers messages, one at a time, choosing the
@@ -154,9 +164,9 @@ int kva_timer_cancel(kva_actor *self, int timer_id);
  * ready; it returns the number of messages delivered. advance moves virtual
  * time forward, firing due timers in order and running until idle after
  * each. Both return KVA_ENOTSUP in threaded mode. Not thread-safe. */
-int64_t kva_runtime_run_until_idle(kva_runtime *rt);
-int64_t kva_runtime_advance(kva_runtime *rt, uint64_t ns);
-uint64_t kva_runtime_now_ns(const kva_runtime *rt); /* virtual time in deterministic mode */
+KVA_API int64_t kva_runtime_run_until_idle(kva_runtime *rt);
+KVA_API int64_t kva_runtime_advance(kva_runtime *rt, uint64_t ns);
+KVA_API uint64_t kva_runtime_now_ns(const kva_runtime *rt); /* virtual time in deterministic mode */
 
 /* Counters of the whole runtime, for benchmarks and kvinspect. */
 typedef struct kva_runtime_counters {
@@ -168,21 +178,21 @@ typedef struct kva_runtime_counters {
   uint64_t worker_wakes;   /* sleeping workers woken (futex) */
   uint64_t worker_sleeps;  /* times a worker went to sleep */
 } kva_runtime_counters;
-void kva_runtime_get_counters(kva_runtime *rt, kva_runtime_counters *out);
+KVA_API void kva_runtime_get_counters(kva_runtime *rt, kva_runtime_counters *out);
 /* Name of the shared-memory stats segment ("/kvact.<pid>.<n>"), or NULL. */
-const char *kva_runtime_stats_name(const kva_runtime *rt);
+KVA_API const char *kva_runtime_stats_name(const kva_runtime *rt);
 
 /* Ports let a non-actor thread talk to actors. */
 typedef struct kva_port kva_port;
-kva_port *kva_port_open(kva_runtime *rt, const char *name);
-kva_actor *kva_port_actor(kva_port *p); /* use as `from` / reply-to */
-int kva_port_fd(const kva_port *p);     /* eventfd, readable while messages wait */
+KVA_API kva_port *kva_port_open(kva_runtime *rt, const char *name);
+KVA_API kva_actor *kva_port_actor(kva_port *p); /* use as `from` / reply-to */
+KVA_API int kva_port_fd(const kva_port *p);     /* eventfd, readable while messages wait */
 /* Copies the payload into buf (at most buflen bytes; out->len is the full
  * length) and sets out->data = buf; KVA_ETIMEDOUT when nothing arrives in
  * time (timeout_ms < 0 waits forever). In deterministic mode it runs the
  * scheduler until a message arrives or nothing is left to run. */
-int kva_port_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int timeout_ms);
-void kva_port_close(kva_port *p); /* not thread-safe with respect to the same port */
+KVA_API int kva_port_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int timeout_ms);
+KVA_API void kva_port_close(kva_port *p); /* not thread-safe with respect to the same port */
 
 /* ------------------------------------------------------------------------
  * Storage manager: the engine-facing calls (seeds 004 and 002). Started by
@@ -218,7 +228,7 @@ typedef struct kva_layout {
 /* Bytes of one object of this layout (tensors back to back, each starting
  * on a 64-byte boundary); 0 for an invalid layout or one whose size
  * overflows. */
-size_t kva_layout_bytes(const kva_layout *l);
+KVA_API size_t kva_layout_bytes(const kva_layout *l);
 typedef struct kva_buf {
   void *ptr;
   size_t len;
@@ -227,7 +237,7 @@ typedef enum { KVA_WRITE_NEW, KVA_WRITE_UPDATE, KVA_WRITE_ALL } kva_write_mode;
 
 typedef struct kva_storage kva_storage;
 /* The runtime's storage manager, or NULL when it has none. */
-kva_storage *kva_storage_of(kva_runtime *rt);
+KVA_API kva_storage *kva_storage_of(kva_runtime *rt);
 
 /*
  * Batched calls and per-key status. Each call is one message to the L1
@@ -252,10 +262,10 @@ kva_storage *kva_storage_of(kva_runtime *rt);
  * of the same layout, else KVA_KEY_NOT_WRITABLE. The new keys of one call are allocated all or
  * nothing, after demand eviction of unlocked objects: if they do not fit,
  * each gets KVA_OUT_OF_MEMORY and nothing resident is lost. */
-int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
-                      kva_write_mode mode, kva_buf *bufs, int *status);
+KVA_API int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
+                              kva_write_mode mode, kva_buf *bufs, int *status);
 /* write-locked -> ready (KVA_KEY_WRONG_STATE otherwise; KVA_KEY_NOT_EXIST). */
-int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status);
+KVA_API int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status);
 /* Removes objects; a locked one gets KVA_KEY_LOCKED unless force. A forced
  * delete of a locked object takes it out of L1 at once (lookups, touches
  * and prefetches miss it) but keeps its memory until its holders let go: a
@@ -266,7 +276,7 @@ int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status);
  * caller did not lock: until the engine's holders of the deleted object
  * have let go, the key is not writable (KVA_KEY_NOT_WRITABLE) and a
  * prefetch of it misses; kvact's own store tasks do not hold it up. */
-int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *status);
+KVA_API int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *status);
 
 /* Prefetch/read path. submit read-locks the contiguous L1 prefix of k[]
  * (1 + extra_readers locks each, extra_readers <= 127), the rest is looked
@@ -277,31 +287,32 @@ int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *statu
  * lookup (loads from L2 need it). At most 16384 handles and blocking calls
  * per storage at once (KVA_EAGAIN beyond). */
 typedef struct kva_prefetch kva_prefetch;
-int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
-                        uint32_t extra_readers, kva_prefetch **h);
+KVA_API int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
+                                uint32_t extra_readers, kva_prefetch **h);
 /* Not done yet: query answers KVA_EAGAIN; wait answers KVA_ETIMEDOUT once
  * timeout_ms (-1: forever; 0: at once, as a query would) has passed. Both
  * keep h. Done: its result (KVA_OK and *hits, or the error) frees h. */
-int kva_query_prefetch(kva_storage *s, kva_prefetch *h, size_t *hits);
-int kva_wait_prefetch(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits);
-int kva_prefetch_eventfd(const kva_prefetch *h); /* readable when done */
+KVA_API int kva_query_prefetch(kva_storage *s, kva_prefetch *h, size_t *hits);
+KVA_API int kva_wait_prefetch(kva_storage *s, kva_prefetch *h, int timeout_ms, size_t *hits);
+KVA_API int kva_prefetch_eventfd(const kva_prefetch *h); /* readable when done */
 /* All keys present and read-locked -> bufs, KVA_OK. Otherwise releases
  * one read lock of each of those keys that holds one and returns the
  * first key's problem (KVA_KEY_NOT_EXIST / KVA_KEY_NOT_READABLE). */
-int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs);
+KVA_API int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs);
 /* Releases 1 + extra_readers read locks of each key; a temporary object is
  * freed at its last release. Returns the number of keys released. */
-int kva_finish_read_prefetched(kva_storage *s, const kva_key *k, size_t n, uint32_t extra_readers);
+KVA_API int kva_finish_read_prefetched(kva_storage *s, const kva_key *k, size_t n,
+                                       uint32_t extra_readers);
 /* Marks keys as used (eviction order: suffix chunks before their prefix). */
-int kva_touch(kva_storage *s, const kva_key *k, size_t n);
+KVA_API int kva_touch(kva_storage *s, const kva_key *k, size_t n);
 
 /* Maintenance and introspection */
-int kva_clear(kva_storage *s, int force); /* L1 only; returns objects removed (force: as
+KVA_API int kva_clear(kva_storage *s, int force); /* L1 only; returns objects removed (force: as
                                               kva_delete's force) */
 /* 0 = no lock held (no L1 read, write or pin lock, no L2 lookup lock) and
  * the pool accounting is consistent; otherwise KVA_EIO and a report naming
  * the first locked objects, the tier holding locks, or the problem. */
-int kva_memcheck(kva_storage *s, char *report, size_t len);
+KVA_API int kva_memcheck(kva_storage *s, char *report, size_t len);
 typedef struct kva_storage_stats {
   uint64_t l1_capacity_bytes, l1_used_bytes, l1_objects;
   uint64_t l1_write_locked, l1_read_locked, l1_temporary;
@@ -315,7 +326,7 @@ typedef struct kva_storage_stats {
   int l1_pinned;    /* page-locked for DMA */
   int l1_numa_node; /* -1 if not bound */
 } kva_storage_stats;
-int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out);
+KVA_API int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out);
 
 /* v1 lookups and modes (seed 000). kva_lookup walks the tiers in order (L1,
  * then l2[] in config order) and reports, per tier, how many keys of the
@@ -332,41 +343,41 @@ typedef struct kva_tier_hits {
   } tier[8]; /* tier 0 is "L1", then l2[] in order (the first 7; an
                 eighth tier's hits count in total only) */
 } kva_tier_hits;
-int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hits *out);
+KVA_API int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hits *out);
 /* Drops one pin of each key; returns the number of keys unpinned. */
-int kva_unpin(kva_storage *s, const kva_key *k, size_t n);
+KVA_API int kva_unpin(kva_storage *s, const kva_key *k, size_t n);
 /* Freeze: nothing is stored to L2 and prefetches do not consult L2. */
-int kva_set_freeze(kva_storage *s, int on);
+KVA_API int kva_set_freeze(kva_storage *s, int on);
 /* Bypass: the named L2 tier is skipped for store, lookup and load until
  * turned off. A tier whose operations fail l2_bypass_failures times in a
  * row is bypassed automatically and probed every l2_probe_interval_ms; the
  * first probe it answers clears that automatic bypass (a manual one stays
  * until turned off). KVA_EINVAL for an unknown tier or "L1". */
-int kva_set_tier_bypass(kva_storage *s, const char *tier, int on);
+KVA_API int kva_set_tier_bypass(kva_storage *s, const char *tier, int on);
 /* 1 = bypassed (manually or automatically), 0 = not, or KVA_EINVAL. */
-int kva_tier_bypassed(kva_storage *s, const char *tier);
+KVA_API int kva_tier_bypassed(kva_storage *s, const char *tier);
 /* Waits until every L1->L2 store queued before the call is done (stored or
  * failed); KVA_ETIMEDOUT after timeout_ms (< 0 waits forever). */
-int kva_flush(kva_storage *s, int timeout_ms);
+KVA_API int kva_flush(kva_storage *s, int timeout_ms);
 /* Whether the named L2 tier holds the key: 1, 0, or a negative error
  * (KVA_EINVAL for an unknown tier, KVA_EIO when the tier fails). */
-int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k);
+KVA_API int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k);
 
 /* Prefix-chained chunk keys: key i depends on tokens [0, (i+1)*chunk_tokens)
  * and on salt (may be NULL), through xxh3-128. A trailing partial chunk
  * gets a key only when include_partial. Returns the number of keys written
  * (at most max); 0 for bad arguments. */
-size_t kva_chunk_keys(const char *model, uint32_t kv_rank, const char *salt, const int32_t *tokens,
-                      size_t ntokens, uint32_t chunk_tokens, int include_partial, kva_key *out,
-                      size_t max);
+KVA_API size_t kva_chunk_keys(const char *model, uint32_t kv_rank, const char *salt,
+                              const int32_t *tokens, size_t ntokens, uint32_t chunk_tokens,
+                              int include_partial, kva_key *out, size_t max);
 
 /* ------------------------------------------------------------------------
  * Plug-ins: read-only view of one adapter's config map
  * ------------------------------------------------------------------------ */
 typedef struct kva_config_node kva_config_node;
-int kva_config_node_str(const kva_config_node *n, const char *key, const char **out);
-int kva_config_node_u64(const kva_config_node *n, const char *key, uint64_t *out);
-int kva_config_node_f64(const kva_config_node *n, const char *key, double *out);
+KVA_API int kva_config_node_str(const kva_config_node *n, const char *key, const char **out);
+KVA_API int kva_config_node_u64(const kva_config_node *n, const char *key, uint64_t *out);
+KVA_API int kva_config_node_f64(const kva_config_node *n, const char *key, double *out);
 
 /* ------------------------------------------------------------------------
  * L2 adapters: the message protocol (seed 002, "L2 adapter interface")
@@ -438,7 +449,7 @@ typedef struct kva_l2_tier_stats {
   int bypassed;         /* as kva_tier_bypassed */
   kva_l2_stats adapter; /* objects and bytes held now, locks, its own counters */
 } kva_l2_tier_stats;
-int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out);
+KVA_API int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out);
 typedef struct kva_l2_req {
   const kva_key *keys;
   size_t n;
@@ -466,7 +477,7 @@ static inline void kva_bit_set(uint8_t *bits, size_t i) {
  * Register before kva_runtime_start. */
 typedef kva_actor *(*kva_l2_factory)(kva_runtime *rt, const kva_config_node *cfg, char *err,
                                      size_t errlen);
-int kva_l2_register(const char *type, kva_l2_factory f);
+KVA_API int kva_l2_register(const char *type, kva_l2_factory f);
 
 /* Store policies (config store_policy): which tiers store which keys, and
  * which keys leave L1 once stored. Built in: "default" (every key to every
@@ -514,9 +525,9 @@ typedef struct kva_eviction_policy {
 } kva_eviction_policy;
 /* The struct is copied (name up to 31 bytes). KVA_EINVAL for a bad or
  * taken name or a missing function. Register before kva_runtime_start. */
-int kva_store_policy_register(const kva_store_policy *p);
-int kva_prefetch_policy_register(const kva_prefetch_policy *p);
-int kva_eviction_policy_register(const kva_eviction_policy *p);
+KVA_API int kva_store_policy_register(const kva_store_policy *p);
+KVA_API int kva_prefetch_policy_register(const kva_prefetch_policy *p);
+KVA_API int kva_eviction_policy_register(const kva_eviction_policy *p);
 
 /* ------------------------------------------------------------------------
  * GPU copy (gpu/): moving KV between an engine's paged cache and L1.
@@ -554,10 +565,10 @@ typedef struct kva_op kva_op;
  * in L1; kva_op_wait then gives its status; calls after the shutdown began
  * return KVA_ESHUTDOWN); unregistering after the shutdown only frees the
  * kv. */
-int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out);
-void kva_kv_unregister(kva_kv *kv); /* waits for the kv's ops still copying */
+KVA_API int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out);
+KVA_API void kva_kv_unregister(kva_kv *kv); /* waits for the kv's ops still copying */
 /* KV_2LTD layout of a chunk of chunk_tokens tokens (ntensors 0 if invalid) */
-kva_layout kva_kv_chunk_layout(const kva_kv *kv, uint32_t chunk_tokens);
+KVA_API kva_layout kva_kv_chunk_layout(const kva_kv *kv, uint32_t chunk_tokens);
 /* Chunk i of k[] holds tokens [i * chunk_tokens, min((i + 1) * chunk_tokens,
  * ntokens)): ntokens must be in ((nchunks - 1) * chunk_tokens, nchunks *
  * chunk_tokens], so only the last chunk may be partial (its object has the
@@ -570,24 +581,26 @@ kva_layout kva_kv_chunk_layout(const kva_kv *kv, uint32_t chunk_tokens);
  * present are skipped, not an error. Op status: KVA_OK, or KVA_ENOMEM when
  * some chunks had no room (the others are stored), or KVA_EIO when the copy
  * failed (nothing of it is stored). */
-int kva_kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
-                 uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens, kva_op **op);
+KVA_API int kva_kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
+                         uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens,
+                         kva_op **op);
 /* kva_kv_load: the keys must have been prefetched (read-locked, e.g. by
  * kva_submit_prefetch); scatters them layer by layer, then releases one
  * read lock of each. A key not read-locked, or whose object does not have
  * the chunk layout: the call fails (KVA_KEY_NOT_EXIST / NOT_READABLE /
  * KVA_EINVAL), writes nothing and releases the locks it was given. */
-int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks, uint32_t chunk_tokens,
-                const int64_t *slot_mapping, size_t ntokens, kva_op **op);
+KVA_API int kva_kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
+                        uint32_t chunk_tokens, const int64_t *slot_mapping, size_t ntokens,
+                        kva_op **op);
 /* KVA_OK with *status = the op's result once it is complete (locks
  * released), then frees op; KVA_ETIMEDOUT (op still live) after timeout_ms
  * (< 0: forever). */
-int kva_op_wait(kva_op *op, int timeout_ms, int *status);
+KVA_API int kva_op_wait(kva_op *op, int timeout_ms, int *status);
 /* KVA_OK once layer `layer` of a load is in the paged cache (a store's
  * layers land together, when its copy is done); KVA_ETIMEDOUT; KVA_EINVAL
  * for a layer out of range. Does not free op. */
-int kva_op_wait_layer(kva_op *op, uint32_t layer, int timeout_ms);
-int kva_op_eventfd(const kva_op *op); /* readable once the op is complete */
+KVA_API int kva_op_wait_layer(kva_op *op, uint32_t layer, int timeout_ms);
+KVA_API int kva_op_eventfd(const kva_op *op); /* readable once the op is complete */
 
 /* ------------------------------------------------------------------------
  * Logging: library code prints only through this. Default: warnings and
@@ -595,7 +608,7 @@ int kva_op_eventfd(const kva_op *op); /* readable once the op is complete */
  * ------------------------------------------------------------------------ */
 enum { KVA_LOG_ERROR = 0, KVA_LOG_WARN = 1, KVA_LOG_INFO = 2, KVA_LOG_DEBUG = 3 };
 typedef void (*kva_log_fn)(int level, const char *msg, void *arg);
-void kva_log_set(kva_log_fn fn, void *arg, int max_level);
+KVA_API void kva_log_set(kva_log_fn fn, void *arg, int max_level);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,9 @@ static int start_evictor(kva_storage *s, const kva_config *c) {
   return KVA_OK;
 }
 
-int storage_start(kva_runtime *rt, kva_storage **out) {
+static void storage_free(kva_storage *s);
+
+static int storage_start(kva_runtime *rt, kva_storage **out) {
   kva_storage *s = calloc(1, sizeof(*s));
   if (!s) return KVA_ENOMEM;
   s->rt = rt;
@@ -89,14 +91,16 @@ void storage_leave(kva_storage *s) {
   __atomic_sub_fetch(&s->inflight, 1, __ATOMIC_RELEASE);
 }
 
-void storage_close(kva_storage *s) {
+/* Refuses new calls, waits for those running. */
+static void storage_close(kva_storage *s) {
   __atomic_store_n(&s->closed, 1, __ATOMIC_SEQ_CST);
   while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST)) sched_yield();
   storage_drain(s);
   gpu_drain(s->rt); /* GPU copies in flight end in L1 while it still runs */
 }
 
-void storage_free(kva_storage *s) {
+/* After the runtime has stopped the actors. */
+static void storage_free(kva_storage *s) {
   for (session *ss = s->all, *next; ss; ss = next) {
     next = ss->next_all;
     table_remove(ss);

@@ -57,10 +57,6 @@ struct kva_storage {
   uint32_t nsessions;
 };
 
-int storage_start(kva_runtime *rt, kva_storage **out);
-void storage_close(kva_storage *s); /* refuse new calls, wait for those running */
-void storage_free(kva_storage *s);  /* after the runtime has stopped the actors */
-
 /* The session of a handle's table index, or NULL (any index is safe). */
 session *session_at(uint32_t index);
 /* Borrow/return a session; NULL when MAX_SESSIONS are in use or on ENOMEM. */

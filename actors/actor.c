@@ -21,7 +21,8 @@
 
 #define MSG_RUNTIME_MAX 16u
 
-__thread kva_actor *rt_current;
+/* The actor whose receive runs on this thread, or NULL. */
+static __thread kva_actor *rt_current;
 __thread int rt_internal_thread;
 
 kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
@@ -170,7 +171,7 @@ kva_runtime *kva_actor_runtime(const kva_actor *a) {
   return a ? a->rt : NULL;
 }
 
-void actor_deliver(kva_actor *a, const mailbox_env *e) {
+static void actor_deliver(kva_actor *a, const mailbox_env *e) {
   kva_msg m;
   m.type = e->type;
   m.len = e->len;

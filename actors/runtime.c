@@ -111,7 +111,7 @@ static bool scan_idle(kva_runtime *rt, uint64_t *delivered) {
 /* Two idle scans with no message delivered in between: nothing was in
  * flight at the first scan that could wake an actor behind our back
  * (an enqueue makes its target non-idle until it is delivered). */
-void runtime_wait_quiescent(kva_runtime *rt) {
+static void runtime_wait_quiescent(kva_runtime *rt) {
   if (rt->det) {
     kva_runtime_run_until_idle(rt);
     return;

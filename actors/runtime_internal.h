@@ -102,13 +102,10 @@ static inline uint32_t env_trace_tag(const mailbox_env *e) {
   return (uint32_t)((uintptr_t)e->from & ENV_TAG_MASK);
 }
 
-/* The actor whose receive runs on this thread, or NULL. */
-extern __thread kva_actor *rt_current;
 /* Set on the runtime's own non-actor threads (poller): never block a send. */
 extern __thread int rt_internal_thread;
 
 /* actor.c */
-void actor_deliver(kva_actor *a, const mailbox_env *e);
 bool actor_run_batch(kva_actor *a, uint32_t max); /* true if more may wait */
 void actor_free(kva_actor *a);
 int actor_send_internal(kva_actor *to, uint32_t type, const void *data, uint32_t len, uint64_t tag);
@@ -118,7 +115,6 @@ kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
 /* sched.c */
 void sched_notify(kva_actor *a);  /* after a push: dispatch if idle */
 bool sched_release(kva_actor *a); /* runner: clear scheduled; true if it must go on */
-void sched_after_turn(kva_actor *a, bool more);
 void sched_mute_release(kva_actor *target);
 void sched_wake_parked_self(kva_actor *a);
 int sched_start(kva_runtime *rt);
@@ -155,7 +151,6 @@ bool poller_det_fire_due(kva_runtime *rt, uint64_t now); /* fires the earliest d
  * facade at the root adds them, keeping actors/ free of storage) */
 int runtime_create(const kva_config *cfg, kva_runtime **out);
 void runtime_destroy(kva_runtime *rt);
-void runtime_wait_quiescent(kva_runtime *rt);
 
 /* port.c: a port with a mailbox of `capacity` (for the storage facade's
  * many small reply ports) */

@@ -210,7 +210,7 @@ void sched_wake_parked_self(kva_actor *a) {
   unpark_where(a->rt, NULL, a);
 }
 
-void sched_after_turn(kva_actor *a, bool more) {
+static void sched_after_turn(kva_actor *a, bool more) {
   kva_actor *target = a->mute_target;
   a->mute_target = NULL;
   if (target && try_park(a, target)) return;

@@ -293,10 +293,6 @@ int kva_config_to_msgpack(const kva_config *c, void **buf, size_t *len) {
   return rc;
 }
 
-const config_value *config_explicit(const kva_config *c) {
-  return &c->explicit_;
-}
-
 const config_value *config_effective_root(const kva_config *c) {
   return &c->effective;
 }

@@ -80,11 +80,9 @@ int config_value_array(config_value *out, size_t cap);
 int config_value_map(config_value *out, size_t cap);
 void config_value_free(config_value *v);
 int config_value_copy(config_value *dst, const config_value *src);
-int config_value_equal(const config_value *a, const config_value *b);
 /* Both take ownership of *item / *val (also on failure, which frees it). */
 int config_array_push(config_value *arr, config_value *item);
 int config_map_put(config_value *map, const char *key, size_t klen, config_value *val);
-int config_map_set(config_value *map, const char *key, config_value *val); /* replace or put */
 config_value *config_map_find(const config_value *map, const char *key, size_t klen);
 config_value *config_map_get(const config_value *map, const char *key);
 /* Index of the first entry whose key appeared earlier, -1 if none, or
@@ -232,7 +230,6 @@ void config_lend(const kva_config *c);
 /* A deep copy (the runtime keeps its own); NULL -> the embedded default.
  * NULL only on ENOMEM. */
 kva_config *config_copy(const kva_config *c);
-const config_value *config_explicit(const kva_config *c);
 const config_value *config_effective_root(const kva_config *c);
 /* The effective value at a dotted path, or NULL. */
 const config_value *config_get(const kva_config *c, const char *path);

@@ -147,15 +147,6 @@ int config_map_put(config_value *map, const char *key, size_t klen, config_value
   return KVA_OK;
 }
 
-int config_map_set(config_value *map, const char *key, config_value *val) {
-  config_value *old = config_map_get(map, key);
-  if (!old) return config_map_put(map, key, strlen(key), val);
-  config_value_free(old);
-  *old = *val;
-  *val = config_value_nil();
-  return KVA_OK;
-}
-
 config_value *config_map_find(const config_value *map, const char *key, size_t klen) {
   if (!map || map->kind != CONFIG_MAP) return NULL;
   for (size_t i = 0; i < map->as.map.len; i++) {
@@ -204,41 +195,6 @@ int config_value_copy(config_value *dst, const config_value *src) {
     *dst = *src;
     return KVA_OK;
   }
-}
-
-int config_value_equal(const config_value *a, const config_value *b) {
-  size_t i;
-  if (a->kind != b->kind) return 0;
-  switch (a->kind) {
-  case CONFIG_NIL:
-    return 1;
-  case CONFIG_BOOL:
-    return a->as.b == b->as.b;
-  case CONFIG_UINT:
-    return a->as.u == b->as.u;
-  case CONFIG_INT:
-    return a->as.i == b->as.i;
-  /* bitwise, so that NaN equals itself after a round trip */
-  case CONFIG_FLOAT:
-    return memcmp(&a->as.f, &b->as.f, sizeof(double)) == 0;
-  case CONFIG_STR:
-    return a->as.str.len == b->as.str.len &&
-           memcmp(a->as.str.ptr, b->as.str.ptr, a->as.str.len) == 0;
-  case CONFIG_ARRAY:
-    if (a->as.array.len != b->as.array.len) return 0;
-    for (i = 0; i < a->as.array.len; i++)
-      if (!config_value_equal(&a->as.array.items[i], &b->as.array.items[i])) return 0;
-    return 1;
-  case CONFIG_MAP:
-    if (a->as.map.len != b->as.map.len) return 0;
-    for (i = 0; i < a->as.map.len; i++) {
-      const config_entry *x = &a->as.map.items[i], *y = &b->as.map.items[i];
-      if (x->klen != y->klen || memcmp(x->key, y->key, x->klen) != 0) return 0;
-      if (!config_value_equal(&x->value, &y->value)) return 0;
-    }
-    return 1;
-  }
-  return 0;
 }
 
 /* Sorts pointers to entries: they live in one array, so comparing the

@@ -99,7 +99,10 @@ bool l1_seen(struct l1_manager *m, uint32_t slot) {
   return false;
 }
 
-void l1_force_remove(struct l1_manager *m, uint32_t slot) {
+/* Deletes an object: at once when unlocked; a locked one becomes a zombie
+ * (out of the eviction policy, never readable or writable again, its block
+ * kept) until its holders have released it. */
+static void l1_force_remove(struct l1_manager *m, uint32_t slot) {
   l1_obj *o = object_at(&m->t, slot);
   if (!o->write_locked && !o->readers) {
     l1_remove(m, slot, true);

@@ -83,13 +83,7 @@ void l1_note_flush(struct l1_manager *m);
 /* Finished writes of the current request, sent to the store controller as
  * one SC_WRITTEN at its end. */
 void l1_written_add(struct l1_manager *m, uint32_t slot);
-void l1_written_flush(struct l1_manager *m);
 void l1_reply(struct l1_manager *m, kva_actor *to, uint64_t tag);
-void l1_dispatch(struct l1_manager *m, const kva_msg *msg);
-int scratch_reserve(scratch *s, size_t n);
-/* Hashes the request's keys into sc.hash and marks repeats in sc.dup;
- * returns whether any key repeats, or -1 on ENOMEM. */
-int l1_scan_keys(struct l1_manager *m, const l1_req *r);
 
 /* object helpers (l1_admin.c) */
 bool l1_locked(const l1_obj *o);
@@ -119,10 +113,6 @@ int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot)
  * Sets *slot (NO_SLOT when none) and returns KVA_OK, KVA_KEY_WRONG_STATE for
  * a repeated key, or KVA_KEY_NOT_EXIST. */
 int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot);
-/* Deletes an object: at once when unlocked; a locked one becomes a zombie
- * (out of the eviction policy, never readable or writable again, its block
- * kept) until its holders have released it. */
-void l1_force_remove(struct l1_manager *m, uint32_t slot);
 /* marks an object as touched by this request; true if it already was */
 bool l1_seen(struct l1_manager *m, uint32_t slot);
 

@@ -106,7 +106,7 @@ void l1_written_add(struct l1_manager *m, uint32_t slot) {
   m->written_len = sizeof(*h) + h->nlayouts * sizeof(kva_layout) + h->n * sizeof(*e);
 }
 
-void l1_written_flush(struct l1_manager *m) {
+static void l1_written_flush(struct l1_manager *m) {
   if (!m->store || m->written_len == 0) return;
   if (kva_send(m->store, L1_WRITTEN, m->written, (uint32_t)m->written_len, m->self, 0) != KVA_OK)
     m->store = NULL;
@@ -119,7 +119,7 @@ void l1_reply(struct l1_manager *m, kva_actor *to, uint64_t tag) {
 
 /* ---- scratch ------------------------------------------------------------ */
 
-int scratch_reserve(scratch *s, size_t n) {
+static int scratch_reserve(scratch *s, size_t n) {
   if (n <= s->cap) return KVA_OK;
   size_t cap = s->cap ? s->cap : 64;
   while (cap < n) cap *= 2;
@@ -147,7 +147,9 @@ int scratch_reserve(scratch *s, size_t n) {
   return KVA_OK;
 }
 
-int l1_scan_keys(struct l1_manager *m, const l1_req *r) {
+/* Hashes the request's keys into sc.hash and marks repeats in sc.dup;
+ * returns whether any key repeats, or -1 on ENOMEM. */
+static int l1_scan_keys(struct l1_manager *m, const l1_req *r) {
   scratch *s = &m->sc;
   if (scratch_reserve(s, r->n) != KVA_OK) return -1;
   size_t mask = 1;
@@ -209,6 +211,8 @@ static void defer(struct l1_manager *m, const kva_msg *msg) {
     m->dq_head = d;
   m->dq_tail = d;
 }
+
+static void l1_dispatch(struct l1_manager *m, const kva_msg *msg);
 
 /* Replays deferred messages in order until one starts a new demand. */
 static void drain_deferred(struct l1_manager *m) {
@@ -308,7 +312,7 @@ static bool uses_readers(uint32_t type) {
          type == L1_FINISH_WRITE_AND_RESERVE_READ;
 }
 
-void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
+static void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
   if (msg->type == L1_EVICT) {
     if (evict_list_ok(msg)) l1_evict(m, msg->data); /* flushes its own notes */
     return;
@@ -416,7 +420,4 @@ void l1_manager_set_store(l1_manager *m, kva_actor *store) {
 }
 void l1_manager_set_prefetcher(l1_manager *m, kva_actor *prefetcher) {
   m->prefetcher = prefetcher;
-}
-uint64_t l1_manager_capacity(const l1_manager *m) {
-  return pool_capacity(m->pool);
 }

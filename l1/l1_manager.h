@@ -121,7 +121,5 @@ void l1_manager_set_evictor(l1_manager *m, kva_actor *evictor);
  * evictor. */
 void l1_manager_set_store(l1_manager *m, kva_actor *store);
 void l1_manager_set_prefetcher(l1_manager *m, kva_actor *prefetcher);
-/* Effective pool figures, readable before the first message. */
-uint64_t l1_manager_capacity(const l1_manager *m);
 
 #endif

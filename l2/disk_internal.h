@@ -171,8 +171,6 @@ int disk_format(disk *d, uint64_t slot_bytes);
 /* Blocking block-aligned I/O for start and stop (buffers DISK_BLOCK aligned). */
 int disk_pread(disk *d, void *buf, uint64_t len, uint64_t off);
 int disk_pwrite(disk *d, const void *buf, uint64_t len, uint64_t off);
-/* Seals and writes the superblock, then fdatasync. */
-int disk_write_super(disk *d);
 void disk_close(disk *d); /* persists (or discards) and closes */
 
 /* disk_recover.c */

@@ -70,7 +70,8 @@ static void *block_alloc(uint64_t bytes) {
   return p;
 }
 
-int disk_write_super(disk *d) {
+/* Seals and writes the superblock, then fdatasync. */
+static int disk_write_super(disk *d) {
   disk_super *b = block_alloc(DISK_BLOCK);
   if (!b) return -ENOMEM;
   disk_super_seal(&d->super);

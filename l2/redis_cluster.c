@@ -29,7 +29,7 @@ static uint16_t crc16(const char *buf, size_t len) {
 
 /* Only the part between the first '{' and the next '}' is hashed, when
  * that part is not empty (the hash tag rule). */
-uint16_t redis_slot(const char *key, size_t len) {
+static uint16_t redis_slot(const char *key, size_t len) {
   const char *open = memchr(key, '{', len);
   if (open) {
     size_t from = (size_t)(open - key) + 1;

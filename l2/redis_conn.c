@@ -49,7 +49,9 @@
 
 #define WATCH_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP)
 
-uint64_t redis_now(void) {
+static void redis_node_drop(redis_node *n, int result, const char *reason);
+
+static uint64_t redis_now(void) {
   return clock_mono_ns();
 }
 
@@ -82,7 +84,7 @@ void redis_sigpipe_restore(redis_sigpipe *g) {
 
 /* ---- lists -------------------------------------------------------------- */
 
-void redis_list_push(redis_list *l, redis_cmd *c) {
+static void redis_list_push(redis_list *l, redis_cmd *c) {
   c->next = NULL;
   c->prev = l->tail;
   if (l->tail)
@@ -93,7 +95,7 @@ void redis_list_push(redis_list *l, redis_cmd *c) {
   l->n++;
 }
 
-void redis_list_remove(redis_list *l, redis_cmd *c) {
+static void redis_list_remove(redis_list *l, redis_cmd *c) {
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -252,7 +254,8 @@ static bool dial(redis_node *n) {
   return true;
 }
 
-void redis_node_drop(redis_node *n, int result, const char *reason) {
+/* Drops n's connection: every command on it fails with `result`. */
+static void redis_node_drop(redis_node *n, int result, const char *reason) {
   if (!n->ac) return;
   n->drop_result = result;
   n->reason = reason;

@@ -150,8 +150,6 @@ void redis_cmd_put(redis *r, redis_cmd *c);
 void redis_task_step(redis *r, redis_task *t, int result);
 
 /* redis_ops.c */
-/* The Redis key of key k (namespace:printed key); its length. */
-size_t redis_key(const redis *r, const kva_key *k, char *buf);
 /* Commands of a request, queued on their nodes; false when out of memory
  * (then nothing was queued). */
 bool redis_task_start(redis *r, redis_task *t);
@@ -161,8 +159,6 @@ bool redis_cmd_send(redis *r, redis_node *n, redis_cmd *c);
 /* redis_conn.c */
 redis_node *redis_node_get(redis *r, const char *host, int port); /* NULL when full / ENOMEM */
 void redis_node_enqueue(redis_node *n, redis_cmd *c);
-void redis_list_push(redis_list *l, redis_cmd *c);
-void redis_list_remove(redis_list *l, redis_cmd *c);
 /* A command left its node's flight list (answered or failed). */
 void redis_flight_done(redis_node *n, redis_cmd *c);
 /* After every message: connects, hands queued commands to hiredis up to
@@ -171,12 +167,9 @@ void redis_flight_done(redis_node *n, redis_cmd *c);
 void redis_pump(redis *r);
 void redis_on_fd(redis *r, const kva_msg *msg);
 void redis_on_tick(redis *r);
-/* Drops n's connection: every command on it fails with `result`. */
-void redis_node_drop(redis_node *n, int result, const char *reason);
 /* Drops every connection and fails every queued command (on_stop). */
 void redis_nodes_close(redis *r, int result);
 void redis_nodes_free(redis *r);
-uint64_t redis_now(void);
 /* hiredis writes with write(2): a peer that is gone raises SIGPIPE, whose
  * default action kills the process. A library must not change the
  * process's disposition. The runtime's own threads keep SIGPIPE blocked
@@ -192,7 +185,6 @@ void redis_sigpipe_block(redis_sigpipe *g);
 void redis_sigpipe_restore(redis_sigpipe *g);
 
 /* redis_cluster.c */
-uint16_t redis_slot(const char *key, size_t len);
 /* The node a key goes to: its slot's (cluster) or the first seed's. */
 redis_node *redis_route(redis *r, const char *key, size_t len);
 /* Applies a CLUSTER SLOTS reply to the map; `from` names hosts the reply

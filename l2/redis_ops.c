@@ -21,9 +21,10 @@
 #include "l2/redis_internal.h"
 #include "l2/redis_value.h"
 
-/* The printed key is at most 148 bytes (model 63, kv_rank 8, group 10,
+/* The Redis key of key k (namespace:printed key); its length.
+ * The printed key is at most 148 bytes (model 63, kv_rank 8, group 10,
  * hash 64, three '@'), the namespace at most REDIS_NS_MAX: both fit. */
-size_t redis_key(const redis *r, const kva_key *k, char *buf) {
+static size_t redis_key(const redis *r, const kva_key *k, char *buf) {
   char printed[192];
   key_format(k, printed, sizeof(printed));
   int len = snprintf(buf, REDIS_KEY_MAX, "%s:%s", r->cfg.ns, printed);

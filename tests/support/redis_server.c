@@ -71,11 +71,6 @@ static int free_port(void) {
   return -1;
 }
 
-const char *rs_addr(const rs_server *s, char *buf, size_t len) {
-  snprintf(buf, len, "127.0.0.1:%d", s->port);
-  return buf;
-}
-
 static void exec_server(const rs_server *s) {
   char port[16], log[600];
   snprintf(port, sizeof(port), "%d", s->port);

@@ -32,8 +32,6 @@ void rs_kill(rs_server *s);
 /* Starts it again on the same port with the same arguments. */
 void rs_restart(rs_server *s);
 void rs_stop(rs_server *s);
-/* "127.0.0.1:port" into buf. */
-const char *rs_addr(const rs_server *s, char *buf, size_t len);
 
 /* One command on a fresh blocking connection (AUTH first when password is
  * not NULL); the reply (freeReplyObject it), NULL when the server does not

@@ -38,12 +38,13 @@ struct uring_anchor {
   struct iovec *iov;   /* 2 per buffer: [header, payload] for slot reads */
   unsigned *free_bufs; /* stack of idle buffer indexes */
   unsigned nfree;
-  uint64_t sqes;    /* submitted by the last run */
   uint64_t pending; /* SQEs submitted whose CQE has not been seen */
   int err;          /* first error of the current run */
 };
 
-uint64_t uring_anchor_region_bytes(uint64_t block, unsigned nobj) {
+/* Bytes of the region a loop of nobj objects of block bytes needs (the
+ * larger of the two shapes). */
+static uint64_t uring_anchor_region_bytes(uint64_t block, unsigned nobj) {
   return (uint64_t)nobj * (block + URING_ANCHOR_HEADER);
 }
 
@@ -125,15 +126,10 @@ void uring_anchor_close(uring_anchor *a) {
   free(a);
 }
 
-uint64_t uring_anchor_sqes(const uring_anchor *a) {
-  return a->sqes;
-}
-
 /* ---- the loop --------------------------------------------------------------- */
 
 static struct io_uring_sqe *next_sqe(uring_anchor *a) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&a->ring); /* never NULL: 2 per buffer fit */
-  a->sqes++;
   a->pending++;
   return sqe;
 }
@@ -209,7 +205,7 @@ int uring_anchor_run(uring_anchor *a, uring_anchor_shape shape, int write, doubl
   unsigned next = 0, done = 0;
   a->nfree = 0;
   for (unsigned b = a->depth; b-- > 0;) a->free_bufs[a->nfree++] = b;
-  a->sqes = a->pending = 0;
+  a->pending = 0;
   a->err = 0;
   double t0 = now_s();
   /* On an error nothing more is queued, but every SQE in flight is still

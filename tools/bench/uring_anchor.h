@@ -35,9 +35,6 @@ typedef enum uring_anchor_shape { URING_ANCHOR_PURE, URING_ANCHOR_SLOT } uring_a
 
 typedef struct uring_anchor uring_anchor;
 
-/* Bytes of the region a loop of nobj objects of block bytes needs (the
- * larger of the two shapes). */
-uint64_t uring_anchor_region_bytes(uint64_t block, unsigned nobj);
 /* Opens path (O_CREAT | O_DIRECT), preallocates [offset, offset + region)
  * and allocates the buffers. block and offset must be multiples of 4096,
  * depth >= 1. 0, or a negative errno. */
@@ -47,8 +44,6 @@ int uring_anchor_open(uring_anchor **out, const char *path, uint64_t offset, uin
  * *secs = wall time from the first submit to the last completion. 0, or a
  * negative errno (-EIO for a short transfer). */
 int uring_anchor_run(uring_anchor *a, uring_anchor_shape shape, int write, double *secs);
-/* SQEs the last run submitted (to compare with an adapter's count). */
-uint64_t uring_anchor_sqes(const uring_anchor *a);
 void uring_anchor_close(uring_anchor *a);
 
 #endif
