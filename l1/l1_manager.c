@@ -4,7 +4,23 @@
  *
  * Accepts                               | Sends
  * --------------------------------------+---------------------------------
- * L1_RESERVE_WRITE .. L1_STATS (l1_req*) | L1_REPLY to the sender (same tag)
+ * requests (l1_req *):                  | L1_REPLY to the sender (same tag)
+ *   L1_RESERVE_WRITE, L1_FINISH_WRITE,  |   when the request is complete
+ *   L1_RESERVE_READ,                    |
+ *   L1_FINISH_READ, L1_DELETE,          |
+ *   L1_FINISH_WRITE_AND_RESERVE_READ,   |
+ *   L1_TOUCH, L1_CLEAR, L1_READ,        |
+ *   L1_MEMCHECK, L1_STATS, L1_LOOKUP,   |
+ *   L1_UNPIN, L1_INSPECT,               |
+ *   L1_ABORT_WRITE                      |
+ * L1_PREFETCH (l1_req *)                | L1_REPLY, or with the l2 flag and
+ *                                       |   a partial L1 hit L1_HANDOFF to
+ *                                       |   the prefetch controller, which
+ *                                       |   replies in our place
+ *                                       | L1_WRITTEN to the store
+ *                                       |   controller after a request that
+ *                                       |   finished writes of ordinary
+ *                                       |   objects
  * L1_EVICT (evict_list, from EC)        | EC_EVICT_DONE to EC
  * L1_CANDIDATES (evict_list, from EC)   | EC_DEMAND to EC (demand eviction)
  *                                       | EC_NOTE to EC after each request

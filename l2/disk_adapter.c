@@ -6,8 +6,8 @@
  * Accepts                              | Sends
  * -------------------------------------+-----------------------------------
  * DISK_START (self, first message)     | (watches the ring's eventfd)
- * KVA_L2_STORE / LOAD (kva_l2_req *)   | KVA_L2_DONE to msg->from, same tag
- *                                      |   and pointer, once every I/O of
+ * KVA_L2_STORE, KVA_L2_LOAD           | KVA_L2_DONE to msg->from, same tag
+ *   (kva_l2_req *)                     |   and pointer, once every I/O of
  *                                      |   the request completed
  * KVA_L2_STATS                         | KVA_L2_DONE at once (in memory)
  * KVA_L2_LOOKUP_AND_LOCK               | KVA_L2_DONE at once, or once a

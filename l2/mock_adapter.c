@@ -5,8 +5,9 @@
  *
  * Accepts                              | Sends
  * -------------------------------------+-----------------------------------
- * KVA_L2_STORE / LOOKUP_AND_LOCK /     | KVA_L2_DONE (same tag, same
- *   LOAD / STATS (kva_l2_req *)        |   pointer) to msg->from, once, at
+ * KVA_L2_STORE, KVA_L2_LOAD,          | KVA_L2_DONE (same tag, same
+ *   KVA_L2_LOOKUP_AND_LOCK,            |   pointer) to msg->from, once, at
+ *   KVA_L2_STATS (kva_l2_req *)        |
  *                                      |   the emulated completion time
  * KVA_L2_UNLOCK (kva_key[n])           |
  * MOCK_CONTROL (mock_control)          | KVA_L2_DONE (no payload) if from

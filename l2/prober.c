@@ -5,6 +5,19 @@
  * writes (model "kvact.probe"). A tier that answers with KVA_OK is back;
  * should it report the key as found and locked, the lock is given back.
  * Manual bypasses are never cleared here.
+ *
+ * Accepts                              | Sends
+ * -------------------------------------+-----------------------------------
+ * PROBE_START (the facade, once)       | (arms the probe interval timer)
+ * KVA_MSG_TIMER (probe interval)       | KVA_L2_LOOKUP_AND_LOCK of the probe
+ *                                      |   key to each bypassed tier not
+ *                                      |   already being probed
+ * KVA_L2_DONE (a probe's answer)       | KVA_L2_UNLOCK of the probe key when
+ *                                      |   the tier found it; the tier's
+ *                                      |   health updated
+ *
+ * Invariants: one probe per tier in flight; a probe's lock is always given
+ * back; only automatic bypasses change here.
  */
 #include "l2/prober.h"
 

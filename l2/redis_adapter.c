@@ -6,8 +6,8 @@
  * Accepts                              | Sends
  * -------------------------------------+-----------------------------------
  * REDIS_START (self, first message)    | (arms the timeout tick)
- * KVA_L2_STORE / LOOKUP_AND_LOCK /     | KVA_L2_DONE to msg->from, same tag
- *   LOAD (kva_l2_req *)                |   and pointer, once every command
+ * KVA_L2_STORE, KVA_L2_LOAD,          | KVA_L2_DONE to msg->from, same tag
+ *   KVA_L2_LOOKUP_AND_LOCK             |   and pointer, once every command
  *                                      |   of the request is answered or
  *                                      |   failed
  * KVA_L2_STATS                         | KVA_L2_DONE at once
