@@ -151,6 +151,10 @@ void disk_header_seal(disk_slot_header *h) {
   h->checksum = XXH3_64bits(h, offsetof(disk_slot_header, checksum));
 }
 
+bool disk_entry_names(const disk_index_entry *e, const disk_slot_header *h) {
+  return e->seq == h->seq && e->key_hash == key_hash(&h->key);
+}
+
 bool disk_header_valid(const disk_slot_header *h) {
   return h->magic == DISK_SLOT_MAGIC && h->version == DISK_VERSION &&
          h->checksum == XXH3_64bits(h, offsetof(disk_slot_header, checksum));

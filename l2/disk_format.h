@@ -120,6 +120,9 @@ int disk_super_check(const disk_super *s, uint64_t file_bytes, char *why, size_t
 void disk_header_seal(disk_slot_header *h);
 /* Whether the header is intact (magic, version, own checksum). */
 bool disk_header_valid(const disk_slot_header *h);
+/* Whether an index entry names exactly this header's store (its seq and
+ * key): at or below the superblock's seq, the only way a slot is live. */
+bool disk_entry_names(const disk_index_entry *e, const disk_slot_header *h);
 /* Whether the header is intact and describes this key, layout and payload
  * bytes. It does not bound length: check it against disk_slot_capacity
  * before reading that many payload bytes. */

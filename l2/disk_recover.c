@@ -62,10 +62,6 @@ typedef struct recover_counts {
   uint64_t superseded; /* a newer copy of the key won, or dead by the generation rule */
 } recover_counts;
 
-static bool entry_names(const disk_index_entry *e, const disk_slot_header *h) {
-  return e->seq == h->seq && e->key_hash == key_hash(&h->key);
-}
-
 /* Clean: each listed header verified. */
 static int recover_clean(disk *d, const disk_index_entry *e, disk_slot_header *h,
                          recover_counts *c) {
@@ -73,7 +69,7 @@ static int recover_clean(disk *d, const disk_index_entry *e, disk_slot_header *h
   for (uint32_t id = 0; rc == 0 && id < d->super.nslots; id++) {
     if (e[id].seq == 0) continue;
     rc = disk_pread(d, h, DISK_BLOCK, disk_slot_off(d, id));
-    bool ok = rc == 0 && header_usable(d, h) && entry_names(&e[id], h);
+    bool ok = rc == 0 && header_usable(d, h) && disk_entry_names(&e[id], h);
     if (ok && h->seq > d->super.seq) d->super.seq = h->seq; /* never reissue a seq */
     if (ok && !restore(d, id, h))
       c->superseded++;
@@ -97,7 +93,7 @@ static int recover_scan(disk *d, const disk_index_entry *e, disk_slot_header *h,
     rc = disk_pread(d, h, DISK_BLOCK, off);
     if (rc == 0 && !header_usable(d, h)) continue; /* free, torn or never written */
     if (rc == 0 && h->seq > d->super.seq) d->super.seq = h->seq;
-    if (rc == 0 && h->seq <= floor && !entry_names(&e[id], h)) {
+    if (rc == 0 && h->seq <= floor && !disk_entry_names(&e[id], h)) {
       c->superseded++; /* dead before the last clean stop */
       continue;
     }

@@ -193,15 +193,10 @@ static const char *header_nonsense(const fsck *f, const disk_slot_header *h, cha
   return buf;
 }
 
-/* Whether the index entry names exactly this header's store. */
-static bool entry_names(const disk_index_entry *e, const disk_slot_header *h) {
-  return e->seq == h->seq && e->key_hash == key_hash(&h->key);
-}
-
 /* An intact, sane header: whether the generation rule may make it live
  * (then its payload decides), or says it is dead. */
 static bool may_live(const fsck *f, const disk_slot_header *h, const disk_index_entry *e) {
-  if (entry_names(e, h)) return true;
+  if (disk_entry_names(e, h)) return true;
   return !f->super.clean && h->seq > f->super.seq; /* written by a run that crashed */
 }
 
@@ -273,7 +268,7 @@ static int slot_visit(fsck *f, uint64_t i, const disk_index_entry *e) {
   bool bad = st == SLOT_TORN || st == SLOT_MISMATCHED;
   if (bad)
     slot_report(f, i, &h, st, why); /* its index entry is stale too: not counted twice */
-  else if (f->super.clean && e->seq != 0 && !(intact && entry_names(e, &h)))
+  else if (f->super.clean && e->seq != 0 && !(intact && disk_entry_names(e, &h)))
     f->stale++;
   if (st == SLOT_VALID && live_add(f, i, &h)) return -1;
   if (!f->repair || !bad) return 0;

@@ -109,15 +109,10 @@ static int map_one(kvi_segment *s, int pid, int writable) {
 
 int kvi_alive(int pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return 1; /* no /proc: trust kill */
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char *paren = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces */
-  return !(paren && paren[1] == ' ' && paren[2] == 'Z');
+  uint64_t start;
+  bool zombie;
+  if (stats_proc_start(pid, &start, &zombie) != 0) return 1; /* no /proc: trust kill */
+  return !zombie;
 }
 
 static int by_seq(const void *a, const void *b) {
