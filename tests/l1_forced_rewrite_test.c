@@ -36,14 +36,6 @@ static int reserve(kva_storage *s, uint64_t id, const kva_layout *l, kva_buf *bu
   return st;
 }
 
-static int finish(kva_storage *s, uint64_t id) {
-  kva_key k = fixture_key(id);
-  int st = -1;
-  int rc = kva_finish_write(s, &k, 1, &st);
-  ck_assert_int_eq(rc, st == KVA_OK ? 1 : 0);
-  return st;
-}
-
 /* The prefetched bytes of key id, which must be version v. */
 static kva_buf read_own(kva_storage *s, uint64_t id, uint32_t v) {
   kva_key k = fixture_key(id);
@@ -76,7 +68,7 @@ START_TEST(a_reader_of_a_deleted_key_keeps_its_object_and_no_other) {
   bool rewritten = reserve(s, k, &l, &w) == KVA_OK;
   if (rewritten) {
     l2_fill(w.ptr, w.len, k, 2);
-    ck_assert_int_eq(finish(s, k), KVA_OK);
+    ck_assert_int_eq(l2_finish_one(s, k), KVA_OK);
   }
   size_t c_hits = l2_prefetch(s, &k, 1, &l, 0); /* C */
   ck_assert_uint_le(c_hits, rewritten ? 1 : 0);
@@ -108,10 +100,10 @@ START_TEST(a_writer_of_a_deleted_key_never_publishes_another_buffer) {
   force_remove(s, k, _i);
   bool b_holds = reserve(s, k, &l, &b) == KVA_OK;
   if (b_holds) l2_fill(b.ptr, b.len / 2, k, 2);
-  ck_assert_int_eq(finish(s, k), KVA_KEY_NOT_EXIST); /* A */
+  ck_assert_int_eq(l2_finish_one(s, k), KVA_KEY_NOT_EXIST); /* A */
   if (b_holds) {
     l2_fill(b.ptr, b.len, k, 2);
-    ck_assert_int_eq(finish(s, k), KVA_OK);
+    ck_assert_int_eq(l2_finish_one(s, k), KVA_OK);
   }
   l2_flush(s);
   ck_assert_int_eq(kva_clear(s, 0), b_holds ? 1 : 0);
@@ -141,7 +133,7 @@ START_TEST(a_writer_of_a_deleted_key_leaves_a_prefetch_of_it_alone) {
   kva_prefetch *h = l2_submit(s, &k, 1, &l, 0);
   kva_runtime_run_until_idle(rt);
   kva_runtime_advance(rt, 1500000u); /* the lookup is answered */
-  ck_assert_int_eq(finish(s, k), KVA_KEY_NOT_EXIST);
+  ck_assert_int_eq(l2_finish_one(s, k), KVA_KEY_NOT_EXIST);
   size_t hits = l2_wait(s, h);
   if (hits) {
     read_own(s, k, 1);

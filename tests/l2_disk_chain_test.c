@@ -25,12 +25,6 @@ static kva_runtime *start_new(const char *name, uint32_t nslots, char *path) {
   return start(path, nslots);
 }
 
-/* Asserts the prefix each of chains 0..n-1 of the given lengths keeps. */
-static void expect_prefixes(kva_storage *s, const size_t *len, const size_t *want, size_t n) {
-  for (size_t c = 0; c < n; c++)
-    ck_assert_uint_eq(l2_chain_assert_prefix(s, 0, c, len[c]), want[c]);
-}
-
 START_TEST(eviction_takes_a_chains_end_before_its_prefix) {
   char path[512];
   kva_runtime *rt = start_new("chain_end.kvd", 8, path);
@@ -40,7 +34,7 @@ START_TEST(eviction_takes_a_chains_end_before_its_prefix) {
   l2_chain_store(s, 0, 1, 0, 4, &l);
   l2_chain_store(s, 0, 2, 0, 2, &l); /* two evictions: chain 0's last two chunks */
   const size_t len[] = {4, 4, 2}, want[] = {2, 4, 2};
-  expect_prefixes(s, len, want, 3);
+  l2_chain_expect_prefixes(s, 0, len, want, 3);
   ck_assert_uint_eq(l2_stats(s, 0).evictions, 2);
   l2_finish(rt);
 }
@@ -58,7 +52,7 @@ START_TEST(a_batch_stored_after_its_lookup_continues_the_chain) {
   l2_chain_store(s, 0, 2, 0, 2, &l); /* evicts chain 1, the least recent */
   l2_chain_store(s, 0, 3, 0, 2, &l); /* then chain 0 from its end: 5, 4 */
   const size_t len[] = {6, 2, 2, 2}, want[] = {4, 0, 2, 2};
-  expect_prefixes(s, len, want, 4);
+  l2_chain_expect_prefixes(s, 0, len, want, 4);
   l2_finish(rt);
 }
 END_TEST
@@ -73,7 +67,7 @@ START_TEST(recency_order_across_chains_is_kept) {
   ck_assert_uint_eq(l2_chain_turn(s, 0, 0, 4, 4, &l), 4); /* chain 0 used again */
   l2_chain_store(s, 0, 2, 0, 2, &l);                      /* so chain 1 loses its end */
   const size_t len[] = {4, 4, 2}, want[] = {4, 2, 2};
-  expect_prefixes(s, len, want, 3);
+  l2_chain_expect_prefixes(s, 0, len, want, 3);
   l2_finish(rt);
 }
 END_TEST
@@ -131,7 +125,7 @@ static void restart_keeps_the_order(const char *name, bool crash) {
   s = kva_storage_of(rt);
   l2_chain_store(s, 0, 2, 0, 2, &l);
   const size_t len[] = {4, 4, 2}, want[] = {2, 4, 2};
-  expect_prefixes(s, len, want, 3);
+  l2_chain_expect_prefixes(s, 0, len, want, 3);
   l2_finish(rt);
 }
 

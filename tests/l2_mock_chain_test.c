@@ -19,11 +19,6 @@ static kva_runtime *start(uint32_t objects) {
   return l2_start(1, 16u << 20, 1, json, NULL);
 }
 
-static void expect_prefixes(kva_storage *s, const size_t *len, const size_t *want, size_t n) {
-  for (size_t c = 0; c < n; c++)
-    ck_assert_uint_eq(l2_chain_assert_prefix(s, 0, c, len[c]), want[c]);
-}
-
 START_TEST(eviction_takes_a_chains_end_before_its_prefix) {
   kva_runtime *rt = start(8);
   kva_storage *s = kva_storage_of(rt);
@@ -32,7 +27,7 @@ START_TEST(eviction_takes_a_chains_end_before_its_prefix) {
   l2_chain_store(s, 0, 1, 0, 4, &l);
   l2_chain_store(s, 0, 2, 0, 2, &l); /* two evictions: chain 0's last two chunks */
   const size_t len[] = {4, 4, 2}, want[] = {2, 4, 2};
-  expect_prefixes(s, len, want, 3);
+  l2_chain_expect_prefixes(s, 0, len, want, 3);
   ck_assert_uint_eq(l2_stats(s, 0).evictions, 2);
   l2_finish(rt);
 }
@@ -50,7 +45,7 @@ START_TEST(a_batch_stored_after_its_lookup_continues_the_chain) {
   l2_chain_store(s, 0, 2, 0, 2, &l); /* evicts chain 1 */
   l2_chain_store(s, 0, 3, 0, 2, &l); /* then chain 0 from its end: 5, 4 */
   const size_t len[] = {6, 2, 2, 2}, want[] = {4, 0, 2, 2};
-  expect_prefixes(s, len, want, 4);
+  l2_chain_expect_prefixes(s, 0, len, want, 4);
   l2_finish(rt);
 }
 END_TEST
@@ -74,7 +69,7 @@ START_TEST(a_lookup_past_the_l1_hits_links_the_chain_to_its_l1_prefix) {
   l2_flush(s);
   l2_chain_store(s, 0, 2, 0, 2, &l); /* evicts chain 1's end */
   const size_t len[] = {6, 4, 2}, want[] = {6, 2, 2};
-  expect_prefixes(s, len, want, 3);
+  l2_chain_expect_prefixes(s, 0, len, want, 3);
   l2_finish(rt);
 }
 END_TEST

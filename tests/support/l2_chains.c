@@ -93,3 +93,9 @@ size_t l2_chains_scenario(kva_storage *s, uint32_t tier, uint32_t chains, size_t
   free(len);
   return held;
 }
+
+void l2_chain_expect_prefixes(kva_storage *s, uint32_t tier, const size_t *len, const size_t *want,
+                              size_t n) {
+  for (size_t c = 0; c < n; c++)
+    ck_assert_uint_eq(l2_chain_assert_prefix(s, tier, c, len[c]), want[c]);
+}

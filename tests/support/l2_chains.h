@@ -37,6 +37,10 @@ void l2_chain_store(kva_storage *s, uint32_t tier, uint64_t c, size_t from, size
 /* Asserts that what the tier holds of chain c's first n chunks is a prefix
  * of the chain (no chunk held past a missing one); returns its length. */
 size_t l2_chain_assert_prefix(kva_storage *s, uint32_t tier, uint64_t c, size_t n);
+/* Asserts that chains 0..n-1, of lengths len[], each keep a prefix of
+ * want[c] chunks in the tier. */
+void l2_chain_expect_prefixes(kva_storage *s, uint32_t tier, const size_t *len, const size_t *want,
+                              size_t n);
 /* A tier smaller than the working set: `chains` chains grow by 1 to 3
  * chunks a turn (up to max_len, then start over as a new chain), turns
  * taken by a seeded random chain, stored in STOREs of 4; after every turn
