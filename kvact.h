@@ -430,6 +430,11 @@ enum {
   KVA_L2_UNLOCK = 259,
   KVA_L2_STATS = 260,
   KVA_L2_DONE = 271, /* the reply to every request but UNLOCK */
+  /* An adapter's messages to itself (a start, a tick of its own) take ids
+   * from KVA_L2_ADAPTER_MSG up to below KVA_L2_ADAPTER_MSG_END, never one
+   * of the protocol's. */
+  KVA_L2_ADAPTER_MSG = 272,
+  KVA_L2_ADAPTER_MSG_END = 320,
 };
 typedef struct kva_l2_stats {
   uint64_t objects, bytes, capacity_bytes; /* held now; capacity 0 = unbounded */

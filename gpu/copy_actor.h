@@ -9,12 +9,14 @@
 #include <stdint.h>
 
 #include "gpu/backend.h"
+#include "common/msg_ids.h"
 #include "kvact.h"
 
 enum {
-  COPY_START = 512,  /* no payload: watch the completion eventfd */
-  COPY_SUBMIT = 513, /* payload kva_op *: copy job, then finish in L1 */
+  COPY_START = MSG_COPY_BASE, /* no payload: watch the completion eventfd */
+  COPY_SUBMIT,                /* payload kva_op *: copy job, then finish in L1 */
 };
+MSG_RANGE_CHECK(COPY_START, COPY_SUBMIT, MSG_COPY_BASE, MSG_COPY_END, "the copy actors'");
 
 typedef struct copy_actor {
   kva_actor *self;

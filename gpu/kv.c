@@ -12,8 +12,8 @@
 #include "gpu/backend.h"
 #include "gpu/kv_internal.h"
 #include "gpu/op.h"
-#include "l1/key.h"
-#include "storage_internal.h"
+#include "common/key.h"
+#include "gpu/storage_link.h"
 
 /* Every number positive, the per-layer element count and a row's bytes
  * free of overflow, every layer pointer set. */
@@ -51,7 +51,7 @@ static int kv_device_allowed(const kva_config *c, int device) {
 static int kv_check_cuda(kva_storage *s, int device) {
   kva_storage_stats st;
   if (device < 0) return KVA_EINVAL;
-  if (!kv_device_allowed(s->rt->cfg, device)) {
+  if (!kv_device_allowed(storage_link_runtime(s)->cfg, device)) {
     LOG_WARN("gpu: CUDA device %d is not in gpu.devices", device);
     return KVA_ENOTSUP;
   }
@@ -103,15 +103,16 @@ int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out) {
   int rc = kv_check_desc(d);
   if (rc == KVA_OK && d->device != KVA_DEVICE_HOST) rc = kv_check_cuda(s, d->device);
   if (rc != KVA_OK) return rc;
-  if (s->rt->workers == 0) {
+  kva_runtime *rt = storage_link_runtime(s);
+  if (rt->workers == 0) {
     LOG_WARN("gpu: copy devices need a threaded runtime (runtime.workers > 0)");
     return KVA_ENOTSUP;
   }
   kva_kv *kv = kv_new(s, d);
   if (!kv) return KVA_ENOMEM;
-  if ((rc = storage_enter(s)) == KVA_OK) {
-    rc = devices_acquire(s->rt, s->l1, d->device, kv_streams(s->rt), kv, &kv->dev);
-    storage_leave(s);
+  if ((rc = storage_link_enter(s)) == KVA_OK) {
+    rc = devices_acquire(rt, storage_link_l1(s), d->device, kv_streams(rt), kv, &kv->dev);
+    storage_link_leave(s);
   }
   if (rc != KVA_OK) {
     kv_free(kv);

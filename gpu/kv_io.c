@@ -16,7 +16,7 @@
 #include "gpu/copy_actor.h"
 #include "gpu/kv_internal.h"
 #include "gpu/op.h"
-#include "storage_internal.h"
+#include "gpu/storage_link.h"
 
 /* The request's shape: tokens split into nchunks chunks of chunk_tokens,
  * only the last one partial, every slot -1 or inside the cache. */
@@ -83,8 +83,7 @@ static int kv_reserve(kva_storage *s, const kva_kv *kv, const kva_key *k, size_t
   rc = kva_reserve_write(s, &k[full], 1, &l, KVA_WRITE_NEW, &bufs[full], &st[full]);
   if (rc >= 0) return KVA_OK;
   /* the full chunks were reserved: drop them unseen */
-  l1_req r = {.keys = k, .n = full, .status = st};
-  storage_call(s, L1_ABORT_WRITE, &r);
+  storage_link_abort_write(s, k, full, st);
   return rc;
 }
 
@@ -117,8 +116,7 @@ static int kv_store(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks
   if (rc == KVA_OK) {
     rc = kv_op_start(kv, op, kv_store_chunks(op, k, nchunks, chunk_tokens, op->bufs, op->st));
     if (rc != KVA_OK) { /* the actor is gone: drop the reservations unseen */
-      l1_req r = {.keys = op->keys, .n = op->job.nchunks, .status = op->st};
-      storage_call(s, L1_ABORT_WRITE, &r);
+      storage_link_abort_write(s, op->keys, op->job.nchunks, op->st);
     }
   }
   if (rc != KVA_OK) {
@@ -165,10 +163,10 @@ static int kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
 static int kv_call(int kind, kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
                    uint32_t ct, const int64_t *slots, size_t ntokens, kva_op **out) {
   int rc = kv_check_request(s, kv, k, nchunks, ct, slots, ntokens, out);
-  if (rc != KVA_OK || (rc = storage_enter(s)) != KVA_OK) return rc;
+  if (rc != KVA_OK || (rc = storage_link_enter(s)) != KVA_OK) return rc;
   rc = kind == OP_STORE ? kv_store(s, kv, k, nchunks, ct, slots, ntokens, out)
                         : kv_load(s, kv, k, nchunks, ct, slots, ntokens, out);
-  storage_leave(s);
+  storage_link_leave(s);
   return rc;
 }
 

@@ -8,14 +8,16 @@
 
 #include <stdint.h>
 
+#include "common/msg_ids.h"
 #include "kvact.h"
 
 enum {
-  EC_NOTE = 96,  /* L1 -> EC: evict_note + evict_note_entry[n] */
-  EC_DEMAND,     /* L1 -> EC: evict_demand; reply L1_CANDIDATES */
-  EC_EVICT_DONE, /* L1 -> EC: evict_done, the answer to an L1_EVICT */
-  EC_START,      /* facade -> EC: start the periodic tick (no payload) */
+  EC_NOTE = MSG_EC_BASE, /* L1 -> EC: evict_note + evict_note_entry[n] */
+  EC_DEMAND,             /* L1 -> EC: evict_demand; reply L1_CANDIDATES */
+  EC_EVICT_DONE,         /* L1 -> EC: evict_done, the answer to an L1_EVICT */
+  EC_START,              /* facade -> EC: start the periodic tick (no payload) */
 };
+MSG_RANGE_CHECK(EC_NOTE, EC_START, MSG_EC_BASE, MSG_L1_NOTICE_BASE, "the eviction controller's");
 
 enum { NOTE_CREATED = 1, NOTE_TOUCHED = 2, NOTE_REMOVED = 3, NOTE_WRITE_FINISHED = 4 };
 

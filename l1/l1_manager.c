@@ -43,7 +43,7 @@
 #include <string.h>
 
 #include "actors/log.h"
-#include "l1/key.h"
+#include "common/key.h"
 #include "l1/l1_internal.h"
 
 /* ---- notifications ------------------------------------------------------ */

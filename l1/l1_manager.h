@@ -14,13 +14,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/msg_ids.h"
 #include "kvact.h"
 
 typedef struct l1_manager l1_manager;
 
 enum {
   /* requests: payload = l1_req * */
-  L1_RESERVE_WRITE = 64,            /* keys, n, layout, mode, temporary -> bufs, status */
+  L1_RESERVE_WRITE = MSG_L1_BASE,   /* keys, n, layout, mode, temporary -> bufs, status */
   L1_FINISH_WRITE,                  /* keys, n -> status */
   L1_RESERVE_READ,                  /* keys, n, readers -> status, bufs (optional) */
   L1_FINISH_READ,                   /* keys, n, readers -> status */
@@ -42,8 +43,10 @@ enum {
   /* from the eviction controller: payload = l1_evict (+ ids) */
   L1_EVICT,
   L1_CANDIDATES,
-  L1_REPLY = 127,
+  L1_REPLY = MSG_L1_END - 1,
 };
+MSG_RANGE_CHECK(L1_RESERVE_WRITE, L1_CANDIDATES, MSG_L1_BASE, MSG_EC_BASE,
+                "the L1 manager's request");
 
 enum { L1_ABSENT = -1, L1_WRITE_LOCKED = 1 << 24, L1_TEMPORARY = 1 << 25, L1_PINNED = 1 << 26 };
 
@@ -85,13 +88,14 @@ enum {
   /* L1 -> store controller, after a request that finished writes of
    * ordinary (not temporary, not prefetched) objects: l1_written, then
    * kva_layout[nlayouts], then l1_written_entry[n]; no reply */
-  L1_WRITTEN = 120,
+  L1_WRITTEN = MSG_L1_NOTICE_BASE,
   /* L1 -> prefetch controller: a PREFETCH with the l2 flag whose L1 prefix
    * (r->hits, read-locked) is shorter than r->n; payload l1_handoff. The
    * prefetch controller replies L1_REPLY to reply_to with tag when the
    * request is complete (r->hits then counts L1 and L2 hits). */
-  L1_HANDOFF = 121,
+  L1_HANDOFF,
 };
+MSG_RANGE_CHECK(L1_WRITTEN, L1_HANDOFF, MSG_L1_NOTICE_BASE, L1_REPLY, "the L1 manager's notice");
 typedef struct l1_written {
   uint32_t n, nlayouts;
 } l1_written;

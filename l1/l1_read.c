@@ -6,7 +6,7 @@
  * order (seed 000 touch_cache): the first chunk of a request ends up the
  * most recently used, so a prefix outlives its suffix.
  */
-#include "l1/key.h"
+#include "common/key.h"
 #include "l1/l1_internal.h"
 
 #define READERS_LIMIT 65535u /* read locks one object may accumulate */

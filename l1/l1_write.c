@@ -30,7 +30,7 @@
  */
 #include <stdlib.h>
 
-#include "l1/key.h"
+#include "common/key.h"
 #include "l1/l1_internal.h"
 
 /* Step 1 for one key: its status, or KVA_OK with the slot set up. */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "l1/key.h"
+#include "common/key.h"
 #include "l1/object_table.h"
 
 #define EMPTY UINT32_MAX

@@ -17,13 +17,16 @@
 #ifndef KVA_L2_PREFETCH_CONTROLLER_H
 #define KVA_L2_PREFETCH_CONTROLLER_H
 
+#include "common/msg_ids.h"
 #include "kvact.h"
 #include "l2/tiers.h"
 
 enum {
-  PC_DRAIN = 352, /* answer queued requests with their L1 hits, finish those in flight, PC_DONE */
-  PC_DONE = 367,
+  PC_DRAIN =
+      MSG_PC_BASE, /* answer queued requests with their L1 hits, finish those in flight, PC_DONE */
+  PC_DONE = MSG_PC_BASE + 15,
 };
+MSG_RANGE_CHECK(PC_DRAIN, PC_DONE, MSG_PC_BASE, MSG_PROBE_BASE, "the prefetch controller's");
 
 typedef struct prefetch_opts {
   kva_prefetch_policy policy;

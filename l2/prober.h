@@ -6,10 +6,11 @@
 #ifndef KVA_L2_PROBER_H
 #define KVA_L2_PROBER_H
 
+#include "common/msg_ids.h"
 #include "kvact.h"
 #include "l2/tiers.h"
 
-enum { PROBE_START = 384 }; /* facade -> prober: start the tick (no payload) */
+enum { PROBE_START = MSG_PROBE_BASE }; /* facade -> prober: start the tick (no payload) */
 
 /* The prober's state is owned by the caller and freed with prober_free
  * after the runtime has stopped (an adapter may still be reading a probe

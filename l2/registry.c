@@ -1,6 +1,6 @@
 /*
  * registry.c — adapter types and L2 policies by name (registry.h), with
- * the built-in entries: the "mock", "disk" and "redis" adapters, the
+ * the built-in entries: the adapters l2/adapters/builtin.c names, the
  * "default" and "skip_l1" store policies and the "default" prefetch policy.
  */
 #include "l2/registry.h"
@@ -9,10 +9,6 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "l2/disk.h"
-#include "l2/mock.h"
-#include "l2/redis.h"
 
 #define MAX_ENTRIES 32
 
@@ -120,9 +116,7 @@ static int add_prefetch(const kva_prefetch_policy *p) {
 }
 
 static void builtins_register(void) {
-  add_adapter("mock", mock_adapter_spawn);
-  add_adapter("disk", disk_adapter_spawn);
-  add_adapter("redis", redis_adapter_spawn);
+  l2_builtin_adapters(add_adapter);
   add_store(&(kva_store_policy){"default", all_targets, keep_all, NULL});
   add_store(&(kva_store_policy){"skip_l1", all_targets, delete_all, NULL});
   add_prefetch(&(kva_prefetch_policy){"default", lowest_tier, NULL});

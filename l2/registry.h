@@ -23,4 +23,9 @@ int prefetch_policy_find(const char *name, kva_prefetch_policy *out);
 void store_policy_names(char *out, size_t len);
 void prefetch_policy_names(char *out, size_t len);
 
+/* Registers the built-in adapter types through add (defined by
+ * l2/adapters/builtin.c, the one file that names them; the registry calls
+ * it once, before any other registration). */
+void l2_builtin_adapters(int (*add)(const char *type, kva_l2_factory f));
+
 #endif

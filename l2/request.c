@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "l1/key.h"
+#include "common/key.h"
 
 kva_l2_req *l2_req_of(const kva_msg *msg) {
   kva_l2_req *r = NULL;

@@ -13,14 +13,17 @@
 #ifndef KVA_L2_STORE_CONTROLLER_H
 #define KVA_L2_STORE_CONTROLLER_H
 
+#include "common/msg_ids.h"
 #include "kvact.h"
 #include "l2/tiers.h"
 
 enum {
-  SC_FLUSH = 320, /* no payload; SC_DONE (same tag) once every store queued before it is done */
-  SC_DRAIN,       /* shutdown: drop queued stores, finish those in flight, then SC_DONE */
-  SC_DONE = 335,
+  SC_FLUSH =
+      MSG_SC_BASE, /* no payload; SC_DONE (same tag) once every store queued before it is done */
+  SC_DRAIN,        /* shutdown: drop queued stores, finish those in flight, then SC_DONE */
+  SC_DONE = MSG_SC_BASE + 15,
 };
+MSG_RANGE_CHECK(SC_FLUSH, SC_DONE, MSG_SC_BASE, MSG_PC_BASE, "the store controller's");
 
 /* NULL on ENOMEM. tiers outlives the actor. */
 kva_actor *store_controller_spawn(kva_runtime *rt, kva_actor *l1, l2_tiers *tiers,

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "kvact.h"
-#include "l1/key.h"
-#include "l2/disk_format.h"
+#include "common/key.h"
+#include "l2/adapters/disk/disk_format.h"
 
 #define MIB (1024u * 1024u)
 
@@ -42,7 +42,7 @@ static const char *super_why(const disk_super *s, uint64_t file_bytes) {
 /* ---- constants and geometry ---- */
 
 START_TEST(magics_are_the_ascii_names_read_little_endian) {
-  uint64_t m = DISK_MAGIC, sm = DISK_SLOT_MAGIC;
+  uint64_t m = DISK_MAGIC, sm = OBJECT_MAGIC;
   ck_assert_mem_eq(&m, "KVACTDSK", 8);
   ck_assert_mem_eq(&sm, "KVASLOT1", 8);
   disk_super s = test_super();
@@ -146,7 +146,7 @@ END_TEST
 
 START_TEST(super_check_says_not_a_kvact_disk_tier) {
   disk_super s = test_super();
-  s.magic = DISK_SLOT_MAGIC;
+  s.magic = OBJECT_MAGIC;
   disk_super_seal(&s);
   ck_assert_str_eq(super_why(&s, 64 * MIB), "not a kvact disk tier");
   memset(&s, 0, sizeof s);
@@ -243,99 +243,99 @@ END_TEST
 
 static unsigned char payload[3 * DISK_BLOCK + 17];
 
-static disk_slot_header test_header(void) {
-  disk_slot_header h;
+static object_header test_header(void) {
+  object_header h;
   kva_key k = test_key(42);
   for (size_t i = 0; i < sizeof payload; i++) payload[i] = (unsigned char)(i * 31 + 7);
-  disk_header_init(&h, &k, 0xf1f2f3f4u, payload, sizeof payload, 5);
+  object_header_init(&h, &k, 0xf1f2f3f4u, payload, sizeof payload, 5);
   return h;
 }
 
 START_TEST(header_init_seals_a_header_that_matches_its_store) {
-  disk_slot_header h = test_header();
+  object_header h = test_header();
   kva_key k = test_key(42);
-  ck_assert(disk_header_valid(&h));
+  ck_assert(object_header_valid(&h));
   ck_assert_uint_eq(h.seq, 5);
-  ck_assert_uint_eq(h.payload_sum, disk_payload_sum(payload, sizeof payload));
-  ck_assert(disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+  ck_assert_uint_eq(h.payload_sum, object_payload_sum(payload, sizeof payload));
+  ck_assert(object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
   ck_assert_uint_eq(key_hash(&h.key), key_hash(&k));
 }
 END_TEST
 
 START_TEST(header_seal_after_a_change_revalidates) {
-  disk_slot_header h = test_header();
+  object_header h = test_header();
   h.seq = 6;
-  ck_assert(!disk_header_valid(&h));
-  disk_header_seal(&h);
-  ck_assert(disk_header_valid(&h));
+  ck_assert(!object_header_valid(&h));
+  object_header_seal(&h);
+  ck_assert(object_header_valid(&h));
 }
 END_TEST
 
 START_TEST(header_checksum_covers_every_byte_before_it) {
-  for (size_t i = 0; i <= offsetof(disk_slot_header, checksum) + 7; i++) {
-    disk_slot_header h = test_header();
+  for (size_t i = 0; i <= offsetof(object_header, checksum) + 7; i++) {
+    object_header h = test_header();
     ((unsigned char *)&h)[i] ^= 0x10;
-    ck_assert_msg(!disk_header_valid(&h), "byte %zu not covered", i);
+    ck_assert_msg(!object_header_valid(&h), "byte %zu not covered", i);
   }
 }
 END_TEST
 
 START_TEST(header_with_another_magic_or_version_is_not_valid) {
-  disk_slot_header h = test_header();
+  object_header h = test_header();
   h.magic = DISK_MAGIC;
-  disk_header_seal(&h);
-  ck_assert(!disk_header_valid(&h));
+  object_header_seal(&h);
+  ck_assert(!object_header_valid(&h));
   h = test_header();
   h.version = 2;
-  disk_header_seal(&h);
-  ck_assert(!disk_header_valid(&h));
+  object_header_seal(&h);
+  ck_assert(!object_header_valid(&h));
   memset(&h, 0, sizeof h);
-  ck_assert(!disk_header_valid(&h));
+  ck_assert(!object_header_valid(&h));
 }
 END_TEST
 
 START_TEST(header_does_not_match_another_key) {
-  disk_slot_header h = test_header();
+  object_header h = test_header();
   kva_key k = test_key(43);
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
   k = test_key(42), k.kv_rank = 4;
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
   k = test_key(42), k.group = 8;
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
   k = test_key(42), strcpy(k.model, "disk_modem");
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
   k = test_key(42), k.hash_len = 9;
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
 }
 END_TEST
 
 START_TEST(header_does_not_match_another_fingerprint_or_length) {
-  disk_slot_header h = test_header();
+  object_header h = test_header();
   kva_key k = test_key(42);
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f5u, payload, sizeof payload));
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload - 1));
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, 0));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f5u, payload, sizeof payload));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload - 1));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, 0));
 }
 END_TEST
 
 START_TEST(header_does_not_match_a_payload_with_one_byte_flipped) {
-  disk_slot_header h = test_header();
+  object_header h = test_header();
   kva_key k = test_key(42);
   const size_t at[] = {0, DISK_BLOCK, sizeof payload - 1};
   for (size_t i = 0; i < 3; i++) {
     payload[at[i]] ^= 0x04;
-    ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+    ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
     payload[at[i]] ^= 0x04;
-    ck_assert(disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+    ck_assert(object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
   }
 }
 END_TEST
 
 START_TEST(header_that_is_not_intact_matches_nothing) {
-  disk_slot_header h = test_header();
+  object_header h = test_header();
   kva_key k = test_key(42);
   h.parent = 1; /* every field still describes the store, the checksum does not */
-  ck_assert(!disk_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
+  ck_assert(!object_header_matches(&h, &k, 0xf1f2f3f4u, payload, sizeof payload));
 }
 END_TEST
 
@@ -343,22 +343,22 @@ START_TEST(header_bytes_ignore_the_insignificant_key_bytes) {
   kva_key a = test_key(9), b = test_key(9);
   memset(b.model + 11, 0xee, sizeof b.model - 11); /* past the NUL */
   memset(b.hash + 8, 0xdd, sizeof b.hash - 8);     /* past hash_len */
-  disk_slot_header ha, hb;
+  object_header ha, hb;
   memset(&hb, 0xcc, sizeof hb); /* stack garbage must not reach the disk */
-  disk_header_init(&ha, &a, 1, "x", 1, 1);
-  disk_header_init(&hb, &b, 1, "x", 1, 1);
+  object_header_init(&ha, &a, 1, "x", 1, 1);
+  object_header_init(&hb, &b, 1, "x", 1, 1);
   ck_assert_mem_eq(&ha, &hb, sizeof ha);
-  ck_assert(disk_header_matches(&ha, &b, 1, "x", 1));
-  ck_assert(disk_header_valid(&ha));
+  ck_assert(object_header_matches(&ha, &b, 1, "x", 1));
+  ck_assert(object_header_valid(&ha));
 }
 END_TEST
 
 START_TEST(empty_payload_has_a_sum_and_matches) {
-  disk_slot_header h;
+  object_header h;
   kva_key k = test_key(1);
-  disk_header_init(&h, &k, 2, NULL, 0, 1);
-  ck_assert(disk_header_matches(&h, &k, 2, NULL, 0));
-  ck_assert(!disk_header_matches(&h, &k, 2, "a", 1));
+  object_header_init(&h, &k, 2, NULL, 0, 1);
+  ck_assert(object_header_matches(&h, &k, 2, NULL, 0));
+  ck_assert(!object_header_matches(&h, &k, 2, "a", 1));
 }
 END_TEST
 

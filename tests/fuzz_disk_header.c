@@ -8,15 +8,15 @@
  * header describe the payload (length, payload_sum), flag 2 sets magic and
  * version, flag 4 seals it: together they take the fuzzer past the
  * checksums. Checked, for any bytes:
- *  - disk_header_valid is exactly magic + version + own checksum;
- *  - disk_header_matches the header's own key, layout and payload (all of
+ *  - object_header_valid is exactly magic + version + own checksum;
+ *  - object_header_matches the header's own key, layout and payload (all of
  *    it, or all but its last byte) exactly when it is valid, names that
  *    length and the payload's xxh3-64 is its payload_sum; never another
  *    key (kv_rank changed);
  *  - key_format stays inside buffers of any size and terminates them; a
  *    key equals itself; a valid key's normal form (disk_key_normal) equals
- *    it and hashes the same, and is what disk_header_init writes;
- *  - a header written by disk_header_init for a valid key matches it.
+ *    it and hashes the same, and is what object_header_init writes;
+ *  - a header written by object_header_init for a valid key matches it.
  *
  * Build: bazel build //tests:fuzz_disk_header; run: tests/run_fuzz.sh.
  */
@@ -28,9 +28,9 @@
 #include <xxhash.h>
 
 #include "kvact.h"
-#include "l1/key.h"
-#include "l2/disk_format.h"
-#include "l2/disk_index.h"
+#include "common/key.h"
+#include "l2/adapters/disk/disk_format.h"
+#include "l2/adapters/disk/disk_index.h"
 #include "tests/fuzz.h"
 
 enum { DESCRIBE = 1, MAGIC = 2, SEAL = 4 };
@@ -57,47 +57,47 @@ static void check_key(const kva_key *k) {
   FUZZ_CHECK(key_valid(&n) && key_equal(&n, k) && key_hash(&n) == key_hash(k));
 }
 
-static void check_header(const disk_slot_header *h, const uint8_t *payload, size_t plen) {
-  bool valid = disk_header_valid(h);
-  FUZZ_CHECK(valid == (h->magic == DISK_SLOT_MAGIC && h->version == DISK_VERSION &&
-                       h->checksum == XXH3_64bits(h, offsetof(disk_slot_header, checksum))));
+static void check_header(const object_header *h, const uint8_t *payload, size_t plen) {
+  bool valid = object_header_valid(h);
+  FUZZ_CHECK(valid == (h->magic == OBJECT_MAGIC && h->version == OBJECT_VERSION &&
+                       h->checksum == XXH3_64bits(h, offsetof(object_header, checksum))));
   for (size_t len = plen > 0 ? plen - 1 : 0; len <= plen; len++) { /* this length, one less */
     bool same = valid && h->length == len && h->payload_sum == XXH3_64bits(payload, len);
-    FUZZ_CHECK(disk_header_matches(h, &h->key, h->fingerprint, payload, len) == same);
+    FUZZ_CHECK(object_header_matches(h, &h->key, h->fingerprint, payload, len) == same);
   }
   kva_key other = h->key;
   other.kv_rank ^= 1;
-  FUZZ_CHECK(!disk_header_matches(h, &other, h->fingerprint, payload, plen));
+  FUZZ_CHECK(!object_header_matches(h, &other, h->fingerprint, payload, plen));
 }
 
 /* What the writer makes of the header's key, fingerprint and the payload. */
-static void check_writer(const disk_slot_header *h, const uint8_t *payload, size_t plen) {
+static void check_writer(const object_header *h, const uint8_t *payload, size_t plen) {
   if (!key_valid(&h->key)) return;
-  disk_slot_header g;
+  object_header g;
   kva_key n;
-  disk_header_init(&g, &h->key, h->fingerprint, payload, plen, h->seq);
+  object_header_init(&g, &h->key, h->fingerprint, payload, plen, h->seq);
   disk_key_normal(&h->key, &n);
   FUZZ_CHECK(memcmp(&g.key, &n, sizeof n) == 0);
-  FUZZ_CHECK(disk_header_valid(&g) && g.seq == h->seq && g.length == plen);
-  FUZZ_CHECK(disk_header_matches(&g, &h->key, h->fingerprint, payload, plen));
+  FUZZ_CHECK(object_header_valid(&g) && g.seq == h->seq && g.length == plen);
+  FUZZ_CHECK(object_header_matches(&g, &h->key, h->fingerprint, payload, plen));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_in in = {data, size};
   uint8_t flags = fuzz_u8(&in);
-  disk_slot_header h;
+  object_header h;
   fuzz_take(&in, &h, sizeof h);
   const uint8_t *payload = in.p;
   size_t plen = in.n;
   if (flags & DESCRIBE) {
     h.length = plen;
-    h.payload_sum = disk_payload_sum(payload, plen);
+    h.payload_sum = object_payload_sum(payload, plen);
   }
   if (flags & MAGIC) {
-    h.magic = DISK_SLOT_MAGIC;
-    h.version = DISK_VERSION;
+    h.magic = OBJECT_MAGIC;
+    h.version = OBJECT_VERSION;
   }
-  if (flags & SEAL) disk_header_seal(&h);
+  if (flags & SEAL) object_header_seal(&h);
   check_key(&h.key);
   check_header(&h, payload, plen);
   check_writer(&h, payload, plen);

@@ -34,8 +34,8 @@
 #include <unistd.h>
 
 #include "kvact.h"
-#include "l1/key.h"
-#include "l2/disk_internal.h"
+#include "common/key.h"
+#include "l2/adapters/disk/disk_internal.h"
 #include "tests/fuzz.h"
 
 #define HEAD 256u      /* input bytes per 4 KiB block */
@@ -71,12 +71,12 @@ static void fix_headers(uint64_t file_bytes, uint8_t flags) {
   for (uint64_t i = 0; i < MAX_SLOTS && s.data_offset < file_bytes; i++) {
     uint64_t off = s.data_offset + i * s.slot_bytes;
     if (off >= file_bytes || s.slot_bytes > file_bytes - off) break;
-    disk_slot_header h;
+    object_header h;
     memcpy(&h, image + off, sizeof h);
     uint64_t cap = disk_slot_capacity(s.slot_bytes);
     if (flags & FIX_SUMS)
-      h.payload_sum = disk_payload_sum(image + off + DISK_BLOCK, h.length < cap ? h.length : cap);
-    if (flags & SEAL_HEADERS) disk_header_seal(&h);
+      h.payload_sum = object_payload_sum(image + off + DISK_BLOCK, h.length < cap ? h.length : cap);
+    if (flags & SEAL_HEADERS) object_header_seal(&h);
     memcpy(image + off, &h, sizeof h);
   }
 }
@@ -127,19 +127,19 @@ static void close_tier(disk *d) {
 static bool payload_verifies(const disk *d, uint32_t id, uint64_t length, uint64_t sum) {
   static uint8_t payload[MAX_BLOCKS * DISK_BLOCK];
   pread_all(payload, length, disk_slot_off(d, id) + DISK_BLOCK);
-  return disk_payload_sum(payload, length) == sum;
+  return object_payload_sum(payload, length) == sum;
 }
 
 /* A valid slot: an intact header on disk that says what the index says. */
 static void check_slot(const disk *d, uint32_t id, bool scanned) {
   const disk_slot *s = &d->ix.slots[id];
-  disk_slot_header h;
+  object_header h;
   FUZZ_CHECK(key_valid(&s->key) && s->key_hash == key_hash(&s->key));
   FUZZ_CHECK(disk_index_find(&d->ix, &s->key, s->key_hash) == id); /* the key's only copy */
   FUZZ_CHECK(s->seq > 0 && s->seq <= d->super.seq);
   FUZZ_CHECK(s->length > 0 && s->length <= disk_slot_capacity(d->super.slot_bytes));
   pread_all(&h, sizeof h, disk_slot_off(d, id));
-  FUZZ_CHECK(disk_header_valid(&h) && h.seq == s->seq && key_equal(&h.key, &s->key));
+  FUZZ_CHECK(object_header_valid(&h) && h.seq == s->seq && key_equal(&h.key, &s->key));
   FUZZ_CHECK(h.fingerprint == s->fingerprint && h.length == s->length);
   FUZZ_CHECK(h.payload_sum == s->payload_sum);
   if (scanned) FUZZ_CHECK(payload_verifies(d, id, s->length, s->payload_sum));

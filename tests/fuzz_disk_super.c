@@ -24,7 +24,7 @@
 #include <xxhash.h>
 
 #include "kvact.h"
-#include "l2/disk_format.h"
+#include "l2/adapters/disk/disk_format.h"
 #include "tests/fuzz.h"
 
 typedef unsigned __int128 u128;

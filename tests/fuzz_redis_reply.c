@@ -32,7 +32,7 @@
 #include <hiredis/hiredis.h>
 
 #include "kvact.h"
-#include "l2/redis_internal.h"
+#include "l2/adapters/redis/redis_internal.h"
 #include "tests/fuzz.h"
 
 /* redis_conn.c's: the node of host:port, added when new. */

@@ -27,18 +27,18 @@
 #include <xxhash.h>
 
 #include "kvact.h"
-#include "l1/key.h"
-#include "l2/redis_value.h"
+#include "common/key.h"
+#include "l2/adapters/redis/redis_value.h"
 #include "tests/fuzz.h"
 
 enum { OTHER_KEY = 1, OTHER_LAYOUT = 2, DESCRIBE = 4, SEAL = 8 };
 
 static bool oracle(const uint8_t *v, size_t n, const kva_key *k, uint64_t fp, uint64_t len) {
-  disk_slot_header h;
+  object_header h;
   if (n < sizeof h || n - sizeof h != len) return false;
   memcpy(&h, v, sizeof h);
-  if (h.magic != DISK_SLOT_MAGIC || h.version != DISK_VERSION) return false;
-  if (h.checksum != XXH3_64bits(&h, offsetof(disk_slot_header, checksum))) return false;
+  if (h.magic != OBJECT_MAGIC || h.version != OBJECT_VERSION) return false;
+  if (h.checksum != XXH3_64bits(&h, offsetof(object_header, checksum))) return false;
   return h.fingerprint == fp && h.length == len && key_equal(&h.key, k) &&
          h.payload_sum == XXH3_64bits(v + sizeof h, len);
 }
@@ -49,14 +49,14 @@ static uint8_t *fix_up(const uint8_t *v, size_t n, uint8_t flags) {
   uint8_t *c = malloc(n ? n : 1);
   FUZZ_CHECK(c != NULL);
   memcpy(c, v, n);
-  if (n < sizeof(disk_slot_header)) return c;
-  disk_slot_header h;
+  if (n < sizeof(object_header)) return c;
+  object_header h;
   memcpy(&h, c, sizeof h);
   if (flags & DESCRIBE) {
     h.length = n - sizeof h;
     h.payload_sum = XXH3_64bits(c + sizeof h, h.length);
   }
-  if (flags & SEAL) disk_header_seal(&h);
+  if (flags & SEAL) object_header_seal(&h);
   memcpy(c, &h, sizeof h);
   return c;
 }
@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t flags = fuzz_u8(&in);
   uint64_t len = fuzz_u64(&in);
   uint8_t *v = fix_up(in.p, in.n, flags);
-  disk_slot_header h;
+  object_header h;
   fuzz_in hv = {v, in.n};
   fuzz_take(&hv, &h, sizeof h); /* the request: what the header names */
   kva_key k = h.key;

@@ -98,10 +98,10 @@ static void save_headers(const char *path, const char *name) {
   read_file(path, img);
   const disk_super *s = (const disk_super *)img;
   for (uint64_t i = 0; i < s->nslots; i++) {
-    uint8_t hdr[1 + sizeof(disk_slot_header)] = {0};
+    uint8_t hdr[1 + sizeof(object_header)] = {0};
     const uint8_t *slot = img + s->data_offset + i * s->slot_bytes;
-    const disk_slot_header *h = (const disk_slot_header *)slot;
-    if (!disk_header_valid(h)) continue;
+    const object_header *h = (const object_header *)slot;
+    if (!object_header_valid(h)) continue;
     char n[64];
     snprintf(n, sizeof n, "%s-slot%llu", name, (unsigned long long)i);
     memcpy(hdr + 1, h, sizeof *h);
@@ -128,12 +128,12 @@ static void add_second_copy(const char *path, uint32_t from, uint32_t to) {
   disk_super *s = (disk_super *)img;
   const uint8_t *src = img + s->data_offset + from * s->slot_bytes;
   uint8_t *dst = img + s->data_offset + to * s->slot_bytes;
-  disk_slot_header h;
+  object_header h;
   memcpy(&h, src, sizeof h);
-  ck_assert(disk_header_valid(&h) && disk_block_is_zero(dst, DISK_BLOCK));
+  ck_assert(object_header_valid(&h) && disk_block_is_zero(dst, DISK_BLOCK));
   memcpy(dst + DISK_BLOCK, src + DISK_BLOCK, h.length);
-  disk_header_init((disk_slot_header *)dst, &h.key, h.fingerprint, src + DISK_BLOCK, h.length,
-                   ++s->seq);
+  object_header_init((object_header *)dst, &h.key, h.fingerprint, src + DISK_BLOCK, h.length,
+                     ++s->seq);
   s->clean = 0;
   disk_super_seal(s);
   int fd = open(path, O_WRONLY);

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "kvact.h"
-#include "l1/key.h"
-#include "l2/disk_format.h"
+#include "common/key.h"
+#include "l2/adapters/disk/disk_format.h"
 #include "tests/l2_disk_test.h"
 #include "tests/support/cli.h"
 #include "tests/support/fixture.h"
@@ -91,10 +91,10 @@ static int build_tier(const char *name) {
   disk_index_entry index[SLOTS] = {{0, 0}};
   static unsigned char payload[PAYLOAD];
   for (uint64_t i = 0; i < STORED; i++) {
-    disk_slot_header h;
+    object_header h;
     kva_key k = key_of(i);
     memset(payload, (int)i + 1, sizeof payload);
-    disk_header_init(&h, &k, 77, payload, sizeof payload, i + 1);
+    object_header_init(&h, &k, 77, payload, sizeof payload, i + 1);
     pwrite_all(fd, payload, sizeof payload, disk_slot_offset(&s, i) + DISK_BLOCK);
     pwrite_all(fd, &h, sizeof h, disk_slot_offset(&s, i));
     index[i] = (disk_index_entry){i + 1, key_hash(&k)};
@@ -157,7 +157,7 @@ END_TEST
 START_TEST(corrupted_header_is_mismatched_and_repair_drops_it) {
   int fd = build_tier("header");
   disk_super s = read_super(fd);
-  flip(fd, disk_slot_offset(&s, 5) + offsetof(disk_slot_header, key) + 2);
+  flip(fd, disk_slot_offset(&s, 5) + offsetof(object_header, key) + 2);
   ck_assert_int_eq(fsck(""), 1);
   assert_out_has("slot 5: mismatched (header checksum mismatch)\n");
   assert_out_has("valid 9 superseded 0 torn 0 mismatched 1 free 6 ");
@@ -169,16 +169,16 @@ END_TEST
 START_TEST(sealed_header_with_nonsense_fields_is_mismatched) {
   int fd = build_tier("nonsense");
   disk_super s = read_super(fd);
-  disk_slot_header h;
+  object_header h;
   pread_all(fd, &h, sizeof h, disk_slot_offset(&s, 1));
   h.length = s.slot_bytes; /* one block more than the slot holds */
-  disk_header_seal(&h);
+  object_header_seal(&h);
   pwrite_all(fd, &h, sizeof h, disk_slot_offset(&s, 1));
   ck_assert_int_eq(fsck(""), 1);
   assert_out_has("slot 1: mismatched (length 20480 over the slot's 16384)\n");
   pread_all(fd, &h, sizeof h, disk_slot_offset(&s, 2));
   h.seq = 0;
-  disk_header_seal(&h);
+  object_header_seal(&h);
   pwrite_all(fd, &h, sizeof h, disk_slot_offset(&s, 2));
   ck_assert_int_eq(fsck(""), 1);
   assert_out_has("slot 2: mismatched (seq 0)\n");
@@ -305,9 +305,9 @@ END_TEST
 /* Slot i of a tier of header-only (empty payload) slots, stored with seq. */
 static void store_empty(int fd, const disk_super *s, disk_index_entry *index, uint64_t i,
                         uint64_t seq) {
-  disk_slot_header h;
+  object_header h;
   kva_key k = key_of(i);
-  disk_header_init(&h, &k, 1, NULL, 0, seq);
+  object_header_init(&h, &k, 1, NULL, 0, seq);
   pwrite_all(fd, &h, sizeof h, disk_slot_offset(s, i));
   index[i] = (disk_index_entry){seq, key_hash(&k)};
 }

@@ -150,12 +150,12 @@ START_TEST(a_tier_whose_headers_hold_no_links_opens_and_serves) {
   for (size_t i = 0; i < 4; i++) {
     uint64_t off = dt_slot_of(path, ids[i]);
     ck_assert_uint_ne(off, 0);
-    disk_slot_header h;
+    object_header h;
     int fd = open(path, O_RDWR);
     ck_assert_int_eq(pread(fd, &h, sizeof h, (off_t)off), (ssize_t)sizeof h);
     ck_assert_uint_eq(h.parent != 0, i > 0); /* a STORE's keys are a chain */
     h.parent = 0;
-    disk_header_seal(&h);
+    object_header_seal(&h);
     ck_assert_int_eq(pwrite(fd, &h, sizeof h, (off_t)off), (ssize_t)sizeof h);
     close(fd);
   }

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "l2/disk.h"
+#include "l2/adapters/disk/disk.h"
 #include "tests/l2_disk_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "l2/disk_io.h"
+#include "l2/adapters/disk/disk_io.h"
 #include "tests/l2_disk_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"

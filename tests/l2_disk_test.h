@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kvact.h"
-#include "l2/disk_format.h"
+#include "l2/adapters/disk/disk_format.h"
 
 #define DT_LEN 10000u     /* object bytes: two whole blocks and a partial one */
 #define DT_SLOT 16384u    /* slot_bytes for DT_LEN: header block + 3 blocks */

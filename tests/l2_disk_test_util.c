@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "l1/key.h"
+#include "common/key.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
@@ -157,10 +157,10 @@ uint64_t dt_slot_of(const char *path, uint64_t id) {
   disk_super s = dt_super_read(path);
   kva_key k = fixture_key(id);
   for (uint64_t i = 0; i < s.nslots; i++) {
-    disk_slot_header h;
+    object_header h;
     uint64_t off = s.data_offset + i * s.slot_bytes;
     pread_all(path, &h, sizeof(h), off);
-    if (disk_header_valid(&h) && key_equal(&h.key, &k)) return off;
+    if (object_header_valid(&h) && key_equal(&h.key, &k)) return off;
   }
   return 0;
 }

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kvact.h"
-#include "l2/mock.h"
+#include "l2/adapters/mock/mock.h"
 
 #define MAXN 64u     /* keys per test object set (bit masks are uint64_t) */
 #define WAIT_MS 5000 /* threaded mode: how long a reply may take */

@@ -14,8 +14,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "l2/redis_internal.h"
-#include "storage_internal.h"
+#include "l2/adapters/redis/redis_internal.h"
+#include "storage/storage_internal.h"
 #include "tests/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "l2/disk_format.h"
+#include "l2/adapters/object_header.h"
 #include "tests/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
@@ -128,8 +128,8 @@ START_TEST(value_changed_behind_our_back_is_a_miss) {
   char k0[256], k1[256], k2[256], k3[256];
   rs_ok(srv.port, "SET %s garbage", rt_key("kvact", 0, k0, sizeof(k0)));
   redisReply *v = rs_cmd(srv.port, "GET %s", rt_key("kvact", 1, k1, sizeof(k1)));
-  ck_assert_uint_eq(v->len, sizeof(disk_slot_header) + DT_LEN);
-  v->str[sizeof(disk_slot_header) + 100] ^= 1; /* one payload bit */
+  ck_assert_uint_eq(v->len, sizeof(object_header) + DT_LEN);
+  v->str[sizeof(object_header) + 100] ^= 1; /* one payload bit */
   rs_ok(srv.port, "SET %b %b", k1, strlen(k1), v->str, v->len);
   rs_ok(srv.port, "COPY %s %s REPLACE", k1, rt_key("kvact", 2, k2, sizeof(k2))); /* foreign */
   rs_ok(srv.port, "DEL %s", rt_key("kvact", 3, k3, sizeof(k3)));

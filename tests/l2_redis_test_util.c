@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "l1/key.h"
-#include "storage_internal.h"
+#include "common/key.h"
+#include "storage/storage_internal.h"
 #include "tests/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"

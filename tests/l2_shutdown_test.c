@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "l1/l1_manager.h"
-#include "storage_internal.h"
+#include "storage/storage_internal.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

@@ -8,7 +8,7 @@
  * region lists the live slots; on one that did not, a slot above super.seq
  * is live when it verifies, one at or below it only when the index lists
  * it. A slot is
- *   free        its header block is all zero or lacks DISK_SLOT_MAGIC (or,
+ *   free        its header block is all zero or lacks OBJECT_MAGIC (or,
  *               on a clean tier, holds a broken header the index does not
  *               list: the adapter never reads it)
  *   valid       live: intact header (magic, version, checksum), sane
@@ -48,8 +48,8 @@
 
 #include <xxhash.h>
 
-#include "l1/key.h"
-#include "l2/disk_format.h"
+#include "common/key.h"
+#include "l2/adapters/disk/disk_format.h"
 
 #define FSCK_CHUNK (1u << 20)                                    /* payload read size */
 #define FSCK_WINDOW (DISK_BLOCK / sizeof(disk_index_entry) * 16) /* index entries per read */
@@ -182,8 +182,7 @@ static int payload_sum(fsck *f, uint64_t off, uint64_t length, uint64_t *sum) {
 }
 
 /* Header fields an intact header may still get wrong; NULL when sane. */
-static const char *header_nonsense(const fsck *f, const disk_slot_header *h, char *buf,
-                                   size_t len) {
+static const char *header_nonsense(const fsck *f, const object_header *h, char *buf, size_t len) {
   if (h->seq == 0) return "seq 0";
   if (h->seq >= DISK_SEQ_LIMIT) return "seq past any a writer issues";
   if (!key_valid(&h->key)) return "invalid key";
@@ -195,25 +194,25 @@ static const char *header_nonsense(const fsck *f, const disk_slot_header *h, cha
 
 /* An intact, sane header: whether the generation rule may make it live
  * (then its payload decides), or says it is dead. */
-static bool may_live(const fsck *f, const disk_slot_header *h, const disk_index_entry *e) {
+static bool may_live(const fsck *f, const object_header *h, const disk_index_entry *e) {
   if (disk_entry_names(e, h)) return true;
   return !f->super.clean && h->seq > f->super.seq; /* written by a run that crashed */
 }
 
 /* Reads slot i and classifies it against its index entry e; *why says
  * what is wrong with a bad one. -1 on an I/O error. */
-static int slot_check(fsck *f, uint64_t i, const disk_index_entry *e, disk_slot_header *h,
+static int slot_check(fsck *f, uint64_t i, const disk_index_entry *e, object_header *h,
                       slot_state *st, const char **why, char *buf, size_t len) {
   uint64_t off = disk_slot_offset(&f->super, i), magic, sum;
   if (read_at(f, f->block, DISK_BLOCK, off)) return -1;
   memcpy(&magic, f->block, sizeof magic);
   memcpy(h, f->block, sizeof *h);
   *st = SLOT_MISMATCHED;
-  if (disk_block_is_zero(f->block, DISK_BLOCK) || magic != DISK_SLOT_MAGIC)
+  if (disk_block_is_zero(f->block, DISK_BLOCK) || magic != OBJECT_MAGIC)
     *st = SLOT_FREE;
-  else if (h->version != DISK_VERSION)
+  else if (h->version != OBJECT_VERSION)
     snprintf(buf, len, "header version %" PRIu32, h->version), *why = buf;
-  else if (!disk_header_valid(h))
+  else if (!object_header_valid(h))
     *why = "header checksum mismatch";
   else if ((*why = header_nonsense(f, h, buf, len)) != NULL)
     ;
@@ -228,7 +227,7 @@ static int slot_check(fsck *f, uint64_t i, const disk_index_entry *e, disk_slot_
   return 0;
 }
 
-static void slot_report(fsck *f, uint64_t i, const disk_slot_header *h, slot_state st,
+static void slot_report(fsck *f, uint64_t i, const object_header *h, slot_state st,
                         const char *why) {
   char key[160] = "";
   if (f->listed++ == FSCK_MAX_LINES) printf("(more bad slots not listed)\n");
@@ -240,7 +239,7 @@ static void slot_report(fsck *f, uint64_t i, const disk_slot_header *h, slot_sta
   putchar('\n');
 }
 
-static int live_add(fsck *f, uint64_t i, const disk_slot_header *h) {
+static int live_add(fsck *f, uint64_t i, const object_header *h) {
   if (f->nlive == f->caplive) {
     size_t cap = f->caplive ? 2 * f->caplive : 1024;
     live *l = realloc(f->live, cap * sizeof *l);
@@ -257,7 +256,7 @@ static int live_add(fsck *f, uint64_t i, const disk_slot_header *h) {
 /* Checks slot i against its index entry e; with repair zeroes it when bad.
  * A slot that verified joins f->live (whether it wins is decided later). */
 static int slot_visit(fsck *f, uint64_t i, const disk_index_entry *e) {
-  disk_slot_header h;
+  object_header h;
   slot_state st;
   const char *why = "";
   char buf[128];

@@ -7,7 +7,7 @@
 #include "gpu/copy_actor.h"
 #include "l1/eviction_controller.h"
 #include "l1/l1_manager.h"
-#include "l2/mock.h"
+#include "l2/adapters/mock/mock.h"
 #include "l2/prefetch_controller.h"
 #include "l2/prober.h"
 #include "l2/store_controller.h"

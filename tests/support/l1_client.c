@@ -8,7 +8,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "storage_internal.h"
+#include "storage/storage_internal.h"
 #include "tests/support/fixture.h"
 
 #define MAXK 16

@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "l1/l1_manager.h"
-#include "storage_internal.h"
+#include "storage/storage_internal.h"
 #include "tests/support/fixture.h"
 
 kva_runtime *l2_start(int workers, uint64_t l1_bytes, int ntiers, const char *mock_json, ...) {

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kvact.h"
-#include "l2/mock.h"
+#include "l2/adapters/mock/mock.h"
 
 /* A storage runtime (l1_bytes of L1) with `ntiers` mock tiers named
  * mock0.., each with the given extra JSON members (may be "" or NULL),

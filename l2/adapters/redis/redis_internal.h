@@ -1,0 +1,215 @@
+/*
+ * redis_internal.h — the redis adapter's state, shared by its files:
+ *
+ *   redis_adapter.c  the actor: dispatch, tasks and replies, STATS,
+ *                    UNLOCK, stop, spawn
+ *   redis_ops.c      requests as commands: EXISTS / SET / GET, their
+ *                    replies, value verification, redirects
+ *   redis_conn.c     node connections: hiredis event hooks, reads and
+ *                    writes, the pipeline, timeouts, back-off
+ *   redis_cluster.c  hash slots (CRC16), the slot map, MOVED / ASK
+ *   redis_start.c    config, and the synchronous check at start (AUTH)
+ *   redis_locks.c    client-side lookup lock counts
+ *   redis_value.c    the value format's check (redis_value.h: pure)
+ */
+#ifndef KVA_L2_REDIS_INTERNAL_H
+#define KVA_L2_REDIS_INTERNAL_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "kvact.h"
+#include "l2/adapters/redis/redis.h"
+
+#define REDIS_SLOTS 16384u
+#define REDIS_NO_NODE UINT16_MAX
+#define REDIS_MAX_NODES 1024u
+#define REDIS_MAX_SEEDS 16u
+#define REDIS_HOST_MAX 256u
+#define REDIS_KEY_MAX 512u             /* namespace + ':' + the printed key */
+#define REDIS_NS_MAX 256u              /* namespace bytes */
+#define REDIS_MAX_REDIRECTS 5u         /* MOVED / ASK hops of one command */
+#define REDIS_FLIGHT_BYTES (64u << 20) /* value bytes in flight per node (at least one command) */
+#define REDIS_BACKOFF_MIN_NS 50000000ull
+#define REDIS_BACKOFF_MAX_NS 2000000000ull
+
+typedef struct redis_addr {
+  char host[REDIS_HOST_MAX];
+  int port;
+} redis_addr;
+
+typedef struct redis_cfg {
+  char name[32];
+  redis_addr seeds[REDIS_MAX_SEEDS];
+  uint32_t nseeds;
+  bool cluster;
+  char username[REDIS_HOST_MAX], password[REDIS_HOST_MAX];
+  char ns[REDIS_NS_MAX + 1];
+  uint32_t pipeline;
+  uint64_t timeout_ns;
+  uint64_t capacity;
+} redis_cfg;
+
+enum { CMD_EXISTS = 0, CMD_SET = 1, CMD_GET = 2 };
+
+struct redis_task;
+struct redis_node;
+
+/* One command of a task (one key). Pooled. */
+typedef struct redis_cmd {
+  struct redis_task *task;
+  size_t key;   /* index in the request */
+  uint8_t kind; /* CMD_* */
+  uint8_t redirects;
+  bool asking;             /* an ASK redirect: ASKING goes first */
+  uint64_t deadline;       /* set when handed to hiredis */
+  uint64_t bytes;          /* value bytes it moves (pipeline accounting) */
+  struct redis_node *node; /* where it is queued or in flight */
+  struct redis_cmd *prev, *next;
+} redis_cmd;
+
+typedef struct redis_list {
+  redis_cmd *head, *tail;
+  size_t n;
+} redis_list;
+
+/* One request in progress. Pooled. */
+typedef struct redis_task {
+  uint32_t type;
+  kva_actor *to;
+  uint64_t tag;
+  kva_l2_req *req;
+  uint64_t fp;                    /* layout_fingerprint (STORE, LOAD) */
+  uint32_t pending;               /* commands not answered yet */
+  int result;                     /* first failure, else KVA_OK */
+  uint64_t stored;                /* STORE: payload bytes of the SETs that succeeded */
+  struct redis_task *prev, *next; /* live list, or the free list */
+} redis_task;
+
+/* One server. Never freed before the adapter stops. */
+typedef struct redis_node {
+  struct redis *r;
+  uint16_t id;
+  redis_addr addr;
+  redisAsyncContext *ac; /* NULL: no connection */
+  uint32_t gen;          /* bumped per connection: a stale fd event is told apart */
+  bool watched;          /* its fd is watched by the poller */
+  int drop_result;       /* what the commands failed by a drop report */
+  redis_list queue;      /* waiting for a pipeline slot, in order */
+  redis_list flight;     /* handed to hiredis, oldest first */
+  uint64_t flight_bytes;
+  uint64_t retry_at;   /* back-off: not dialled before (clock_mono_ns) */
+  uint64_t backoff_ns; /* the next back-off; 0 after a connect that worked */
+  bool warned;         /* this outage was logged */
+  bool kill;           /* AUTH was refused: dropped at the next pump */
+  const char *reason;  /* why we drop it (NULL: hiredis's own error) */
+} redis_node;
+
+typedef struct redis_lock_entry {
+  kva_key key;
+  uint64_t hash;
+  uint32_t count;
+  struct redis_lock_entry *next;
+} redis_lock_entry;
+
+typedef struct redis_locks {
+  redis_lock_entry **b;
+  size_t nb, nkeys;
+  uint64_t total; /* sum of the counts */
+} redis_locks;
+
+typedef struct redis {
+  kva_actor *self;
+  bool det; /* deterministic runtime: the I/O is waited for inside receive */
+  redis_cfg cfg;
+  redis_node **nodes;
+  uint16_t nnodes;
+  uint16_t slots[REDIS_SLOTS]; /* cluster: slot -> node id (REDIS_NO_NODE: ask a seed) */
+  bool refreshing;             /* a CLUSTER SLOTS is in flight */
+  bool map_stale;              /* a node was lost: read the map again */
+  redis_locks locks;
+  redis_task *live, *free_tasks;
+  redis_cmd *free_cmds;
+  int tick;     /* the timeout timer id, or -1 */
+  uint64_t seq; /* header sequence numbers */
+  kva_l2_stats stats;
+  bool warned_value; /* a bad value was logged (once per adapter) */
+  bool warned_error; /* an error reply was logged (once per adapter) */
+  char *scratch;     /* SET: the formatted command */
+  size_t scratch_cap;
+} redis;
+
+/* redis_adapter.c */
+void redis_cmd_put(redis *r, redis_cmd *c);
+/* A task's command is answered: result < 0 fails the task (the first
+ * failure wins); the last answer sends the reply. */
+void redis_task_step(redis *r, redis_task *t, int result);
+
+/* redis_ops.c */
+/* Commands of a request, queued on their nodes; false when out of memory
+ * (then nothing was queued). */
+bool redis_task_start(redis *r, redis_task *t);
+/* Hands c to hiredis on its node; false when hiredis refused it. */
+bool redis_cmd_send(redis *r, redis_node *n, redis_cmd *c);
+
+/* redis_conn.c */
+redis_node *redis_node_get(redis *r, const char *host, int port); /* NULL when full / ENOMEM */
+void redis_node_enqueue(redis_node *n, redis_cmd *c);
+/* A command left its node's flight list (answered or failed). */
+void redis_flight_done(redis_node *n, redis_cmd *c);
+/* After every message: connects, hands queued commands to hiredis up to
+ * the pipeline, writes; fails what cannot go (back-off). Deterministic
+ * mode waits here until nothing is in flight. */
+void redis_pump(redis *r);
+void redis_on_fd(redis *r, const kva_msg *msg);
+void redis_on_tick(redis *r);
+/* Drops every connection and fails every queued command (on_stop). */
+void redis_nodes_close(redis *r, int result);
+void redis_nodes_free(redis *r);
+/* hiredis writes with write(2): a peer that is gone raises SIGPIPE, whose
+ * default action kills the process. A library must not change the
+ * process's disposition. The runtime's own threads keep SIGPIPE blocked
+ * (actors/thread.c); any other thread (deterministic mode runs actors on
+ * the caller's) blocks it around our hiredis calls and takes back a
+ * SIGPIPE they raised (one it had pending before stays pending). */
+typedef struct redis_sigpipe {
+  sigset_t old;
+  bool pending_before;
+  bool skip; /* on the runtime's own threads SIGPIPE is blocked already */
+} redis_sigpipe;
+void redis_sigpipe_block(redis_sigpipe *g);
+void redis_sigpipe_restore(redis_sigpipe *g);
+
+/* redis_cluster.c */
+/* The node a key goes to: its slot's (cluster) or the first seed's. */
+redis_node *redis_route(redis *r, const char *key, size_t len);
+/* Applies a CLUSTER SLOTS reply to the map; `from` names hosts the reply
+ * leaves empty. KVA_OK or KVA_EIO (not a slots reply). */
+int redis_slots_apply(redis *r, const redisReply *reply, const redis_addr *from);
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": true, with the slot and
+ * address, for a redirect. An empty endpoint ("MOVED 3999 :6381", Redis
+ * 7's unknown endpoint) is `from`'s host, the node that answered. */
+bool redis_redirect_parse(const char *s, size_t len, const redis_addr *from, bool *ask,
+                          uint16_t *slot, redis_addr *to);
+/* Asks n for CLUSTER SLOTS (at most one in flight). */
+void redis_slots_refresh(redis *r, redis_node *n);
+
+/* redis_start.c */
+const char *redis_read_config(redis_cfg *c, const kva_config_node *cfg);
+/* Dials the seeds synchronously: KVA_OK (reachable, or unreachable with a
+ * warning), KVA_ECONFIG with err set (AUTH refused, not a cluster). */
+int redis_check_start(redis *r, char *err, size_t errlen);
+/* "AUTH [user] pass" as argv; 0 when no password is set. */
+int redis_auth_argv(const redis_cfg *c, const char **argv, size_t *lens);
+
+/* redis_locks.c */
+bool redis_lock(redis_locks *l, const kva_key *k); /* false on ENOMEM */
+void redis_unlock(redis_locks *l, const kva_key *k);
+bool redis_locked(const redis_locks *l, const kva_key *k);
+void redis_locks_free(redis_locks *l);
+
+#endif

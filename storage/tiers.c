@@ -1,0 +1,175 @@
+/*
+ * tiers.c — the facade's calls across tiers (seed 000 v1
+ * features): kva_lookup (get_block_mapping) and pins, freeze, bypass,
+ * kva_flush, kva_l2_contains and kva_l2_get_tier_stats. Each is a short sequence of requests
+ * from one borrowed session: to the L1 manager, then tier by tier.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/key.h"
+#include "l2/store_controller.h"
+#include "storage/storage_internal.h"
+
+/* Looks keys up on tier t and gives the locks back at once: *prefix is the
+ * contiguous run of found keys from keys[0]; bits is scratch. */
+static int tier_prefix(kva_storage *s, session *ss, uint32_t t, const kva_key *k, size_t n,
+                       uint8_t *bits, size_t *prefix) {
+  memset(bits, 0, (n + 7) / 8);
+  kva_l2_req r = {.keys = k, .n = n, .bits = bits};
+  int rc = session_ask(ss, s->tiers.t[t].actor, KVA_L2_LOOKUP_AND_LOCK, &r, -1);
+  if (rc != KVA_OK) return rc;
+  l2_health(&s->tiers, t, r.result);
+  size_t found = 0;
+  *prefix = 0;
+  while (*prefix < n && kva_bit_get(bits, *prefix)) (*prefix)++;
+  for (size_t i = 0; i < n; i++) found += kva_bit_get(bits, i);
+  if (found == 0) return r.result < 0 ? r.result : KVA_OK;
+  kva_key *locked = malloc(found * sizeof(*locked));
+  if (!locked) return KVA_ENOMEM; /* cannot happen twice: the adapter keeps the locks */
+  for (size_t i = 0, j = 0; i < n; i++)
+    if (kva_bit_get(bits, i)) locked[j++] = k[i];
+  rc = kva_send(s->tiers.t[t].actor, KVA_L2_UNLOCK, locked, (uint32_t)(found * sizeof(*locked)),
+                NULL, 0);
+  free(locked);
+  if (rc != KVA_OK) return rc;
+  return r.result < 0 ? r.result : KVA_OK;
+}
+
+typedef struct lookup_args {
+  const kva_key *k;
+  size_t n;
+  int pin;
+  kva_tier_hits *out;
+} lookup_args;
+
+static int do_lookup(kva_storage *s, session *ss, void *arg) {
+  lookup_args *a = arg;
+  kva_tier_hits *out = a->out;
+  memset(out, 0, sizeof(*out));
+  l1_req r = {.keys = a->k, .n = a->n, .pin = a->pin};
+  int rc = session_ask(ss, s->l1, L1_LOOKUP, &r, -1);
+  if (rc != KVA_OK) return rc;
+  if (r.result != KVA_OK) return r.result;
+  strcpy(out->tier[0].name, "L1");
+  out->tier[0].hits = r.hits;
+  out->total = r.hits;
+  out->ntiers = 1;
+  uint8_t *bits = s->tiers.n ? malloc((a->n + 7) / 8) : NULL;
+  if (s->tiers.n && !bits) return KVA_ENOMEM;
+  /* Every tier is walked; the per-tier report has room for L1 and the
+   * first 7 tiers (kva_tier_hits of API.md), while the schema allows 8: an
+   * eighth tier's hits count in total only. */
+  const uint32_t room = (uint32_t)(sizeof(out->tier) / sizeof(out->tier[0]));
+  for (uint32_t t = 0; t < s->tiers.n; t++) {
+    size_t hits = 0;
+    if (out->total < a->n && !l2_frozen(&s->tiers) && l2_usable(&s->tiers, t) &&
+        tier_prefix(s, ss, t, a->k + out->total, a->n - out->total, bits, &hits) != KVA_OK)
+      hits = 0; /* a failing tier holds nothing, for this lookup */
+    out->total += hits;
+    if (out->ntiers == room) continue;
+    memcpy(out->tier[out->ntiers].name, s->tiers.t[t].name, sizeof(out->tier[0].name));
+    out->tier[out->ntiers++].hits = hits;
+  }
+  free(bits);
+  return KVA_OK;
+}
+
+int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hits *out) {
+  int rc = storage_check_keys(s, k, n);
+  if (rc != KVA_OK) return rc;
+  if (!out) return KVA_EINVAL;
+  lookup_args a = {k, n, pin != 0, out};
+  return storage_with_session(s, do_lookup, &a);
+}
+
+int kva_unpin(kva_storage *s, const kva_key *k, size_t n) {
+  int rc = storage_check_keys(s, k, n);
+  if (rc != KVA_OK) return rc;
+  l1_req r = {.keys = k, .n = n};
+  return storage_call(s, L1_UNPIN, &r);
+}
+
+int kva_set_freeze(kva_storage *s, int on) {
+  if (!s) return KVA_EINVAL;
+  __atomic_store_n(&s->tiers.frozen, on != 0, __ATOMIC_RELAXED);
+  return KVA_OK;
+}
+
+int kva_set_tier_bypass(kva_storage *s, const char *tier, int on) {
+  int t = s ? l2_tier_index(&s->tiers, tier) : -1;
+  if (t < 0) return KVA_EINVAL;
+  __atomic_store_n(&s->tiers.t[t].bypass_manual, on != 0, __ATOMIC_RELAXED);
+  if (!on) l2_recovered(&s->tiers, (uint32_t)t); /* the operator says it is fine */
+  return KVA_OK;
+}
+
+int kva_tier_bypassed(kva_storage *s, const char *tier) {
+  int t = s ? l2_tier_index(&s->tiers, tier) : -1;
+  if (t < 0) return KVA_EINVAL;
+  return !l2_usable(&s->tiers, (uint32_t)t);
+}
+
+static int do_flush(kva_storage *s, session *ss, void *arg) {
+  return session_ask(ss, s->store, SC_FLUSH, NULL, *(int *)arg);
+}
+
+int kva_flush(kva_storage *s, int timeout_ms) {
+  if (!s) return KVA_EINVAL;
+  if (!s->store) return KVA_OK;
+  int t = timeout_ms < 0 ? -1 : timeout_ms;
+  return storage_with_session(s, do_flush, &t);
+}
+
+typedef struct contains_args {
+  uint32_t tier;
+  const kva_key *k;
+} contains_args;
+
+static int do_contains(kva_storage *s, session *ss, void *arg) {
+  contains_args *a = arg;
+  uint8_t bits = 0;
+  size_t prefix = 0;
+  int rc = tier_prefix(s, ss, a->tier, a->k, 1, &bits, &prefix);
+  if (rc != KVA_OK) return rc == KVA_ENOMEM || rc == KVA_ESHUTDOWN ? rc : KVA_EIO;
+  return prefix == 1;
+}
+
+int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k) {
+  int t = s ? l2_tier_index(&s->tiers, tier) : -1;
+  if (t < 0 || !k || !key_valid(k)) return KVA_EINVAL;
+  contains_args a = {(uint32_t)t, k};
+  return storage_with_session(s, do_contains, &a);
+}
+
+int storage_tier_stats(kva_storage *s, session *ss, uint32_t t, kva_l2_stats *out) {
+  kva_l2_req r = {.stats = out};
+  int rc = session_ask(ss, s->tiers.t[t].actor, KVA_L2_STATS, &r, -1);
+  if (rc != KVA_OK) return rc;
+  return r.result == KVA_OK ? KVA_OK : KVA_EIO;
+}
+
+typedef struct tier_stats_args {
+  uint32_t tier;
+  kva_l2_stats *out;
+} tier_stats_args;
+
+static int do_tier_stats(kva_storage *s, session *ss, void *arg) {
+  tier_stats_args *a = arg;
+  return storage_tier_stats(s, ss, a->tier, a->out) == KVA_OK ? KVA_OK : KVA_EIO;
+}
+
+int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out) {
+  int t = s ? l2_tier_index(&s->tiers, tier) : -1;
+  if (t < 0 || !out) return KVA_EINVAL;
+  const l2_tier *lt = &s->tiers.t[t];
+  *out = (kva_l2_tier_stats){.stored_keys = __atomic_load_n(&lt->stored_keys, __ATOMIC_RELAXED),
+                             .stored_bytes = __atomic_load_n(&lt->stored_bytes, __ATOMIC_RELAXED),
+                             .loaded_keys = __atomic_load_n(&lt->loaded_keys, __ATOMIC_RELAXED),
+                             .loaded_bytes = __atomic_load_n(&lt->loaded_bytes, __ATOMIC_RELAXED),
+                             .bypassed = !l2_usable(&s->tiers, (uint32_t)t)};
+  kva_l2_stats adapter = {0};
+  int rc = storage_with_session(s, do_tier_stats, &(tier_stats_args){(uint32_t)t, &adapter});
+  if (rc == KVA_OK) out->adapter = adapter;
+  return rc;
+}
