@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "tests/config_test.h"
+#include "tests/config/config_test.h"
 
 const char *kvconf_path;
 const char *schema_md_path;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-#include "tests/config_test.h"
+#include "tests/config/config_test.h"
 
 /* A config touching every section and tier type. */
 static mp *rich_config(void) {

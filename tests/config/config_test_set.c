@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "tests/config_test.h"
+#include "tests/config/config_test.h"
 
 static int64_t get_i64(const kva_config *c, const char *path) {
   int64_t v = 0;

@@ -1,6 +1,6 @@
 /*
- * fuzz_replay.c — main() for a libFuzzer harness built as a test by the
- * toolchain (tests/fuzz.bzl): feeds LLVMFuzzerTestOneInput every file of
+ * corpus_replay.c — main() for a libFuzzer harness built as a test by the
+ * toolchain (tests/fuzz/fuzz.bzl): feeds LLVMFuzzerTestOneInput every file of
  * the directories given as arguments, in name order, each in a buffer of
  * exactly its size. A harness check that fails aborts, so the test fails
  * on the first input that does; the file's name is printed before it runs.

@@ -1,5 +1,5 @@
 /*
- * fuzz.h — shared by the libFuzzer harnesses (tests/fuzz_*.c): a check
+ * fuzz.h — shared by the libFuzzer harnesses (tests/fuzz/fuzz_*.c): a check
  * that aborts (libFuzzer's signal of a finding), and a cursor over the
  * input that reads zeros past its end, so any input length is a case.
  */

@@ -8,7 +8,7 @@
  * (the setter's parser), which must either fail leaving the config as it
  * was or succeed with a config that round-trips too.
  *
- * Build: bazel build //tests:fuzz_config; run: tests/run_fuzz_config.sh.
+ * Build: bazel build //tests/fuzz:fuzz_config; run: tests/fuzz/run_fuzz.sh config.
  */
 #include <stdint.h>
 #include <stdio.h>

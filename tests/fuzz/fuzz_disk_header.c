@@ -18,7 +18,7 @@
  *    it and hashes the same, and is what object_header_init writes;
  *  - a header written by object_header_init for a valid key matches it.
  *
- * Build: bazel build //tests:fuzz_disk_header; run: tests/run_fuzz.sh.
+ * Build: bazel build //tests/fuzz:fuzz_disk_header; run: tests/fuzz/run_fuzz.sh.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -31,7 +31,7 @@
 #include "common/key.h"
 #include "l2/adapters/disk/disk_format.h"
 #include "l2/adapters/disk/disk_index.h"
-#include "tests/fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 enum { DESCRIBE = 1, MAGIC = 2, SEAL = 4 };
 

@@ -7,7 +7,7 @@
  * Input: [flags][block heads]: 256 bytes of input are the first 256 bytes
  * of each 4 KiB block of the file, the rest of each block zeros (a file of
  * 8 KiB slots holding payloads of at most 256 bytes loses nothing; see
- * tests/fuzz_seeds.c, which writes the seeds with the real tier). Flags
+ * tests/fuzz/fuzz_seeds.c, which writes the seeds with the real tier). Flags
  * before the file is opened: 1 sets the payload_sum of every slot header
  * that lies in the file to its payload's, 2 seals those headers, 4 seals
  * the superblock (so the fuzzer gets past the checksums), 8 opens with
@@ -24,7 +24,7 @@
  *     slot, keeps the checks of 1, and loses no key the clean start had
  *     whose payload verifies.
  *
- * Build: bazel build //tests:fuzz_disk_recover; run: tests/run_fuzz.sh.
+ * Build: bazel build //tests/fuzz:fuzz_disk_recover; run: tests/fuzz/run_fuzz.sh.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,7 +36,7 @@
 #include "kvact.h"
 #include "common/key.h"
 #include "l2/adapters/disk/disk_internal.h"
-#include "tests/fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 #define HEAD 256u      /* input bytes per 4 KiB block */
 #define MAX_BLOCKS 64u /* a 256 KiB file at most */

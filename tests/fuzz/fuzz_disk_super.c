@@ -14,7 +14,7 @@
  *  - disk_super_init over (file_bytes, slot_bytes) gives a superblock the
  *    check accepts, with as many slots as fit and not one more.
  *
- * Build: bazel build //tests:fuzz_disk_super; run: tests/run_fuzz.sh.
+ * Build: bazel build //tests/fuzz:fuzz_disk_super; run: tests/fuzz/run_fuzz.sh.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,7 +25,7 @@
 
 #include "kvact.h"
 #include "l2/adapters/disk/disk_format.h"
-#include "tests/fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 typedef unsigned __int128 u128;
 

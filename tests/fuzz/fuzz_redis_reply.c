@@ -22,7 +22,7 @@
  * the stand-in for redis_node_get below; the corpus test links the real
  * one.
  *
- * Build: bazel build //tests:fuzz_redis_reply; run: tests/run_fuzz.sh.
+ * Build: bazel build //tests/fuzz:fuzz_redis_reply; run: tests/fuzz/run_fuzz.sh.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -33,7 +33,7 @@
 
 #include "kvact.h"
 #include "l2/adapters/redis/redis_internal.h"
-#include "tests/fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 /* redis_conn.c's: the node of host:port, added when new. */
 __attribute__((weak)) redis_node *redis_node_get(redis *r, const char *host, int port) {

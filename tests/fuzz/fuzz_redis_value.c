@@ -16,7 +16,7 @@
  * no byte outside the value is read (the value is the fuzzer's own
  * buffer, bounds-checked by ASan).
  *
- * Build: bazel build //tests:fuzz_redis_value; run: tests/run_fuzz.sh.
+ * Build: bazel build //tests/fuzz:fuzz_redis_value; run: tests/fuzz/run_fuzz.sh.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,7 +29,7 @@
 #include "kvact.h"
 #include "common/key.h"
 #include "l2/adapters/redis/redis_value.h"
-#include "tests/fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 enum { OTHER_KEY = 1, OTHER_LAYOUT = 2, DESCRIBE = 4, SEAL = 8 };
 

@@ -1,10 +1,10 @@
 /*
- * fuzz_seeds.c — writes the fuzzers' seed corpora (tests/fuzz_corpus/) with
+ * fuzz_seeds.c — writes the fuzzers' seed corpora (tests/fuzz/fuzz_corpus/) with
  * the real writers: a disk tier and a redis tier of a real runtime store
  * small objects, and the files and values they leave are saved in each
- * fuzzer's input format (see the top of each tests/fuzz_*.c).
+ * fuzzer's input format (see the top of each tests/fuzz/fuzz_*.c).
  *
- *   bazel run //tests:fuzz_seeds -- "$PWD/tests/fuzz_corpus"
+ *   bazel run //tests/fuzz:fuzz_seeds -- "$PWD/tests/fuzz/fuzz_corpus"
  *
  * Also a cluster's replies as raw RESP bytes (fuzz_redis_reply.c).
  *
@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tests/l2_redis_test.h"
+#include "tests/l2/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
@@ -36,7 +36,7 @@
 static const char *out_dir(const char *fuzzer) {
   static char dir[1024];
   const char *root = fixture_arg(1);
-  ck_assert_msg(root != NULL, "usage: fuzz_seeds OUTPUT_DIR (tests/fuzz_corpus)");
+  ck_assert_msg(root != NULL, "usage: fuzz_seeds OUTPUT_DIR (tests/fuzz/fuzz_corpus)");
   snprintf(dir, sizeof dir, "%s/%s", root, fuzzer);
   mkdir(dir, 0755);
   return dir;

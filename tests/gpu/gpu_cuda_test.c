@@ -10,7 +10,7 @@
 
 #include "gpu/backend.h"
 #include "kvact.h"
-#include "tests/gpu_test_util.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/support/fixture.h"
 
 static void same_on_both(trip_case tc) {

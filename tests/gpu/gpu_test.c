@@ -13,7 +13,7 @@
 
 #include "gpu/op.h"
 #include "kvact.h"
-#include "tests/gpu_test_util.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tests/support/fixture.h"
 
 #define H KVA_DEVICE_HOST

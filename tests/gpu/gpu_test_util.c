@@ -1,7 +1,7 @@
 /*
  * gpu_test_util.c — see gpu_test_util.h.
  */
-#include "tests/gpu_test_util.h"
+#include "tests/gpu/gpu_test_util.h"
 
 #include <check.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 #include <check.h>
 #include <stdio.h>
 
-#include "tests/l2_disk_test.h"
+#include "tests/l2/l2_disk_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

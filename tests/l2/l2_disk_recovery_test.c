@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/l2_disk_test.h"
+#include "tests/l2/l2_disk_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

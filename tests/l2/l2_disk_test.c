@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "l2/adapters/disk/disk_io.h"
-#include "tests/l2_disk_test.h"
+#include "tests/l2/l2_disk_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

@@ -1,7 +1,7 @@
 /*
  * l2_disk_test_util.c — helpers of the disk tier suites (l2_disk_test.h).
  */
-#include "tests/l2_disk_test.h"
+#include "tests/l2/l2_disk_test.h"
 
 #include <check.h>
 #include <fcntl.h>

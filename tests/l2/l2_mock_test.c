@@ -7,7 +7,7 @@
  * virtual time, counters and bad input. This file: the shared harness and
  * the suite. Every scenario ends with no lookup lock held (mk_close).
  */
-#include "tests/l2_mock_test.h"
+#include "tests/l2/l2_mock_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>

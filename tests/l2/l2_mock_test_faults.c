@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/l2_mock_test.h"
+#include "tests/l2/l2_mock_test.h"
 #include "tests/support/fixture.h"
 
 #define OBJ 256u

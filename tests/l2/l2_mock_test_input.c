@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/l2_mock_test.h"
+#include "tests/l2/l2_mock_test.h"
 #include "tests/support/fixture.h"
 
 /* A mock with schema defaults, its warnings counted from here on. */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/l2_mock_test.h"
+#include "tests/l2/l2_mock_test.h"
 #include "tests/support/fixture.h"
 
 /* Its fixtures: 1 MB at 10 GB/s, and objects of 1024 floats. */

@@ -16,7 +16,7 @@
 
 #include "l2/adapters/redis/redis_internal.h"
 #include "storage/storage_internal.h"
-#include "tests/l2_redis_test.h"
+#include "tests/l2/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
@@ -166,7 +166,7 @@ static int apply_slots(const char *resp, size_t len, int *port, char *host) {
  * 65535, or 6379 + 2^32, which an int cast turns into 6379; a host with a
  * NUL byte, or longer than any host) is not understood, as any other
  * malformed map: no slot goes to such a node. An empty host is the node
- * asked. Found by fuzz_redis_reply (tests/fuzz_corpus/redis_reply/
+ * asked. Found by fuzz_redis_reply (tests/fuzz/fuzz_corpus/redis_reply/
  * regress-*). */
 START_TEST(a_slots_map_naming_an_impossible_node_is_refused) {
 #define NODE(s)                                                                                    \

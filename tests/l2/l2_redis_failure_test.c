@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tests/l2_redis_test.h"
+#include "tests/l2/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

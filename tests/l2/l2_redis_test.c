@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "l2/adapters/object_header.h"
-#include "tests/l2_redis_test.h"
+#include "tests/l2/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

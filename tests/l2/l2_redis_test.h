@@ -3,7 +3,7 @@
  * l2_redis_cluster_test.c, l2_redis_failure_test.c): runtimes with redis
  * tiers pointed at the suites' own servers (tests/support/redis_server.h).
  * Requests straight to tier 0 reuse the disk suites' dt_* helpers, which
- * speak only the L2 protocol (tests/l2_disk_test.h).
+ * speak only the L2 protocol (tests/l2/l2_disk_test.h).
  */
 #ifndef KVA_TESTS_L2_REDIS_TEST_H
 #define KVA_TESTS_L2_REDIS_TEST_H
@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kvact.h"
-#include "tests/l2_disk_test.h"
+#include "tests/l2/l2_disk_test.h"
 #include "tests/support/redis_server.h"
 
 #define RT_L1 (160u << 20) /* L1 bytes: room for a few 32 MiB objects */

@@ -8,7 +8,7 @@
 
 #include "common/key.h"
 #include "storage/storage_internal.h"
-#include "tests/l2_redis_test.h"
+#include "tests/l2/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

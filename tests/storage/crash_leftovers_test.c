@@ -23,7 +23,7 @@
 #include "actors/stats.h"
 #include "kvact.h"
 #include "l2/adapters/disk/disk.h"
-#include "tests/l2_disk_test.h"
+#include "tests/l2/l2_disk_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

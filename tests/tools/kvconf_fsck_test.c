@@ -20,7 +20,7 @@
 #include "kvact.h"
 #include "common/key.h"
 #include "l2/adapters/disk/disk_format.h"
-#include "tests/l2_disk_test.h"
+#include "tests/l2/l2_disk_test.h"
 #include "tests/support/cli.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
