@@ -10,6 +10,6 @@ KVA_COPTS = [
 
 # The library's own code (everything linked into libkvact.so): symbols are
 # hidden unless kvact.h marks them KVA_API, so the shared library exports
-# the API alone (tests/exports_test.sh). Tests and tools keep KVA_COPTS:
+# the API alone (tests/repo/exports_test.sh). Tests and tools keep KVA_COPTS:
 # kvbench interposes malloc, which a hidden definition could not do.
 KVA_LIB_COPTS = KVA_COPTS + ["-fvisibility=hidden"]

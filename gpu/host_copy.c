@@ -1,7 +1,7 @@
 /*
  * host_copy.c — gather and scatter on the CPU, one layer at a time: the
  * host device's copy, and the reference the CUDA kernels are compared with
- * bit for bit (tests/gpu_cuda_test.c).
+ * bit for bit (tests/gpu/gpu_cuda_test.c).
  *
  * A row is heads * head_dim elements (2 KiB for llama3-8b in bf16) and is
  * copied bytewise, so every dtype of the same size is the same copy. Rows

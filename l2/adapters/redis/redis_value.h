@@ -2,7 +2,7 @@
  * redis_value.h — the redis tier's value format: [object_header]
  * [payload] (l2/adapters/object_header.h), checked here over the bytes a GET gave
  * back. Pure: no I/O, no allocation, no logging, so the adapter
- * (redis_ops.c) and its fuzzer (tests/fuzz_redis_value.c) run the same
+ * (redis_ops.c) and its fuzzer (tests/fuzz/fuzz_redis_value.c) run the same
  * check.
  */
 #ifndef KVA_L2_REDIS_VALUE_H
