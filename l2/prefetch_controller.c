@@ -12,8 +12,8 @@
  * the controller touch a finished request.
  *
  * Shutdown (PC_DRAIN): queued requests are answered with their L1 hits
- * only; requests in flight run to their end, releasing every L1 and L2
- * lock on the way (seed 002 invariant 9); then PC_DONE. Hand-offs arriving
+ * only; requests in flight run to their end, releasing every L1 and L2 lock
+ * on the way (docs/invariants.md I-SD-2); then PC_DONE. Hand-offs arriving
  * later are answered at once.
  */
 #include <stdlib.h>

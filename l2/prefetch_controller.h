@@ -1,8 +1,8 @@
 /*
  * prefetch_controller.h — the prefetch controller actor
  * (prefetch_controller.c, prefetch_request.c): loads the part of a
- * prefetch that missed in L1 from the L2 tiers (seed 002,
- * PrefetchController).
+ * prefetch that missed in L1 from the L2 tiers (LMCache's
+ * PrefetchController; docs/invariants.md I-PC-1 to I-PC-7).
  *
  * Accepts                              | Sends
  * -------------------------------------+-----------------------------------

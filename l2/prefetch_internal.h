@@ -1,7 +1,8 @@
 /*
  * prefetch_internal.h — state of the prefetch controller, shared by
  *   prefetch_controller.c  the actor: hand-offs, pending queue, slots, drain
- *   prefetch_request.c     one request's state machine (seed 002)
+ *   prefetch_request.c     one request's state machine (docs/invariants.md
+ *                          I-PC-1 to I-PC-5)
  */
 #ifndef KVA_L2_PREFETCH_INTERNAL_H
 #define KVA_L2_PREFETCH_INTERNAL_H

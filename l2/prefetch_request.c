@@ -1,6 +1,7 @@
 /*
- * prefetch_request.c — one prefetch request through the seed 002 state
- * machine, for the keys that missed in L1 (keys[0, n) here):
+ * prefetch_request.c — one prefetch request through the state machine of
+ * LMCache's PrefetchController, for the keys that missed in L1 (keys[0, n)
+ * here):
  *
  *  LOOKUP   lookup_and_lock on every usable tier; wait for all.
  *  plan     the prefetch policy picks at most one tier per key; the plan is

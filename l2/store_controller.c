@@ -17,11 +17,11 @@
  * the very objects it locked even if one was force-deleted and its key
  * written again meanwhile.
  *
- * Lock invariant (seed 002): an object is read-locked exactly while a task
- * holds it between RESERVING and RELEASING; every task reaches RELEASING
- * (a failed or refused store included), and at shutdown (SC_DRAIN) queued
- * tasks are dropped before they lock anything while tasks in flight run to
- * the end, so no read lock outlives the controller.
+ * Lock invariant (docs/invariants.md I-SC-1): an object is read-locked
+ * exactly while a task holds it between RESERVING and RELEASING; every task
+ * reaches RELEASING (a failed or refused store included), and at shutdown
+ * (SC_DRAIN) queued tasks are dropped before they lock anything while tasks
+ * in flight run to the end, so no read lock outlives the controller.
  *
  * At most MAX_INFLIGHT tasks hold locks at once; the rest wait, unlocked
  * (evictable: an object evicted before its task starts is simply not
