@@ -49,9 +49,8 @@ static void gather(pf_req *q, size_t i, size_t j) {
 /* Sends the tier one UNLOCK for the keys it locked in the lookup that are
  * (planned) or are not (!planned) loaded from it by the final plan [0, q).
  * Phase 1 sends one half and phase 2 the other, so each lock is released
- * exactly once. (Fix: phase 2 used to unlock every key the tier locked,
- * releasing the phase-1 keys a second time, and so another holder's lock
- * on them.) */
+ * exactly once (docs/invariants.md I-PC-2): tier locks stack across
+ * holders, and a key unlocked twice would lose another holder's lock. */
 static void unlock_where(pc *c, pf_req *q, uint32_t tier, bool planned) {
   size_t k = 0;
   for (size_t i = 0; i < q->n; i++) {
@@ -99,9 +98,8 @@ void pf_start(pc *c, pf_req *q) {
 static void plan(pc *c, pf_req *q) {
   const uint8_t *found[L2_MAX_TIERS];
   for (uint32_t t = 0; t < c->tiers->n; t++) found[t] = q->found[t];
-  /* Fix: an entry the policy leaves unset is "not loaded"; the array is
-   * reused across requests (or fresh from malloc), so it was read as a
-   * stale or uninitialized tier index. */
+  /* an entry the policy leaves unset is "not loaded": the array is reused
+   * across requests (or fresh from malloc), so it starts all -1 */
   memset(q->plan, -1, q->n);
   c->o.policy.select_load_plan(c->o.policy.arg, q->n, c->tiers->n, found, q->plan);
   q->p = 0;
@@ -179,10 +177,10 @@ static void trim_settled(pc *c, pf_req *q) {
   start_loads(c, q);
 }
 
-/* Reserved. Fix: a key L1 holds already (KVA_KEY_NOT_WRITABLE) used to end
- * the prefix, so L1 hits past the L1 prefix's gap were never obtained
- * again (and, without write-back, never would be while L1 kept them): up
- * to the first other failure, such keys are read-locked in place (HOLD). */
+/* Reserved. A key L1 holds already (KVA_KEY_NOT_WRITABLE: an L1 hit past
+ * the L1 prefix's gap) does not end the prefix: no tier can load it while
+ * L1 keeps it, so ending there would cut every prefetch of it at that key.
+ * Up to the first other failure, such keys are read-locked in place (HOLD). */
 static void on_reserved(pc *c, pf_req *q) {
   bool ok = q->l1.result >= 0, open = ok;
   size_t k = 0;

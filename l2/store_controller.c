@@ -359,10 +359,10 @@ static void on_written(sc *c, const kva_msg *msg) {
 
 /* ---- receive ------------------------------------------------------------ */
 
-/* Fix: the waiters used to be a fixed array of 64, and a flush beyond
- * that was answered at once, before its stores were done (kva_flush
- * returned KVA_OK early when many threads flushed together). The list now
- * grows; only when that fails is a flush answered early, with a warning. */
+/* Room for one more waiter: the list grows on demand, so every flush waits
+ * for its stores however many threads flush at once (docs/invariants.md
+ * I-SC-6). False only when it cannot grow; on_flush then answers early,
+ * with a warning. */
 static bool waiters_room(sc *c) {
   if (c->nwaiters < c->capwaiters) return true;
   uint32_t cap = c->capwaiters ? c->capwaiters * 2 : 16;
