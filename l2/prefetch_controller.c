@@ -22,11 +22,11 @@
 #include "actors/log.h"
 #include "l2/prefetch_internal.h"
 
-uint64_t pf_tag(const pc *c, const prefetch_req *req) {
+uint64_t pf_tag(const prefetch_controller *c, const prefetch_req *req) {
   return ((uint64_t)c->gen[req->slot] << 16) | req->slot;
 }
 
-void pf_send_l1(pc *c, prefetch_req *req, uint32_t type) {
+void pf_send_l1(prefetch_controller *c, prefetch_req *req, uint32_t type) {
   l1_req *r = &req->l1;
   if (kva_send(c->l1, type, &r, sizeof(r), c->self, pf_tag(c, req)) != KVA_OK)
     LOG_ERROR("prefetch: the L1 manager is gone; a prefetch is abandoned");
@@ -70,7 +70,7 @@ static bool req_reserve(prefetch_req *req, size_t n) {
   return true;
 }
 
-static prefetch_req *req_get(pc *c, size_t n) {
+static prefetch_req *req_get(prefetch_controller *c, size_t n) {
   prefetch_req *req = c->free_reqs;
   if (req)
     c->free_reqs = req->next;
@@ -91,7 +91,7 @@ static void req_free(prefetch_req *req) {
 }
 
 /* Answers the facade; the request goes back to the free list. */
-static void answer(pc *c, prefetch_req *req) {
+static void answer(prefetch_controller *c, prefetch_req *req) {
   req->user->hits = req->base + req->hits;
   req->user->result = KVA_OK;
   if (req->reply_to) kva_send(req->reply_to, L1_REPLY, NULL, 0, c->self, req->reply_tag);
@@ -101,7 +101,7 @@ static void answer(pc *c, prefetch_req *req) {
 
 /* ---- slots -------------------------------------------------------------- */
 
-static void start_next(pc *c) {
+static void start_next(prefetch_controller *c) {
   while (c->head && c->ninflight < c->o.max_in_flight) {
     prefetch_req *req = c->head;
     c->head = req->next;
@@ -115,13 +115,13 @@ static void start_next(pc *c) {
   }
 }
 
-static void check_drained(pc *c) {
+static void check_drained(prefetch_controller *c) {
   if (!c->draining || c->ninflight || !c->drain_to) return;
   kva_send(c->drain_to, PC_DONE, NULL, 0, c->self, c->drain_tag);
   c->drain_to = NULL;
 }
 
-void pf_finish(pc *c, prefetch_req *req) {
+void pf_finish(prefetch_controller *c, prefetch_req *req) {
   c->slots[req->slot] = NULL;
   c->gen[req->slot]++;
   c->ninflight--;
@@ -131,7 +131,7 @@ void pf_finish(pc *c, prefetch_req *req) {
 }
 
 /* The request a reply's tag names, or NULL. */
-static prefetch_req *req_of(pc *c, uint64_t tag) {
+static prefetch_req *req_of(prefetch_controller *c, uint64_t tag) {
   uint32_t slot = (uint32_t)(tag & 0xffff);
   if (slot >= c->o.max_in_flight || !c->slots[slot] || c->gen[slot] != (uint32_t)(tag >> 16))
     return NULL;
@@ -140,7 +140,7 @@ static prefetch_req *req_of(pc *c, uint64_t tag) {
 
 /* ---- receive ------------------------------------------------------------ */
 
-static void on_handoff(pc *c, const kva_msg *msg) {
+static void on_handoff(prefetch_controller *c, const kva_msg *msg) {
   if (msg->len != sizeof(l1_handoff)) return;
   const l1_handoff *h = msg->data;
   l1_req *u = h->r;
@@ -175,7 +175,8 @@ static void on_handoff(pc *c, const kva_msg *msg) {
 }
 
 /* Which of the request's lookups or loads this reply is, or NULL. */
-static const kva_l2_req *l2_reply_of(pc *c, prefetch_req *req, const kva_msg *msg) {
+static const kva_l2_req *l2_reply_of(prefetch_controller *c, prefetch_req *req,
+                                     const kva_msg *msg) {
   if (msg->len != sizeof(void *)) return NULL;
   const kva_l2_req *r = *(kva_l2_req *const *)msg->data;
   const kva_l2_req *base = req->state == PF_LOOKUP ? req->look
@@ -185,7 +186,7 @@ static const kva_l2_req *l2_reply_of(pc *c, prefetch_req *req, const kva_msg *ms
   return r;
 }
 
-static void on_drain(pc *c, const kva_msg *msg) {
+static void on_drain(prefetch_controller *c, const kva_msg *msg) {
   c->draining = true;
   while (c->head) {
     prefetch_req *req = c->head;
@@ -199,7 +200,7 @@ static void on_drain(pc *c, const kva_msg *msg) {
 }
 
 static void pc_receive(kva_actor *self, void *state, const kva_msg *msg) {
-  pc *c = state;
+  prefetch_controller *c = state;
   prefetch_req *req;
   const kva_l2_req *r;
   switch (msg->type) {
@@ -224,7 +225,7 @@ static void pc_receive(kva_actor *self, void *state, const kva_msg *msg) {
 }
 
 static void pc_on_stop(kva_actor *self, void *state) {
-  pc *c = state;
+  prefetch_controller *c = state;
   if (c->ninflight)
     LOG_WARN("prefetch: stopping with %u requests in flight (their locks stay)", c->ninflight);
   for (uint32_t i = 0; i < c->o.max_in_flight; i++)
@@ -250,7 +251,7 @@ static const kva_behavior pc_behavior = {
 
 kva_actor *prefetch_controller_spawn(kva_runtime *rt, kva_actor *l1, l2_tiers *tiers,
                                      const prefetch_opts *o) {
-  pc *c = calloc(1, sizeof(*c));
+  prefetch_controller *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   c->l1 = l1;
   c->tiers = tiers;

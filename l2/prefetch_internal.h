@@ -70,27 +70,28 @@ typedef struct prefetch_req {
   uint32_t *lidx; /* lkeys[j] is keys[lidx[j]] */
 } prefetch_req;
 
-typedef struct pc {
+/* The prefetch controller actor's state. */
+typedef struct prefetch_controller {
   kva_actor *self, *l1;
   l2_tiers *tiers;
   prefetch_opts o;
   prefetch_req *head, *tail, *free_reqs; /* pending (FIFO), recycled */
-  prefetch_req **slots;                  /* o.max_in_flight entries */
-  uint32_t *gen, ninflight;
+  prefetch_req **slots;                  /* o.max_in_flight entries: requests in flight */
+  uint32_t *gen, ninflight;              /* gen: per slot, bumped as it frees (stale tags) */
   bool draining;
   kva_actor *drain_to;
   uint64_t drain_tag;
-} pc;
+} prefetch_controller;
 
 /* prefetch_controller.c */
-uint64_t pf_tag(const pc *c, const prefetch_req *req);
+uint64_t pf_tag(const prefetch_controller *c, const prefetch_req *req);
 /* Answers the facade with hits (base + req->hits) and frees the slot. */
-void pf_finish(pc *c, prefetch_req *req);
-void pf_send_l1(pc *c, prefetch_req *req, uint32_t type);
+void pf_finish(prefetch_controller *c, prefetch_req *req);
+void pf_send_l1(prefetch_controller *c, prefetch_req *req, uint32_t type);
 
 /* prefetch_request.c */
-void pf_start(pc *c, prefetch_req *req);                      /* PF_LOOKUP */
-void pf_on_l2(pc *c, prefetch_req *req, const kva_l2_req *r); /* a KVA_L2_DONE */
-void pf_on_l1(pc *c, prefetch_req *req);                      /* an L1_REPLY */
+void pf_start(prefetch_controller *c, prefetch_req *req);                      /* PF_LOOKUP */
+void pf_on_l2(prefetch_controller *c, prefetch_req *req, const kva_l2_req *r); /* a KVA_L2_DONE */
+void pf_on_l1(prefetch_controller *c, prefetch_req *req);                      /* an L1_REPLY */
 
 #endif

@@ -55,7 +55,7 @@ static void gather(prefetch_req *req, size_t i, size_t j) {
  * Phase 1 sends one half and phase 2 the other, so each lock is released
  * exactly once (docs/invariants.md I-PC-2): tier locks stack across
  * holders, and a key unlocked twice would lose another holder's lock. */
-static void unlock_where(pc *c, prefetch_req *req, uint32_t tier, bool planned) {
+static void unlock_where(prefetch_controller *c, prefetch_req *req, uint32_t tier, bool planned) {
   size_t k = 0;
   for (size_t i = 0; i < req->n; i++) {
     if (!kva_bit_get(req->found[tier], i)) continue;
@@ -68,18 +68,18 @@ static void unlock_where(pc *c, prefetch_req *req, uint32_t tier, bool planned) 
 }
 
 /* Phase 1: keys locked by a lookup but not loaded from that tier. */
-static void unlock_unplanned(pc *c, prefetch_req *req) {
+static void unlock_unplanned(prefetch_controller *c, prefetch_req *req) {
   for (uint32_t t = 0; t < c->tiers->n; t++)
     if (req->asked >> t & 1) unlock_where(c, req, t, false);
 }
 
 /* Phase 2: every key of the plan (its locks were kept for the load). */
-static void unlock_planned(pc *c, prefetch_req *req) {
+static void unlock_planned(prefetch_controller *c, prefetch_req *req) {
   for (uint32_t t = 0; t < c->tiers->n; t++)
     if (req->asked >> t & 1) unlock_where(c, req, t, true);
 }
 
-void pf_start(pc *c, prefetch_req *req) {
+void pf_start(prefetch_controller *c, prefetch_req *req) {
   req->state = PF_LOOKUP;
   req->asked = 0;
   req->waiting = 0;
@@ -101,7 +101,7 @@ void pf_start(pc *c, prefetch_req *req) {
 }
 
 /* Every lookup is in: plan, trim to the prefix, reserve the buffers. */
-static void plan(pc *c, prefetch_req *req) {
+static void plan(prefetch_controller *c, prefetch_req *req) {
   const uint8_t *found[L2_MAX_TIERS];
   for (uint32_t t = 0; t < c->tiers->n; t++) found[t] = req->found[t];
   /* an entry the policy leaves unset is "not loaded": the array is reused
@@ -133,7 +133,7 @@ static void plan(pc *c, prefetch_req *req) {
   pf_send_l1(c, req, L1_RESERVE_WRITE);
 }
 
-static void start_loads(pc *c, prefetch_req *req) {
+static void start_loads(prefetch_controller *c, prefetch_req *req) {
   req->state = PF_LOAD;
   req->waiting = 0;
   memset(req->loaded, 0, req->nreserved);
@@ -166,7 +166,7 @@ static void start_loads(pc *c, prefetch_req *req) {
  * phase-1 unlock (held keys are loaded from no tier), drop the buffers past
  * the gap, then load. Keys held past the gap keep their read locks until
  * release_rest. */
-static void trim_settled(pc *c, prefetch_req *req) {
+static void trim_settled(prefetch_controller *c, prefetch_req *req) {
   req->nreserved = 0;
   while (req->nreserved < req->nplanned && req->src[req->nreserved] != PF_SRC_NONE)
     req->nreserved++;
@@ -189,7 +189,7 @@ static void trim_settled(pc *c, prefetch_req *req) {
  * the L1 prefix's gap) does not end the prefix: no tier can load it while
  * L1 keeps it, so ending there would cut every prefetch of it at that key.
  * Up to the first other failure, such keys are read-locked in place (HOLD). */
-static void on_reserved(pc *c, prefetch_req *req) {
+static void on_reserved(prefetch_controller *c, prefetch_req *req) {
   bool ok = req->l1.result >= 0, open = ok;
   size_t k = 0;
   for (size_t i = 0; i < req->nplanned; i++) {
@@ -215,7 +215,7 @@ static void on_reserved(pc *c, prefetch_req *req) {
   pf_send_l1(c, req, L1_RESERVE_READ);
 }
 
-static void on_held(pc *c, prefetch_req *req) {
+static void on_held(prefetch_controller *c, prefetch_req *req) {
   for (size_t j = 0; req->l1.result >= 0 && j < req->l1.n; j++)
     if (req->status[j] == KVA_OK) {
       req->src[req->lidx[j]] = PF_SRC_L1;
@@ -227,7 +227,7 @@ static void on_held(pc *c, prefetch_req *req) {
 /* Removes the buffers still write-locked: those of [nfilled, nreserved),
  * and those of [0, nfilled) whose commit failed (a force-deleted object: L1
  * removes it when its writer lets go), then answers. */
-static void abort_rest(pc *c, prefetch_req *req) {
+static void abort_rest(prefetch_controller *c, prefetch_req *req) {
   size_t k = 0;
   for (size_t i = 0; i < req->nreserved; i++)
     if (req->src[i] == PF_SRC_BUF && (i >= req->nfilled || !req->loaded[i])) gather(req, i, k++);
@@ -242,7 +242,7 @@ static void abort_rest(pc *c, prefetch_req *req) {
 
 /* Read locks the caller does not get: keys committed in [hits, nfilled) and
  * keys held anywhere past hits. Then the buffers. */
-static void release_rest(pc *c, prefetch_req *req) {
+static void release_rest(prefetch_controller *c, prefetch_req *req) {
   size_t k = 0;
   for (size_t i = req->hits; i < req->nplanned; i++)
     if ((i < req->nfilled && req->loaded[i]) || req->src[i] == PF_SRC_L1) gather(req, i, k++);
@@ -261,7 +261,7 @@ static void release_rest(pc *c, prefetch_req *req) {
 
 /* Every load is in: phase-2 unlock, then commit the loaded keys of the
  * loaded-or-held prefix [0, nfilled). */
-static void on_loaded(pc *c, prefetch_req *req) {
+static void on_loaded(prefetch_controller *c, prefetch_req *req) {
   unlock_planned(c, req);
   size_t nbuf = 0, nloaded = 0, k = 0, per_tier[L2_MAX_TIERS] = {0};
   for (size_t i = 0; i < req->nreserved; i++) {
@@ -300,7 +300,7 @@ static void on_loaded(pc *c, prefetch_req *req) {
 
 /* Committed: a key whose commit failed is lost (force-deleted under us);
  * the caller's prefix ends at the first key neither committed nor held. */
-static void on_committed(pc *c, prefetch_req *req) {
+static void on_committed(prefetch_controller *c, prefetch_req *req) {
   size_t j = 0;
   for (size_t i = 0; i < req->nfilled; i++)
     if (req->src[i] == PF_SRC_BUF && (req->l1.result < 0 || req->status[j++] != KVA_OK))
@@ -311,7 +311,7 @@ static void on_committed(pc *c, prefetch_req *req) {
   release_rest(c, req);
 }
 
-void pf_on_l2(pc *c, prefetch_req *req, const kva_l2_req *r) {
+void pf_on_l2(prefetch_controller *c, prefetch_req *req, const kva_l2_req *r) {
   uint32_t t = 0;
   if (r) {
     const kva_l2_req *base = req->state == PF_LOOKUP ? req->look : req->load;
@@ -329,7 +329,7 @@ void pf_on_l2(pc *c, prefetch_req *req, const kva_l2_req *r) {
     on_loaded(c, req);
 }
 
-void pf_on_l1(pc *c, prefetch_req *req) {
+void pf_on_l1(prefetch_controller *c, prefetch_req *req) {
   switch (req->state) {
   case PF_RESERVE:
     on_reserved(c, req);
