@@ -328,12 +328,13 @@ typedef struct kva_storage_stats {
 } kva_storage_stats;
 KVA_API int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out);
 
-/* v1 lookups and modes (seed 000). kva_lookup walks the tiers in order (L1,
- * then l2[] in config order) and reports, per tier, how many keys of the
- * contiguous prefix it holds: L1 gets k[0..), each L2 tier the keys after
- * the hits of the tiers before it; total is their sum. Bypassed tiers are
- * skipped (hits 0); while frozen only L1 is asked. pin keeps the L1 hits
- * from eviction (they stay readable by others) until kva_unpin. */
+/* v1 lookups and modes (docs/invariants.md I-FA-2). kva_lookup walks the
+ * tiers in order (L1, then l2[] in config order) and reports, per tier, how
+ * many keys of the contiguous prefix it holds: L1 gets k[0..), each L2 tier
+ * the keys after the hits of the tiers before it; total is their sum.
+ * Bypassed tiers are skipped (hits 0); while frozen only L1 is asked. pin
+ * keeps the L1 hits from eviction (they stay readable by others) until
+ * kva_unpin. */
 typedef struct kva_tier_hits {
   size_t total;
   uint32_t ntiers;
@@ -380,7 +381,7 @@ KVA_API int kva_config_node_u64(const kva_config_node *n, const char *key, uint6
 KVA_API int kva_config_node_f64(const kva_config_node *n, const char *key, double *out);
 
 /* ------------------------------------------------------------------------
- * L2 adapters: the message protocol (seed 002, "L2 adapter interface")
+ * L2 adapters: the message protocol (docs/invariants.md I-L2-1 to I-L2-6)
  *
  * An L2 adapter is an ordinary actor. The store and prefetch controllers
  * (and the facade, for kva_lookup and kva_l2_contains) send it requests;

@@ -2,9 +2,9 @@
  * l1_read.c — the L1 manager's read side: reserve/finish read, the L1 part
  * of a prefetch, reading prefetched objects, touch.
  *
- * Accesses are reported to the eviction controller in reverse request
- * order (seed 000 touch_cache): the first chunk of a request ends up the
- * most recently used, so a prefix outlives its suffix.
+ * Accesses are reported to the eviction controller in reverse request order
+ * (LMCache's touch_cache; docs/invariants.md I-L1-8): the first chunk of a
+ * request ends up the most recently used, so a prefix outlives its suffix.
  */
 #include "common/key.h"
 #include "l1/l1_internal.h"

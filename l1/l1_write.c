@@ -25,8 +25,8 @@
  * taken in policy order as far as contiguity allows, and each one evicted
  * is needed. A size-class allocator would avoid the question for one chunk
  * size but wastes a fifth or more of the pool with mixed sizes (measured:
- * pool_plan.c, README "Benchmarks"); with one chunk size the plan is the
- * old rule (the least recent unlocked objects, one block each).
+ * pool_plan.c, README "Benchmarks"); with one chunk size the plan comes
+ * down to the least recent unlocked objects, one block each.
  */
 #include <stdlib.h>
 

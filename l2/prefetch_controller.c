@@ -12,8 +12,8 @@
  * the controller touch a finished request.
  *
  * Shutdown (PC_DRAIN): queued requests are answered with their L1 hits
- * only; requests in flight run to their end, releasing every L1 and L2
- * lock on the way (seed 002 invariant 9); then PC_DONE. Hand-offs arriving
+ * only; requests in flight run to their end, releasing every L1 and L2 lock
+ * on the way (docs/invariants.md I-SD-2); then PC_DONE. Hand-offs arriving
  * later are answered at once.
  */
 #include <stdlib.h>
@@ -22,116 +22,116 @@
 #include "actors/log.h"
 #include "l2/prefetch_internal.h"
 
-uint64_t pf_tag(const pc *c, const pf_req *q) {
-  return ((uint64_t)c->gen[q->slot] << 16) | q->slot;
+uint64_t pf_tag(const prefetch_controller *c, const prefetch_req *req) {
+  return ((uint64_t)c->gen[req->slot] << 16) | req->slot;
 }
 
-void pf_send_l1(pc *c, pf_req *q, uint32_t type) {
-  l1_req *r = &q->l1;
-  if (kva_send(c->l1, type, &r, sizeof(r), c->self, pf_tag(c, q)) != KVA_OK)
+void pf_send_l1(prefetch_controller *c, prefetch_req *req, uint32_t type) {
+  l1_req *r = &req->l1;
+  if (kva_send(c->l1, type, &r, sizeof(r), c->self, pf_tag(c, req)) != KVA_OK)
     LOG_ERROR("prefetch: the L1 manager is gone; a prefetch is abandoned");
 }
 
 /* ---- requests ----------------------------------------------------------- */
 
-static bool req_reserve(pf_req *q, size_t n) {
-  if (n <= q->cap) return true;
+static bool req_reserve(prefetch_req *req, size_t n) {
+  if (n <= req->cap) return true;
   size_t bm = (n + 7) / 8;
   size_t size = 2 * L2_MAX_TIERS * bm + n /* plan */ + n /* loaded */ + n /* src */ +
                 n * sizeof(int) + 2 * n * sizeof(kva_buf) + 2 * n * sizeof(uint64_t) +
                 n * sizeof(kva_key) + n * sizeof(uint32_t) + 64;
   uint8_t *b = malloc(size);
   if (!b) return false;
-  free(q->block);
-  q->block = b;
-  q->cap = n;
+  free(req->block);
+  req->block = b;
+  req->cap = n;
   /* the widest members first, so each stays aligned */
-  q->bufs = (kva_buf *)b;
+  req->bufs = (kva_buf *)b;
   b += n * sizeof(kva_buf);
-  q->lbufs = (kva_buf *)b;
+  req->lbufs = (kva_buf *)b;
   b += n * sizeof(kva_buf);
-  q->ids = (uint64_t *)b;
+  req->ids = (uint64_t *)b;
   b += n * sizeof(uint64_t);
-  q->lids = (uint64_t *)b;
+  req->lids = (uint64_t *)b;
   b += n * sizeof(uint64_t);
-  q->lkeys = (kva_key *)b; /* 4-byte aligned, like everything after it */
+  req->lkeys = (kva_key *)b; /* 4-byte aligned, like everything after it */
   b += n * sizeof(kva_key);
-  q->status = (int *)b;
+  req->status = (int *)b;
   b += n * sizeof(int);
-  q->lidx = (uint32_t *)b;
+  req->lidx = (uint32_t *)b;
   b += n * sizeof(uint32_t);
   for (uint32_t t = 0; t < L2_MAX_TIERS; t++, b += 2 * bm) {
-    q->found[t] = b;
-    q->lbits[t] = b + bm;
+    req->found[t] = b;
+    req->lbits[t] = b + bm;
   }
-  q->plan = (int8_t *)b;
-  q->loaded = b + n;
-  q->src = b + 2 * n;
+  req->plan = (int8_t *)b;
+  req->loaded = b + n;
+  req->src = b + 2 * n;
   return true;
 }
 
-static pf_req *req_get(pc *c, size_t n) {
-  pf_req *q = c->free_reqs;
-  if (q)
-    c->free_reqs = q->next;
-  else if (!(q = calloc(1, sizeof(*q))))
+static prefetch_req *req_get(prefetch_controller *c, size_t n) {
+  prefetch_req *req = c->free_reqs;
+  if (req)
+    c->free_reqs = req->next;
+  else if (!(req = calloc(1, sizeof(*req))))
     return NULL;
-  if (!req_reserve(q, n)) {
-    q->next = c->free_reqs;
-    c->free_reqs = q;
+  if (!req_reserve(req, n)) {
+    req->next = c->free_reqs;
+    c->free_reqs = req;
     return NULL;
   }
-  q->next = NULL;
-  return q;
+  req->next = NULL;
+  return req;
 }
 
-static void req_free(pf_req *q) {
-  free(q->block);
-  free(q);
+static void req_free(prefetch_req *req) {
+  free(req->block);
+  free(req);
 }
 
 /* Answers the facade; the request goes back to the free list. */
-static void answer(pc *c, pf_req *q) {
-  q->user->hits = q->base + q->hits;
-  q->user->result = KVA_OK;
-  if (q->reply_to) kva_send(q->reply_to, L1_REPLY, NULL, 0, c->self, q->reply_tag);
-  q->next = c->free_reqs;
-  c->free_reqs = q;
+static void answer(prefetch_controller *c, prefetch_req *req) {
+  req->user->hits = req->base + req->hits;
+  req->user->result = KVA_OK;
+  if (req->reply_to) kva_send(req->reply_to, L1_REPLY, NULL, 0, c->self, req->reply_tag);
+  req->next = c->free_reqs;
+  c->free_reqs = req;
 }
 
 /* ---- slots -------------------------------------------------------------- */
 
-static void start_next(pc *c) {
+static void start_next(prefetch_controller *c) {
   while (c->head && c->ninflight < c->o.max_in_flight) {
-    pf_req *q = c->head;
-    c->head = q->next;
+    prefetch_req *req = c->head;
+    c->head = req->next;
     if (!c->head) c->tail = NULL;
     uint32_t slot = 0;
     while (c->slots[slot]) slot++;
-    c->slots[slot] = q;
-    q->slot = slot;
+    c->slots[slot] = req;
+    req->slot = slot;
     c->ninflight++;
-    pf_start(c, q);
+    pf_start(c, req);
   }
 }
 
-static void check_drained(pc *c) {
+static void check_drained(prefetch_controller *c) {
   if (!c->draining || c->ninflight || !c->drain_to) return;
   kva_send(c->drain_to, PC_DONE, NULL, 0, c->self, c->drain_tag);
   c->drain_to = NULL;
 }
 
-void pf_finish(pc *c, pf_req *q) {
-  c->slots[q->slot] = NULL;
-  c->gen[q->slot]++;
+void pf_finish(prefetch_controller *c, prefetch_req *req) {
+  c->slots[req->slot] = NULL;
+  c->gen[req->slot]++;
   c->ninflight--;
-  answer(c, q);
+  answer(c, req);
   start_next(c);
   check_drained(c);
 }
 
 /* The request a reply's tag names, or NULL. */
-static pf_req *req_of(pc *c, uint64_t tag) {
+static prefetch_req *req_of(prefetch_controller *c, uint64_t tag) {
   uint32_t slot = (uint32_t)(tag & 0xffff);
   if (slot >= c->o.max_in_flight || !c->slots[slot] || c->gen[slot] != (uint32_t)(tag >> 16))
     return NULL;
@@ -140,55 +140,58 @@ static pf_req *req_of(pc *c, uint64_t tag) {
 
 /* ---- receive ------------------------------------------------------------ */
 
-static void on_handoff(pc *c, const kva_msg *msg) {
+static void on_handoff(prefetch_controller *c, const kva_msg *msg) {
   if (msg->len != sizeof(l1_handoff)) return;
   const l1_handoff *h = msg->data;
   l1_req *u = h->r;
   size_t n = u->n - u->hits;
-  pf_req *q = req_get(c, n);
-  if (!q) { /* answer with what L1 had: nothing is lost, L2 is skipped */
+  prefetch_req *req = req_get(c, n);
+  if (!req) { /* answer with what L1 had: nothing is lost, L2 is skipped */
     LOG_WARN("prefetch: out of memory; a prefetch is answered from L1 only");
     u->result = KVA_OK;
     kva_send(h->reply_to, L1_REPLY, NULL, 0, c->self, h->tag);
     return;
   }
-  q->user = u;
-  q->reply_to = h->reply_to;
-  q->reply_tag = h->tag;
-  q->base = u->hits;
-  q->keys = u->keys + u->hits;
-  q->n = n;
-  q->state = PF_QUEUED;
-  q->waiting = q->asked = 0;
-  q->p = q->q = q->r = q->hits = 0;
+  req->user = u;
+  req->reply_to = h->reply_to;
+  req->reply_tag = h->tag;
+  req->base = u->hits;
+  req->keys = u->keys + u->hits;
+  req->n = n;
+  req->state = PF_QUEUED;
+  req->waiting = req->asked = 0;
+  req->nplanned = req->nreserved = req->nfilled = req->hits = 0;
   l2_count(&c->tiers->prefetch_requests, 1);
   if (c->draining || !u->layout) {
-    answer(c, q);
+    answer(c, req);
     return;
   }
   if (c->tail)
-    c->tail->next = q;
+    c->tail->next = req;
   else
-    c->head = q;
-  c->tail = q;
+    c->head = req;
+  c->tail = req;
   start_next(c);
 }
 
 /* Which of the request's lookups or loads this reply is, or NULL. */
-static const kva_l2_req *l2_reply_of(pc *c, pf_req *q, const kva_msg *msg) {
+static const kva_l2_req *l2_reply_of(prefetch_controller *c, prefetch_req *req,
+                                     const kva_msg *msg) {
   if (msg->len != sizeof(void *)) return NULL;
   const kva_l2_req *r = *(kva_l2_req *const *)msg->data;
-  const kva_l2_req *base = q->state == PF_LOOKUP ? q->look : q->state == PF_LOAD ? q->load : NULL;
+  const kva_l2_req *base = req->state == PF_LOOKUP ? req->look
+                           : req->state == PF_LOAD ? req->load
+                                                   : NULL;
   if (!base || r < base || r >= base + c->tiers->n) return NULL;
   return r;
 }
 
-static void on_drain(pc *c, const kva_msg *msg) {
+static void on_drain(prefetch_controller *c, const kva_msg *msg) {
   c->draining = true;
   while (c->head) {
-    pf_req *q = c->head;
-    c->head = q->next;
-    answer(c, q);
+    prefetch_req *req = c->head;
+    c->head = req->next;
+    answer(c, req);
   }
   c->tail = NULL;
   c->drain_to = msg->from;
@@ -197,21 +200,21 @@ static void on_drain(pc *c, const kva_msg *msg) {
 }
 
 static void pc_receive(kva_actor *self, void *state, const kva_msg *msg) {
-  pc *c = state;
-  pf_req *q;
+  prefetch_controller *c = state;
+  prefetch_req *req;
   const kva_l2_req *r;
   switch (msg->type) {
   case L1_HANDOFF:
     on_handoff(c, msg);
     break;
   case KVA_L2_DONE:
-    if ((q = req_of(c, msg->tag)) && (r = l2_reply_of(c, q, msg)))
-      pf_on_l2(c, q, r);
+    if ((req = req_of(c, msg->tag)) && (r = l2_reply_of(c, req, msg)))
+      pf_on_l2(c, req, r);
     else
       LOG_WARN("prefetch: dropped a tier reply that matches no request in flight");
     break;
   case L1_REPLY:
-    if ((q = req_of(c, msg->tag))) pf_on_l1(c, q);
+    if ((req = req_of(c, msg->tag))) pf_on_l1(c, req);
     break;
   case PC_DRAIN:
     on_drain(c, msg);
@@ -222,18 +225,18 @@ static void pc_receive(kva_actor *self, void *state, const kva_msg *msg) {
 }
 
 static void pc_on_stop(kva_actor *self, void *state) {
-  pc *c = state;
+  prefetch_controller *c = state;
   if (c->ninflight)
     LOG_WARN("prefetch: stopping with %u requests in flight (their locks stay)", c->ninflight);
   for (uint32_t i = 0; i < c->o.max_in_flight; i++)
     if (c->slots[i]) req_free(c->slots[i]);
-  for (pf_req *q = c->head, *next; q; q = next) {
-    next = q->next;
-    req_free(q);
+  for (prefetch_req *req = c->head, *next; req; req = next) {
+    next = req->next;
+    req_free(req);
   }
-  for (pf_req *q = c->free_reqs, *next; q; q = next) {
-    next = q->next;
-    req_free(q);
+  for (prefetch_req *req = c->free_reqs, *next; req; req = next) {
+    next = req->next;
+    req_free(req);
   }
   free(c->slots);
   free(c->gen);
@@ -248,7 +251,7 @@ static const kva_behavior pc_behavior = {
 
 kva_actor *prefetch_controller_spawn(kva_runtime *rt, kva_actor *l1, l2_tiers *tiers,
                                      const prefetch_opts *o) {
-  pc *c = calloc(1, sizeof(*c));
+  prefetch_controller *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   c->l1 = l1;
   c->tiers = tiers;

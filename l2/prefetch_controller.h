@@ -1,14 +1,15 @@
 /*
  * prefetch_controller.h — the prefetch controller actor
  * (prefetch_controller.c, prefetch_request.c): loads the part of a
- * prefetch that missed in L1 from the L2 tiers (seed 002,
- * PrefetchController).
+ * prefetch that missed in L1 from the L2 tiers (LMCache's
+ * PrefetchController; docs/invariants.md I-PC-1 to I-PC-7).
  *
  * Accepts                              | Sends
  * -------------------------------------+-----------------------------------
  * L1_HANDOFF (from the L1 manager)     | KVA_L2_LOOKUP_AND_LOCK, KVA_L2_LOAD,
  * KVA_L2_DONE, L1_REPLY                |   KVA_L2_UNLOCK to the tiers
- * PC_DRAIN (facade, at shutdown)       | L1_RESERVE_WRITE, L1_DELETE,
+ * PC_DRAIN (facade, at shutdown)       | L1_RESERVE_WRITE, L1_RESERVE_READ,
+ *                                      |   L1_ABORT_WRITE,
  *                                      |   L1_FINISH_WRITE_AND_RESERVE_READ,
  *                                      |   L1_FINISH_READ to the L1 manager
  *                                      | L1_REPLY to the prefetch's port

@@ -1,7 +1,8 @@
 /*
  * prefetch_internal.h — state of the prefetch controller, shared by
  *   prefetch_controller.c  the actor: hand-offs, pending queue, slots, drain
- *   prefetch_request.c     one request's state machine (seed 002)
+ *   prefetch_request.c     one request's state machine (docs/invariants.md
+ *                          I-PC-1 to I-PC-5)
  */
 #ifndef KVA_L2_PREFETCH_INTERNAL_H
 #define KVA_L2_PREFETCH_INTERNAL_H
@@ -25,14 +26,17 @@ enum {
   PF_ABORT,   /* L1_REPLY: buffers of failed loads and loads past the gap removed */
 };
 
-/* Where a planned key of [0, p) comes from once L1 answered the RESERVE
+/* Where a planned key of [0, nplanned) comes from once L1 answered the RESERVE
  * (and the HOLD): a write buffer to load into, or the object L1 holds
  * already, read-locked for the caller (it was there when the reservation
  * said KVA_KEY_NOT_WRITABLE, e.g. an L1 hit past the L1 prefix's gap). */
 enum { PF_SRC_NONE = 0, PF_SRC_BUF, PF_SRC_L1 };
 
-typedef struct pf_req {
-  struct pf_req *next; /* pending queue or free list */
+/* One prefetch the L1 manager handed off, for the keys past its L1 prefix
+ * (prefetch_request.c). Each prefix below lies within the one before it:
+ * hits <= nfilled <= nreserved <= nplanned <= n. */
+typedef struct prefetch_req {
+  struct prefetch_req *next; /* pending queue or free list */
   /* the facade's request, answered with L1_REPLY when done */
   l1_req *user;
   kva_actor *reply_to;
@@ -41,11 +45,12 @@ typedef struct pf_req {
   const kva_key *keys; /* user->keys + base */
   size_t n;
   uint32_t slot, state, waiting;
-  uint32_t asked; /* tiers sent a lookup (bit mask) */
-  size_t p;       /* keys [0, p) planned: contiguous, one tier each */
-  size_t q;       /* keys [0, q) reserved or held in L1 (q <= p) */
-  size_t r;       /* keys [0, r) loaded or held (r <= q) */
-  size_t hits;    /* keys [0, hits) read-locked for the caller (hits <= r) */
+  uint32_t asked;   /* tiers sent a lookup (bit mask) */
+  size_t nplanned;  /* keys [0, nplanned) planned: contiguous, one tier each */
+  size_t nreserved; /* keys [0, nreserved) reserved in L1: a write buffer, or
+                       a read lock on the object L1 holds already */
+  size_t nfilled;   /* keys [0, nfilled) have their bytes in L1: loaded or held */
+  size_t hits;      /* keys [0, hits) read-locked for the caller */
   kva_l2_req look[L2_MAX_TIERS], load[L2_MAX_TIERS];
   l1_req l1;
   /* arrays of n entries (cap allocated), in one block */
@@ -55,7 +60,7 @@ typedef struct pf_req {
   uint8_t *lbits[L2_MAX_TIERS]; /* load bitmaps */
   int8_t *plan;                 /* tier per key, -1 = not loaded */
   uint8_t *loaded;              /* per key */
-  uint8_t *src;                 /* per key of [0, p): PF_SRC_* */
+  uint8_t *src;                 /* per key of [0, nplanned): PF_SRC_* */
   int *status;
   kva_buf *bufs;  /* L1 write buffers, per key */
   uint64_t *ids;  /* per key: the L1 object reserved or held (release by id) */
@@ -63,29 +68,30 @@ typedef struct pf_req {
   kva_key *lkeys; /* keys grouped by tier for loads; scratch for unlocks */
   kva_buf *lbufs;
   uint32_t *lidx; /* lkeys[j] is keys[lidx[j]] */
-} pf_req;
+} prefetch_req;
 
-typedef struct pc {
+/* The prefetch controller actor's state. */
+typedef struct prefetch_controller {
   kva_actor *self, *l1;
   l2_tiers *tiers;
   prefetch_opts o;
-  pf_req *head, *tail, *free_reqs; /* pending (FIFO), recycled */
-  pf_req **slots;                  /* o.max_in_flight entries */
-  uint32_t *gen, ninflight;
+  prefetch_req *head, *tail, *free_reqs; /* pending (FIFO), recycled */
+  prefetch_req **slots;                  /* o.max_in_flight entries: requests in flight */
+  uint32_t *gen, ninflight;              /* gen: per slot, bumped as it frees (stale tags) */
   bool draining;
   kva_actor *drain_to;
   uint64_t drain_tag;
-} pc;
+} prefetch_controller;
 
 /* prefetch_controller.c */
-uint64_t pf_tag(const pc *c, const pf_req *q);
-/* Answers the facade with hits (base + q->hits) and frees the slot. */
-void pf_finish(pc *c, pf_req *q);
-void pf_send_l1(pc *c, pf_req *q, uint32_t type);
+uint64_t pf_tag(const prefetch_controller *c, const prefetch_req *req);
+/* Answers the facade with hits (base + req->hits) and frees the slot. */
+void pf_finish(prefetch_controller *c, prefetch_req *req);
+void pf_send_l1(prefetch_controller *c, prefetch_req *req, uint32_t type);
 
 /* prefetch_request.c */
-void pf_start(pc *c, pf_req *q);                      /* PF_LOOKUP */
-void pf_on_l2(pc *c, pf_req *q, const kva_l2_req *r); /* a KVA_L2_DONE */
-void pf_on_l1(pc *c, pf_req *q);                      /* an L1_REPLY */
+void pf_start(prefetch_controller *c, prefetch_req *req);                      /* PF_LOOKUP */
+void pf_on_l2(prefetch_controller *c, prefetch_req *req, const kva_l2_req *r); /* a KVA_L2_DONE */
+void pf_on_l1(prefetch_controller *c, prefetch_req *req);                      /* an L1_REPLY */
 
 #endif

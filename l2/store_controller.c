@@ -17,11 +17,11 @@
  * the very objects it locked even if one was force-deleted and its key
  * written again meanwhile.
  *
- * Lock invariant (seed 002): an object is read-locked exactly while a task
- * holds it between RESERVING and RELEASING; every task reaches RELEASING
- * (a failed or refused store included), and at shutdown (SC_DRAIN) queued
- * tasks are dropped before they lock anything while tasks in flight run to
- * the end, so no read lock outlives the controller.
+ * Lock invariant (docs/invariants.md I-SC-1): an object is read-locked
+ * exactly while a task holds it between RESERVING and RELEASING; every task
+ * reaches RELEASING (a failed or refused store included), and at shutdown
+ * (SC_DRAIN) queued tasks are dropped before they lock anything while tasks
+ * in flight run to the end, so no read lock outlives the controller.
  *
  * At most MAX_INFLIGHT tasks hold locks at once; the rest wait, unlocked
  * (evictable: an object evicted before its task starts is simply not
@@ -61,7 +61,8 @@ typedef struct waiter {
   uint64_t tag, upto; /* replies once every task of seq <= upto is done */
 } waiter;
 
-typedef struct sc {
+/* The store controller actor's state. */
+typedef struct store_controller {
   kva_actor *self, *l1;
   l2_tiers *tiers;
   kva_store_policy policy;
@@ -78,11 +79,11 @@ typedef struct sc {
   uint8_t *targets;
   kva_key *group;
   size_t scratch_cap;
-} sc;
+} store_controller;
 
 /* ---- tasks -------------------------------------------------------------- */
 
-static store_task *task_get(sc *c, size_t n) {
+static store_task *task_get(store_controller *c, size_t n) {
   store_task *t = c->free_tasks;
   if (t)
     c->free_tasks = t->next;
@@ -120,18 +121,18 @@ static void task_free(store_task *t) {
   free(t);
 }
 
-static uint64_t tag_of(const sc *c, const store_task *t) {
+static uint64_t tag_of(const store_controller *c, const store_task *t) {
   return ((uint64_t)c->gen[t->slot] << 16) | t->slot;
 }
 
 /* The in-flight task a reply's tag names, or NULL for a stale tag. */
-static store_task *task_of(sc *c, uint64_t tag) {
+static store_task *task_of(store_controller *c, uint64_t tag) {
   uint32_t slot = (uint32_t)(tag & 0xffff);
   if (slot >= MAX_INFLIGHT || !c->slots[slot] || c->gen[slot] != (uint32_t)(tag >> 16)) return NULL;
   return c->slots[slot];
 }
 
-static void send_l1(sc *c, store_task *t, uint32_t type) {
+static void send_l1(store_controller *c, store_task *t, uint32_t type) {
   l1_req *r = &t->l1;
   if (kva_send(c->l1, type, &r, sizeof(r), c->self, tag_of(c, t)) != KVA_OK)
     LOG_ERROR("store: the L1 manager is gone; a store task is abandoned");
@@ -139,7 +140,7 @@ static void send_l1(sc *c, store_task *t, uint32_t type) {
 
 /* ---- flush and drain ---------------------------------------------------- */
 
-static uint64_t oldest_open(const sc *c) {
+static uint64_t oldest_open(const store_controller *c) {
   uint64_t min = UINT64_MAX;
   for (const store_task *t = c->head; t; t = t->next)
     if (t->seq < min) min = t->seq;
@@ -148,7 +149,7 @@ static uint64_t oldest_open(const sc *c) {
   return min;
 }
 
-static void answer_waiters(sc *c) {
+static void answer_waiters(store_controller *c) {
   if (c->nwaiters == 0) return;
   uint64_t open = oldest_open(c);
   uint32_t kept = 0;
@@ -162,7 +163,7 @@ static void answer_waiters(sc *c) {
   c->nwaiters = kept;
 }
 
-static void check_drained(sc *c) {
+static void check_drained(store_controller *c) {
   if (!c->draining || c->ninflight || !c->drain_to) return;
   kva_send(c->drain_to, SC_DONE, NULL, 0, c->self, c->drain_tag);
   c->drain_to = NULL;
@@ -170,9 +171,9 @@ static void check_drained(sc *c) {
 
 /* ---- the pipeline ------------------------------------------------------- */
 
-static void start_next(sc *c);
+static void start_next(store_controller *c);
 
-static void task_done(sc *c, store_task *t) {
+static void task_done(store_controller *c, store_task *t) {
   c->slots[t->slot] = NULL;
   c->gen[t->slot]++;
   c->ninflight--;
@@ -183,7 +184,7 @@ static void task_done(sc *c, store_task *t) {
   check_drained(c);
 }
 
-static void start_task(sc *c, store_task *t) {
+static void start_task(store_controller *c, store_task *t) {
   uint32_t slot = 0;
   while (c->slots[slot]) slot++; /* ninflight < MAX_INFLIGHT: one is free */
   c->slots[slot] = t;
@@ -200,7 +201,7 @@ static void start_task(sc *c, store_task *t) {
   send_l1(c, t, L1_RESERVE_READ);
 }
 
-static void start_next(sc *c) {
+static void start_next(store_controller *c) {
   while (c->head && c->ninflight < MAX_INFLIGHT) {
     store_task *t = c->head;
     c->head = t->next;
@@ -211,7 +212,7 @@ static void start_next(sc *c) {
 
 /* Releases the read locks, by id; after a successful store, with the
  * policy's deletions applied by L1 in the same step. */
-static void release(sc *c, store_task *t) {
+static void release(store_controller *c, store_task *t) {
   const uint8_t *del = NULL;
   if (t->stored == KVA_OK) {
     memset(t->del, 0, t->n);
@@ -231,7 +232,7 @@ static void release(sc *c, store_task *t) {
 }
 
 /* The objects are read-locked (those still there): hand them to the tier. */
-static void on_reserved(sc *c, store_task *t) {
+static void on_reserved(store_controller *c, store_task *t) {
   size_t k = 0;
   for (size_t i = 0; i < t->n; i++) {
     if (t->status[i] != KVA_OK) continue;
@@ -256,7 +257,7 @@ static void on_reserved(sc *c, store_task *t) {
   }
 }
 
-static void on_stored(sc *c, store_task *t) {
+static void on_stored(store_controller *c, store_task *t) {
   t->stored = t->l2.result;
   l2_health(c->tiers, t->tier, t->stored);
   l2_count(&c->tiers->store_tasks, 1);
@@ -270,7 +271,7 @@ static void on_stored(sc *c, store_task *t) {
   release(c, t);
 }
 
-static void on_l1_reply(sc *c, store_task *t) {
+static void on_l1_reply(store_controller *c, store_task *t) {
   switch (t->state) {
   case RESERVING:
     on_reserved(c, t);
@@ -285,7 +286,7 @@ static void on_l1_reply(sc *c, store_task *t) {
 
 /* ---- new writes --------------------------------------------------------- */
 
-static bool grow_scratch(sc *c, size_t n) {
+static bool grow_scratch(store_controller *c, size_t n) {
   if (n <= c->scratch_cap) return true;
   uint8_t *t = realloc(c->targets, n);
   if (t) c->targets = t;
@@ -296,7 +297,7 @@ static bool grow_scratch(sc *c, size_t n) {
   return true;
 }
 
-static void enqueue(sc *c, store_task *t) {
+static void enqueue(store_controller *c, store_task *t) {
   if (c->tail)
     c->tail->next = t;
   else
@@ -305,7 +306,7 @@ static void enqueue(sc *c, store_task *t) {
 }
 
 /* One layout's keys: the policy picks tiers, one task per usable tier. */
-static void plan_group(sc *c, const kva_layout *layout, size_t n) {
+static void plan_group(store_controller *c, const kva_layout *layout, size_t n) {
   memset(c->targets, 0, n);
   c->policy.select_targets(c->policy.arg, c->group, n, c->tiers->n, c->targets);
   for (uint32_t tier = 0; tier < c->tiers->n; tier++) {
@@ -327,7 +328,7 @@ static void plan_group(sc *c, const kva_layout *layout, size_t n) {
   }
 }
 
-static void on_written(sc *c, const kva_msg *msg) {
+static void on_written(store_controller *c, const kva_msg *msg) {
   const l1_written *h = msg->data;
   if (msg->len < sizeof(*h)) return;
   size_t need = sizeof(*h) + (size_t)h->nlayouts * sizeof(kva_layout) +
@@ -359,11 +360,11 @@ static void on_written(sc *c, const kva_msg *msg) {
 
 /* ---- receive ------------------------------------------------------------ */
 
-/* Fix: the waiters used to be a fixed array of 64, and a flush beyond
- * that was answered at once, before its stores were done (kva_flush
- * returned KVA_OK early when many threads flushed together). The list now
- * grows; only when that fails is a flush answered early, with a warning. */
-static bool waiters_room(sc *c) {
+/* Room for one more waiter: the list grows on demand, so every flush waits
+ * for its stores however many threads flush at once (docs/invariants.md
+ * I-SC-6). False only when it cannot grow; on_flush then answers early,
+ * with a warning. */
+static bool waiters_room(store_controller *c) {
   if (c->nwaiters < c->capwaiters) return true;
   uint32_t cap = c->capwaiters ? c->capwaiters * 2 : 16;
   waiter *w = cap > c->capwaiters ? realloc(c->waiters, cap * sizeof(*w)) : NULL;
@@ -373,7 +374,7 @@ static bool waiters_room(sc *c) {
   return true;
 }
 
-static void on_flush(sc *c, const kva_msg *msg) {
+static void on_flush(store_controller *c, const kva_msg *msg) {
   if (!msg->from) return;
   if (!waiters_room(c)) { /* answer early rather than drop */
     LOG_WARN("store: out of memory; a flush is answered before its stores are done");
@@ -384,7 +385,7 @@ static void on_flush(sc *c, const kva_msg *msg) {
   answer_waiters(c);
 }
 
-static void on_drain(sc *c, const kva_msg *msg) {
+static void on_drain(store_controller *c, const kva_msg *msg) {
   c->draining = true;
   while (c->head) {
     store_task *t = c->head;
@@ -401,7 +402,7 @@ static void on_drain(sc *c, const kva_msg *msg) {
 }
 
 static void sc_receive(kva_actor *self, void *state, const kva_msg *msg) {
-  sc *c = state;
+  store_controller *c = state;
   store_task *t;
   switch (msg->type) {
   case L1_WRITTEN:
@@ -430,7 +431,7 @@ static void sc_receive(kva_actor *self, void *state, const kva_msg *msg) {
 }
 
 static void sc_on_stop(kva_actor *self, void *state) {
-  sc *c = state;
+  store_controller *c = state;
   if (c->ninflight)
     LOG_WARN("store: stopping with %u stores in flight (their read locks stay)", c->ninflight);
   for (uint32_t i = 0; i < MAX_INFLIGHT; i++)
@@ -457,7 +458,7 @@ static const kva_behavior sc_behavior = {
 
 kva_actor *store_controller_spawn(kva_runtime *rt, kva_actor *l1, l2_tiers *tiers,
                                   const kva_store_policy *policy) {
-  sc *c = calloc(1, sizeof(*c));
+  store_controller *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   c->l1 = l1;
   c->tiers = tiers;

@@ -1,14 +1,16 @@
 /*
  * store_controller.h — the store controller actor (store_controller.c):
- * copies finished L1 writes to the L2 tiers (seed 002, StoreController).
+ * copies finished L1 writes to the L2 tiers (LMCache's StoreController;
+ * docs/invariants.md I-SC-1 to I-SC-6).
  *
  * Accepts                          | Sends
  * ---------------------------------+------------------------------------
- * L1_WRITTEN (from the L1 manager) | L1_RESERVE_READ / L1_FINISH_READ /
- * L1_REPLY, KVA_L2_DONE            |   L1_DELETE to the L1 manager
- * SC_FLUSH, SC_DRAIN (facade)      | KVA_L2_STORE to the tiers
- *                                  |
- *                                  | SC_DONE to the facade
+ * L1_WRITTEN (from the L1 manager) | L1_RESERVE_READ, L1_FINISH_READ
+ * L1_REPLY, KVA_L2_DONE            |   (with the policy's L1 deletions)
+ * SC_FLUSH, SC_DRAIN (facade)      |   to the L1 manager
+ *                                  | KVA_L2_STORE to the tiers
+ *                                  | SC_DONE to the facade (a flush's
+ *                                  |   or the drain's answer)
  */
 #ifndef KVA_L2_STORE_CONTROLLER_H
 #define KVA_L2_STORE_CONTROLLER_H

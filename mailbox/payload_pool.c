@@ -2,10 +2,10 @@
  * payload_pool.c — size-classed free lists of payload blocks (see header).
  *
  * Each class is a singly linked list behind a tiny test-and-set lock built
- * on C11 atomics. A lock-free Treiber stack (ck_stack) was used before; its
+ * on C11 atomics, not a lock-free Treiber stack (ck_stack): that stack's
  * pop reads the `next` field of a node another thread may be pushing
  * again — harmless with the generation counter, but a data race in the C11
- * model, and ThreadSanitizer rightly flagged it. The critical sections are
+ * model, which ThreadSanitizer rightly flags. The critical sections are
  * two pointer moves, so the lock is held for nanoseconds.
  */
 #include "mailbox/payload_pool.h"

@@ -2,7 +2,7 @@
  * lifecycle_l2.c — the L2 side of the storage manager's life: one adapter
  * actor per l2[] entry (by registered type), then the store controller,
  * the prefetch controller and the prober; at shutdown, the drain that lets
- * both controllers release every lock they hold (seed 002 invariant 9)
+ * both controllers release every lock they hold (docs/invariants.md I-SD-2)
  * while all actors are still running, and the release of the read locks
  * of prefetches whose results nobody read.
  *

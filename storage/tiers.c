@@ -1,8 +1,9 @@
 /*
- * tiers.c — the facade's calls across tiers (seed 000 v1
- * features): kva_lookup (get_block_mapping) and pins, freeze, bypass,
- * kva_flush, kva_l2_contains and kva_l2_get_tier_stats. Each is a short sequence of requests
- * from one borrowed session: to the L1 manager, then tier by tier.
+ * tiers.c — the facade's calls across tiers (LMCache v1 StorageManager's
+ * features; docs/invariants.md I-FA-2, I-L2-7): kva_lookup
+ * (get_block_mapping) and pins, freeze, bypass, kva_flush, kva_l2_contains
+ * and kva_l2_get_tier_stats. Each is a short sequence of requests from one
+ * borrowed session: to the L1 manager, then tier by tier.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,9 +1,9 @@
 /*
- * l2_lookup_test.c — reading across tiers (seed 000 v1, LMCache v1
- * StorageManager): kva_lookup's per-tier prefix walk and its pins,
- * kva_l2_contains, kva_l2_get_tier_stats, kva_memcheck of L2 locks, and
- * prefetches that continue in L2 where L1 stops, tier after tier, cut at
- * the first failed load.
+ * l2_lookup_test.c — reading across tiers (LMCache v1 StorageManager;
+ * docs/invariants.md I-FA-2, I-PC-1): kva_lookup's per-tier prefix walk and
+ * its pins, kva_l2_contains, kva_l2_get_tier_stats, kva_memcheck of L2
+ * locks, and prefetches that continue in L2 where L1 stops, tier after
+ * tier, cut at the first failed load.
  */
 #include <check.h>
 #include <string.h>

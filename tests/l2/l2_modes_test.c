@@ -1,9 +1,10 @@
 /*
- * l2_modes_test.c — the v1 modes that turn L2 tiers off (seed 000; LMCache
- * v1 StorageManager set_freeze / set_backend_bypass): freeze stops stores
- * and keeps lookups and prefetches in L1; a bypassed tier is skipped by
- * store, lookup and load; a tier that fails l2_bypass_failures times in a
- * row is bypassed until it answers a probe, and a manual bypass stays.
+ * l2_modes_test.c — the v1 modes that turn L2 tiers off (docs/invariants.md
+ * I-L2-7; LMCache v1 StorageManager set_freeze / set_backend_bypass):
+ * freeze stops stores and keeps lookups and prefetches in L1; a bypassed
+ * tier is skipped by store, lookup and load; a tier that fails
+ * l2_bypass_failures times in a row is bypassed until it answers a probe,
+ * and a manual bypass stays.
  */
 #include <check.h>
 

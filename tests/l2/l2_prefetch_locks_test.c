@@ -1,11 +1,11 @@
 /*
- * l2_prefetch_locks_test.c — every lock a prefetch takes is given back,
- * and only those (LMCache test_prefetch_controller.py: L2 lock release,
- * extra_count, max_in_flight; seed 002 lock invariants): L2 lookup locks
- * after hits, trims and misses, on every tier, without touching another
- * holder's locks; 1 + extra_readers L1 read locks; the buffers of failed
- * loads and of reservations that lost a race; requests queued past
- * prefetch_max_in_flight; a shutdown with a prefetch in flight.
+ * l2_prefetch_locks_test.c — every lock a prefetch takes is given back, and
+ * only those (LMCache test_prefetch_controller.py: L2 lock release,
+ * extra_count, max_in_flight; docs/invariants.md I-PC-2 to I-PC-4): L2
+ * lookup locks after hits, trims and misses, on every tier, without
+ * touching another holder's locks; 1 + extra_readers L1 read locks; the
+ * buffers of failed loads and of reservations that lost a race; requests
+ * queued past prefetch_max_in_flight; a shutdown with a prefetch in flight.
  */
 #include <check.h>
 #include <stdint.h>
@@ -248,7 +248,7 @@ START_TEST(one_slot_serves_every_request_in_deterministic_mode) {
 }
 END_TEST
 
-/* ---- shutdown (test_start_stop with work in flight; seed 002 invariant 9) -- */
+/* ---- shutdown (test_start_stop with work in flight; docs/invariants.md I-SD-2) */
 
 /* A prefetch still loading and one whose result nobody read: shutdown
  * finishes the first, releases both, and has nothing to complain about

@@ -1,6 +1,6 @@
 /*
  * l2_shutdown_test.c — shutdown with work in flight releases every L1 and
- * L2 lock (seed 002 invariant 9): prefetches and stores still running
+ * L2 lock (docs/invariants.md I-SD-2): prefetches and stores still running
  * against a slow mock, prefetches done but never read, and a thread
  * blocked in kva_wait_prefetch while another shuts the runtime down.
  *

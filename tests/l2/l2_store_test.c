@@ -1,9 +1,10 @@
 /*
  * l2_store_test.c — the store controller through the facade: finished
  * writes reach the L2 tiers their store policy names (LMCache
- * test_store_controller.py, seed 002 StoreController), grouped by layout,
- * read-locked exactly while a store is in flight, never for temporary or
- * prefetched objects; failures release everything; kva_flush waits.
+ * test_store_controller.py; docs/invariants.md I-SC-1 to I-SC-6), grouped
+ * by layout, read-locked exactly while a store is in flight, never for
+ * temporary or prefetched objects; failures release everything; kva_flush
+ * waits.
  */
 #include <check.h>
 #include <pthread.h>
@@ -446,8 +447,9 @@ END_TEST
 
 /* ---- shutdown ----------------------------------------------------------- */
 
-/* Seed 002 invariant 9 (LMCache StoreController.stop): a store in flight
- * at shutdown still releases its read lock; nobody warns of a lock left. */
+/* docs/invariants.md I-SD-2 (LMCache StoreController.stop): a store in
+ * flight at shutdown still releases its read lock; nobody warns of a lock
+ * left. */
 START_TEST(shutdown_waits_for_stores_in_flight) {
   kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", NULL);
   kva_storage *s = kva_storage_of(rt);
