@@ -234,7 +234,9 @@ static void release(store_controller *c, store_task *t) {
 /* The objects are read-locked (those still there): hand them to the tier. */
 static void on_reserved(store_controller *c, store_task *t) {
   size_t k = 0;
-  for (size_t i = 0; i < t->n; i++) {
+  /* a request refused as a whole (out of memory in L1) locked nothing and
+   * left status[] as it was: nothing to store, nothing to release */
+  for (size_t i = 0; t->l1.result >= 0 && i < t->n; i++) {
     if (t->status[i] != KVA_OK) continue;
     t->keys[k] = t->keys[i];
     t->bufs[k] = t->bufs[i];
