@@ -1,121 +1,21 @@
 /*
- * l2_plugin_test.c — a user's own L2 adapter, written only against
- * kvact.h, registered with kva_l2_register and driven through the whole
- * stack (the README's "Writing your own L2 adapter" points here).
- *
- * "tiny" keeps up to TINY_MAX objects in a linear table with lock counts;
- * it refuses to replace a locked key and reports a full table as
- * KVA_ENOMEM. Nothing here includes kvact's internal headers.
+ * l2_plugin_test.c — a user's own L2 adapter ("tiny",
+ * tests/support/plugin_adapter.c, written only against kvact.h),
+ * registered with kva_l2_register and driven through the whole stack (the
+ * README's "Writing your own L2 adapter" points here). Nothing here
+ * includes kvact's internal headers.
  */
 #include <check.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kvact.h"
 #include "tests/support/fixture.h"
+#include "tests/support/plugin_adapter.h"
 
-#define TINY_MAX 64
 #define MiB (1024u * 1024u)
 
-typedef struct tiny_obj {
-  kva_key key;
-  void *data;
-  size_t len;
-  uint32_t locks;
-  int used;
-} tiny_obj;
-
-typedef struct tiny {
-  tiny_obj o[TINY_MAX];
-  uint64_t stores;
-} tiny;
-
-static tiny_obj *tiny_find(tiny *t, const kva_key *k) {
-  for (int i = 0; i < TINY_MAX; i++)
-    if (t->o[i].used && memcmp(&t->o[i].key, k, sizeof(*k)) == 0) return &t->o[i];
-  return NULL;
-}
-
-static int tiny_store(tiny *t, const kva_l2_req *r) {
-  for (size_t i = 0; i < r->n; i++) {
-    tiny_obj *o = tiny_find(t, &r->keys[i]);
-    if (o && o->locks) return KVA_EAGAIN;
-    for (int j = 0; !o && j < TINY_MAX; j++)
-      if (!t->o[j].used) o = &t->o[j];
-    if (!o) return KVA_ENOMEM;
-    void *d = malloc(r->bufs[i].len);
-    if (!d) return KVA_ENOMEM;
-    memcpy(d, r->bufs[i].ptr, r->bufs[i].len);
-    free(o->data);
-    *o = (tiny_obj){.key = r->keys[i], .data = d, .len = r->bufs[i].len, .used = 1};
-  }
-  t->stores++;
-  return KVA_OK;
-}
-
-static void tiny_receive(kva_actor *self, void *state, const kva_msg *m) {
-  tiny *t = state;
-  if (m->type == KVA_L2_UNLOCK) {
-    const kva_key *k = m->data;
-    for (size_t i = 0; i < m->len / sizeof(kva_key); i++) {
-      tiny_obj *o = tiny_find(t, &k[i]);
-      if (o && o->locks) o->locks--;
-    }
-    return;
-  }
-  if (m->len != sizeof(kva_l2_req *)) return;
-  kva_l2_req *r = *(kva_l2_req *const *)m->data;
-  r->result = KVA_OK;
-  if (m->type == KVA_L2_STORE) {
-    r->result = tiny_store(t, r);
-  } else if (m->type == KVA_L2_LOOKUP_AND_LOCK) {
-    for (size_t i = 0; i < r->n; i++) {
-      tiny_obj *o = tiny_find(t, &r->keys[i]);
-      if (o) o->locks++, kva_bit_set(r->bits, i);
-    }
-  } else if (m->type == KVA_L2_LOAD) {
-    for (size_t i = 0; i < r->n; i++) {
-      tiny_obj *o = tiny_find(t, &r->keys[i]);
-      if (!o || o->len != r->bufs[i].len) continue; /* a miss, never wrong bytes */
-      memcpy(r->bufs[i].ptr, o->data, o->len);
-      kva_bit_set(r->bits, i);
-    }
-  } else if (m->type == KVA_L2_STATS) {
-    memset(r->stats, 0, sizeof(*r->stats));
-    for (int i = 0; i < TINY_MAX; i++) {
-      r->stats->objects += t->o[i].used;
-      r->stats->keys_locked += t->o[i].locks;
-    }
-    r->stats->stores = t->stores;
-  } else {
-    r->result = KVA_ENOTSUP;
-  }
-  kva_send(m->from, KVA_L2_DONE, &r, sizeof(r), self, m->tag);
-}
-
-static void tiny_stop(kva_actor *self, void *state) {
-  tiny *t = state;
-  for (int i = 0; i < TINY_MAX; i++) free(t->o[i].data);
-  free(t);
-}
-
-static const kva_behavior tiny_behavior = {"tiny", tiny_receive, tiny_stop};
-
-static kva_actor *tiny_factory(kva_runtime *rt, const kva_config_node *cfg, char *err,
-                               size_t errlen) {
-  uint64_t refuse = 0;
-  if (kva_config_node_u64(cfg, "refuse", &refuse) == KVA_OK && refuse) {
-    strncpy(err, "tiny: refused by its config", errlen - 1);
-    return NULL;
-  }
-  tiny *t = calloc(1, sizeof(*t));
-  kva_actor *a = t ? kva_spawn(rt, &tiny_behavior, t, NULL) : NULL;
-  if (!a) free(t);
-  return a;
-}
-
 static void register_tiny(void) {
-  int rc = kva_l2_register("tiny", tiny_factory);
+  int rc = plugin_tiny_register();
   ck_assert(rc == KVA_OK || rc == KVA_EINVAL); /* EINVAL: registered by an earlier test */
 }
 
@@ -123,12 +23,12 @@ static void register_tiny(void) {
 
 START_TEST(register_refuses_bad_arguments) {
   register_tiny();
-  ck_assert_int_eq(kva_l2_register(NULL, tiny_factory), KVA_EINVAL);
-  ck_assert_int_eq(kva_l2_register("", tiny_factory), KVA_EINVAL);
+  ck_assert_int_eq(kva_l2_register(NULL, plugin_tiny_factory), KVA_EINVAL);
+  ck_assert_int_eq(kva_l2_register("", plugin_tiny_factory), KVA_EINVAL);
   ck_assert_int_eq(kva_l2_register("x", NULL), KVA_EINVAL);
-  ck_assert_int_eq(kva_l2_register("mock", tiny_factory), KVA_EINVAL); /* taken */
-  ck_assert_int_eq(kva_l2_register("tiny", tiny_factory), KVA_EINVAL);
-  ck_assert_int_eq(kva_l2_register("a-name-that-is-longer-than-31-bytes", tiny_factory),
+  ck_assert_int_eq(kva_l2_register("mock", plugin_tiny_factory), KVA_EINVAL); /* taken */
+  ck_assert_int_eq(kva_l2_register("tiny", plugin_tiny_factory), KVA_EINVAL);
+  ck_assert_int_eq(kva_l2_register("a-name-that-is-longer-than-31-bytes", plugin_tiny_factory),
                    KVA_EINVAL);
 }
 END_TEST
