@@ -19,8 +19,10 @@
  * internal names (pool_create, config_get, ...) never meet a user's own. */
 #if defined(__GNUC__) || defined(__clang__)
 #define KVA_API __attribute__((visibility("default")))
+#define KVA_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
 #else
 #define KVA_API
+#define KVA_PRINTF(fmt, first)
 #endif
 
 #ifdef __cplusplus
@@ -375,10 +377,28 @@ KVA_API size_t kva_chunk_keys(const char *model, uint32_t kv_rank, const char *s
 /* ------------------------------------------------------------------------
  * Plug-ins: read-only view of one adapter's config map
  * ------------------------------------------------------------------------ */
+/* A factory's node is effective: a built-in type's entry holds every key of
+ * its type, at the schema default when the config did not set it, and
+ * every value passed the schema's checks; a plug-in type's entry holds its
+ * keys as given (plus type and name). Each read is KVA_EINVAL when the key
+ * is missing or holds another type; strings live as long as the node. */
 typedef struct kva_config_node kva_config_node;
 KVA_API int kva_config_node_str(const kva_config_node *n, const char *key, const char **out);
 KVA_API int kva_config_node_u64(const kva_config_node *n, const char *key, uint64_t *out);
 KVA_API int kva_config_node_f64(const kva_config_node *n, const char *key, double *out);
+KVA_API int kva_config_node_bool(const kva_config_node *n, const char *key, int *out);
+/* Element i of an array of strings (redis's "addrs"): KVA_EINVAL also when
+ * i is past its end or element i is not a string, so a loop reads until
+ * the first KVA_EINVAL. */
+KVA_API int kva_config_node_str_at(const kva_config_node *n, const char *key, size_t i,
+                                   const char **out);
+/* The effective node of a built-in type's l2 entry that set nothing but
+ * its type: every key at its schema default, name = type ("mock"). What a
+ * built-in factory reads when spawned with cfg NULL (a test spawning an
+ * adapter by hand), so that defaults live in the schema alone. NULL for a
+ * type the schema does not describe (a plug-in's) or out of memory. Made
+ * once per type; lives until the process exits. */
+KVA_API const kva_config_node *kva_config_node_default(const char *type);
 
 /* ------------------------------------------------------------------------
  * L2 adapters: the message protocol (docs/invariants.md I-L2-1 to I-L2-6)
@@ -484,6 +504,57 @@ static inline void kva_bit_set(uint8_t *bits, size_t i) {
 typedef kva_actor *(*kva_l2_factory)(kva_runtime *rt, const kva_config_node *cfg, char *err,
                                      size_t errlen);
 KVA_API int kva_l2_register(const char *type, kva_l2_factory f);
+
+/* The adapter kit: what an adapter needs of kvact besides the actor API.
+ * The built-in adapters (l2/adapters/) are built against kvact.h alone,
+ * so a plug-in has exactly what they have: these calls, the config node
+ * reads above (kva_config_node_*) and kva_log (Logging, below). */
+/* The request pointer of a STORE, LOOKUP_AND_LOCK, LOAD or STATS message,
+ * or NULL when the payload is not one pointer (len != sizeof(kva_l2_req *))
+ * or the pointer is NULL. */
+KVA_API kva_l2_req *kva_l2_req_of(const kva_msg *m);
+/* Why a request of that type cannot be served, or NULL when it is well
+ * formed: r NULL, a type that is no request, no keys, more than 1 << 24
+ * keys, no bits (LOOKUP_AND_LOCK, LOAD), no bufs or no valid layout
+ * (STORE, LOAD: kva_layout_bytes 0), an invalid key (kva_key_valid), an
+ * empty STORE buffer, a NULL LOAD buffer of nonzero length; for STATS, no
+ * stats. The built-in adapters answer such a request at once with result
+ * KVA_EINVAL and log the reason as a warning. */
+KVA_API const char *kva_l2_req_problem(uint32_t type, const kva_l2_req *r);
+/* 1 for a key the store accepts (see the batched calls: model NUL-ended
+ * within 64 bytes, not empty, no '@'; hash_len 1..32), else 0. */
+KVA_API int kva_key_valid(const kva_key *k);
+/* 1 when a and b are the same key: the same model (up to its NUL),
+ * kv_rank, group, hash_len and first hash_len bytes of hash; the bytes
+ * past those are ignored, so keys need not be zeroed. Else 0. */
+KVA_API int kva_key_equal(const kva_key *a, const kva_key *b);
+/* A 64-bit hash of what kva_key_equal compares: equal keys hash equal.
+ * Stable across processes and builds (the disk tier keeps it on disk). */
+KVA_API uint64_t kva_key_hash(const kva_key *k);
+/* "<model>@<kv_rank, hex>@<group>@<hash, hex>" into buf, always
+ * NUL-terminated (cut to cap - 1 bytes); KVA_KEY_TEXT_MAX bytes hold any
+ * key. The redis tier names its values with it. */
+#define KVA_KEY_TEXT_MAX 160u
+KVA_API void kva_key_format(const kva_key *k, char *buf, size_t cap);
+/* A 64-bit hash of a layout's significant fields (ntensors; each tensor's
+ * dtype, ndim and first ndim dims): equal for layouts that are the same,
+ * stable across processes and builds. The disk and redis tiers keep it in
+ * each object's header to refuse a LOAD with another layout. */
+KVA_API uint64_t kva_layout_fingerprint(const kva_layout *l);
+/* 1 when rt runs in deterministic mode (runtime.workers = 0), else 0 (NULL
+ * too). There every actor runs on the thread that drives the runtime and
+ * fds are polled only when no actor is ready, so an adapter with I/O of
+ * its own waits for that I/O inside the message (as disk and redis do):
+ * its replies then depend on the order of messages alone, as replays
+ * need. */
+KVA_API int kva_runtime_deterministic(const kva_runtime *rt);
+/* 1 on the runtime's own threads (workers, pinned actors): they run with
+ * SIGPIPE blocked for good, so a write to a socket whose peer is gone
+ * fails with EPIPE and a raised SIGPIPE goes with the thread. 0 on any
+ * other thread (a factory runs on the one calling kva_runtime_start,
+ * deterministic mode on the one driving it): an adapter writing to a
+ * socket there blocks SIGPIPE around the write itself. */
+KVA_API int kva_thread_sigpipe_blocked(void);
 
 /* Store policies (config store_policy): which tiers store which keys, and
  * which keys leave L1 once stored. Built in: "default" (every key to every
@@ -615,6 +686,11 @@ KVA_API int kva_op_eventfd(const kva_op *op); /* readable once the op is complet
 enum { KVA_LOG_ERROR = 0, KVA_LOG_WARN = 1, KVA_LOG_INFO = 2, KVA_LOG_DEBUG = 3 };
 typedef void (*kva_log_fn)(int level, const char *msg, void *arg);
 KVA_API void kva_log_set(kva_log_fn fn, void *arg, int max_level);
+/* One message (printf-style, cut to 511 bytes) to what kva_log_set chose,
+ * when level <= its max_level. Library code and adapters, built-in or
+ * plug-in, print through this alone; messages start with the tier's name
+ * by convention ("disk0: ..."). */
+KVA_API void kva_log(int level, const char *fmt, ...) KVA_PRINTF(2, 3);
 
 #ifdef __cplusplus
 }

@@ -91,6 +91,10 @@ int64_t kva_runtime_advance(kva_runtime *rt, uint64_t ns) {
   return n + kva_runtime_run_until_idle(rt);
 }
 
+int kva_runtime_deterministic(const kva_runtime *rt) {
+  return rt && rt->det;
+}
+
 uint64_t kva_runtime_now_ns(const kva_runtime *rt) {
   if (!rt) return 0;
   if (rt->det) return rt->det->now;

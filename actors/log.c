@@ -1,6 +1,7 @@
 /*
  * log.c — logger: warnings and errors to stderr unless the user installs a
- * function with kva_log_set.
+ * function with kva_log_set. kva_log is the one way in, for the library
+ * (actors/log.h's LOG_*) and for adapters (kvact.h's adapter kit).
  */
 #include "actors/log.h"
 
@@ -21,7 +22,7 @@ void kva_log_set(kva_log_fn fn, void *arg, int max_level) {
   pthread_mutex_unlock(&log_lock);
 }
 
-void kva_logf(int level, const char *fmt, ...) {
+void kva_log(int level, const char *fmt, ...) {
   static const char *names[] = {"error", "warn", "info", "debug"};
   char buf[512];
   va_list ap;

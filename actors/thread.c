@@ -7,7 +7,8 @@
  * action kills the process. A library must not change the process's
  * disposition, but the threads it creates are its own: there SIGPIPE stays
  * blocked for good (a raised one is discarded with the thread), and
- * rt_sigpipe_blocked tells socket code it need not guard each call.
+ * rt_sigpipe_blocked (kva_thread_sigpipe_blocked for adapters) tells
+ * socket code it need not guard each call.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,6 +18,10 @@
 #include "actors/runtime_internal.h"
 
 __thread int rt_sigpipe_blocked;
+
+int kva_thread_sigpipe_blocked(void) {
+  return rt_sigpipe_blocked;
+}
 
 typedef struct start {
   void *(*fn)(void *);

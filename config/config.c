@@ -14,6 +14,9 @@
  * that lent strings is retired, not freed, and goes with kva_config_free.
  * Trees that lent nothing are freed at once, so a program that only sets
  * (or reads numbers) keeps one version.
+ *
+ * kva_config_node_default (at the end) serves a built-in type's defaults
+ * to a factory spawned without a config: one node per type, made once.
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -307,4 +310,58 @@ const kva_config_node *config_l2_node(const kva_config *c, size_t i) {
 
 const config_value *config_node_get(const kva_config_node *n, const char *key) {
   return n && key ? config_map_get(n->map, key) : NULL;
+}
+
+/* kva_config_node_default's nodes, one per built-in type, made on first
+ * use and kept for the process: a factory may keep its node's strings. */
+typedef struct default_node {
+  struct default_node *next;
+  kva_config_node node;
+  config_value map;
+} default_node;
+
+static pthread_mutex_t defaults_lock = PTHREAD_MUTEX_INITIALIZER;
+static default_node *defaults; /* guarded by defaults_lock */
+
+static default_node *default_find(const char *type) {
+  for (default_node *d = defaults; d; d = d->next)
+    if (strcmp(config_map_get(&d->map, "type")->as.str.ptr, type) == 0) return d;
+  return NULL;
+}
+
+static int put_str(config_value *map, const char *key, const char *s) {
+  config_value v;
+  int rc = config_value_str(&v, s, strlen(s));
+  return rc ? rc : config_map_put(map, key, strlen(key), &v);
+}
+
+/* The entry {type, name: type} made effective by the code every config's
+ * l2[] entries go through, so that its defaults are the schema's. */
+static default_node *default_make(const char *type) {
+  default_node *d = calloc(1, sizeof *d);
+  config_value entry = config_value_nil();
+  int rc = d ? config_value_map(&entry, 2) : KVA_ENOMEM;
+  if (rc == KVA_OK) rc = put_str(&entry, "type", type);
+  if (rc == KVA_OK) rc = put_str(&entry, "name", type);
+  if (rc == KVA_OK) rc = config_effective_tier(&entry, 0, &d->map);
+  config_value_free(&entry);
+  if (rc != KVA_OK) {
+    if (d) config_value_free(&d->map);
+    free(d);
+    return NULL;
+  }
+  d->node.map = &d->map;
+  return d;
+}
+
+const kva_config_node *kva_config_node_default(const char *type) {
+  if (!type || !config_schema_is_tier_type(type, strlen(type))) return NULL;
+  pthread_mutex_lock(&defaults_lock);
+  default_node *d = default_find(type);
+  if (!d && (d = default_make(type))) {
+    d->next = defaults;
+    defaults = d;
+  }
+  pthread_mutex_unlock(&defaults_lock);
+  return d ? &d->node : NULL;
 }

@@ -211,6 +211,9 @@ int config_unknown_key(const config_name *names, size_t n, const config_path *p,
                        size_t errlen);
 /* The explicit tree (validated) -> the effective tree. */
 int config_effective(const config_value *root, unsigned ncpu, config_value *out);
+/* One validated l2 entry, l2[i] -> its effective map (per-type defaults,
+ * its name); kva_config_node_default's too. */
+int config_effective_tier(const config_value *entry, size_t i, config_value *out);
 /* The default of a row as a value (ncpu for CONFIG_F_NCPU). */
 int config_default_value(const config_key *k, unsigned ncpu, config_value *out);
 unsigned config_online_cpus(void);
@@ -243,6 +246,5 @@ const char *config_str_or(const kva_config *c, const char *path, const char *dfl
 size_t config_l2_count(const kva_config *c);
 const kva_config_node *config_l2_node(const kva_config *c, size_t i);
 const config_value *config_node_get(const kva_config_node *n, const char *key);
-int config_node_bool(const kva_config_node *n, const char *key, int *out);
 
 #endif /* KVACT_CONFIG_INTERNAL_H */

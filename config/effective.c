@@ -61,7 +61,7 @@ static int builtin_keys(const config_value *entry, const char *type, config_valu
   return KVA_OK;
 }
 
-static int tier(const config_value *entry, size_t i, config_value *m) {
+int config_effective_tier(const config_value *entry, size_t i, config_value *m) {
   const config_value *type = config_map_get(entry, "type");
   config_value t, name;
   int rc = config_value_map(m, entry->as.map.len + 8);
@@ -78,7 +78,7 @@ static int tiers(const config_value *l2, config_value *out) {
   int rc = config_value_array(out, n);
   for (size_t i = 0; rc == KVA_OK && i < n; i++) {
     config_value m;
-    rc = tier(&l2->as.array.items[i], i, &m);
+    rc = config_effective_tier(&l2->as.array.items[i], i, &m);
     if (rc == KVA_OK)
       rc = config_array_push(out, &m);
     else

@@ -131,10 +131,16 @@ int kva_config_node_u64(const kva_config_node *n, const char *key, uint64_t *out
   return as_u64(config_node_get(n, key), out);
 }
 
-int config_node_bool(const kva_config_node *n, const char *key, int *out) {
+int kva_config_node_bool(const kva_config_node *n, const char *key, int *out) {
   return as_bool(config_node_get(n, key), out);
 }
 
 int kva_config_node_f64(const kva_config_node *n, const char *key, double *out) {
   return as_f64(config_node_get(n, key), out);
+}
+
+int kva_config_node_str_at(const kva_config_node *n, const char *key, size_t i, const char **out) {
+  const config_value *v = config_node_get(n, key);
+  if (!v || v->kind != CONFIG_ARRAY || i >= v->as.array.len) return KVA_EINVAL;
+  return as_str(&v->as.array.items[i], out);
 }

@@ -1,15 +1,18 @@
 /*
- * request.c — validation of incoming L2 requests (request.h).
+ * request.c — the check of an incoming L2 request (kvact.h's adapter kit:
+ * kva_l2_req_of, kva_l2_req_problem), so that every adapter, built-in or
+ * plug-in, refuses a malformed one for the same reasons.
  */
-#include "l2/request.h"
-
 #include <string.h>
 
 #include "common/key.h"
+#include "kvact.h"
 
-kva_l2_req *l2_req_of(const kva_msg *msg) {
+#define L2_MAX_KEYS (1u << 24) /* keys per request; more is malformed */
+
+kva_l2_req *kva_l2_req_of(const kva_msg *m) {
   kva_l2_req *r = NULL;
-  if (msg->len == sizeof(r)) memcpy(&r, msg->data, sizeof(r));
+  if (m && m->data && m->len == sizeof(r)) memcpy(&r, m->data, sizeof(r));
   return r;
 }
 
@@ -22,8 +25,11 @@ static const char *bufs_problem(uint32_t type, const kva_l2_req *r) {
   return NULL;
 }
 
-const char *l2_req_problem(uint32_t type, const kva_l2_req *r) {
+const char *kva_l2_req_problem(uint32_t type, const kva_l2_req *r) {
+  if (!r) return "not a request pointer";
   if (type == KVA_L2_STATS) return r->stats ? NULL : "no stats to fill";
+  if (type != KVA_L2_STORE && type != KVA_L2_LOOKUP_AND_LOCK && type != KVA_L2_LOAD)
+    return "not a request type";
   if (!r->keys || r->n == 0) return "no keys";
   if (r->n > L2_MAX_KEYS) return "too many keys";
   if (type != KVA_L2_STORE && !r->bits) return "no bits";

@@ -10,8 +10,6 @@
 #include <xxh_x86dispatch.h>
 #include <xxhash.h>
 
-#include "common/key.h"
-
 /* The stored layout is the host struct layout: pin it, so a field added,
  * moved or resized (here or in kva_key) fails the build instead of
  * silently making stored objects unreadable. */
@@ -41,7 +39,7 @@ bool object_header_valid(const object_header *h) {
          h->checksum == XXH3_64bits(h, offsetof(object_header, checksum));
 }
 
-/* Copies the significant bytes only (what key_equal and key_hash read). */
+/* Copies the significant bytes only (what kva_key_equal and kva_key_hash read). */
 static void key_copy(kva_key *dst, const kva_key *src) {
   size_t model = strnlen(src->model, sizeof src->model);
   size_t hash = src->hash_len < sizeof src->hash ? src->hash_len : sizeof src->hash;
@@ -68,5 +66,5 @@ void object_header_init(object_header *h, const kva_key *k, uint64_t fingerprint
 bool object_header_matches(const object_header *h, const kva_key *k, uint64_t fingerprint,
                            const void *payload, uint64_t length) {
   return object_header_valid(h) && h->fingerprint == fingerprint && h->length == length &&
-         key_equal(&h->key, k) && h->payload_sum == object_payload_sum(payload, length);
+         kva_key_equal(&h->key, k) && h->payload_sum == object_payload_sum(payload, length);
 }

@@ -30,14 +30,14 @@
 typedef struct object_header {
   uint64_t magic;   /* OBJECT_MAGIC */
   uint32_t version; /* OBJECT_VERSION */
-  /* The low 32 bits of key_hash of the key before this one in its chain
+  /* The low 32 bits of kva_key_hash of the key before this one in its chain
    * (the chunk it continues), 0 when none is known. An eviction hint only
    * (l2/adapters/disk/disk_index.h): never checked against anything. Files written before
    * chains hold 0 here (the field was zeroed padding), so they read as
    * chains of one. */
   uint32_t parent;
   uint64_t seq;         /* store sequence number (> 0), unique per store */
-  uint64_t fingerprint; /* layout_fingerprint of the object's layout */
+  uint64_t fingerprint; /* kva_layout_fingerprint of the object's layout */
   uint64_t length;      /* payload bytes */
   uint64_t payload_sum; /* xxh3-64 of the payload's length bytes */
   kva_key key;          /* the full key */

@@ -358,7 +358,7 @@ START_TEST(node_accessors_read_builtin_defaults_and_refuse_other_types) {
   ck_assert_uint_eq(u, 1073741824);
   ck_assert_int_eq(kva_config_node_str(n, "path", &s), KVA_OK);
   ck_assert_str_eq(s, "");
-  ck_assert_int_eq(config_node_bool(n, "o_direct", &b), KVA_OK);
+  ck_assert_int_eq(kva_config_node_bool(n, "o_direct", &b), KVA_OK);
   ck_assert_int_eq(b, 1);
   ck_assert_int_eq(kva_config_node_u64(n, "path", &u), KVA_EINVAL);
   ck_assert_int_eq(kva_config_node_str(n, "capacity_bytes", &s), KVA_EINVAL);

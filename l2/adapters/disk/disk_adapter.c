@@ -48,11 +48,6 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "actors/log.h"
-#include "actors/runtime_internal.h"
-#include "config/config_internal.h"
-#include "common/key.h"
-#include "l2/request.h"
 #include "l2/adapters/disk/disk_internal.h"
 
 #define DISK_START (KVA_L2_ADAPTER_MSG + 18) /* the adapter to itself */
@@ -82,7 +77,7 @@ static disk_task *task_get(disk *d, const kva_msg *msg, kva_l2_req *r) {
   t->to = msg->from;
   t->tag = msg->tag;
   t->req = r;
-  t->fp = r->layout ? layout_fingerprint(r->layout) : 0;
+  t->fp = r->layout ? kva_layout_fingerprint(r->layout) : 0;
   t->pending = 0;
   t->jobs = 0;
   t->gen++;
@@ -182,9 +177,9 @@ static bool probe(disk *d, const kva_msg *msg, kva_l2_req *r) {
  * r->prev when set, which the index notes for the chain order of eviction
  * (disk_index.h). */
 static void on_lookup(disk *d, const kva_msg *msg, kva_l2_req *r) {
-  uint64_t prev = r->prev ? key_hash(r->prev) : 0;
+  uint64_t prev = r->prev ? kva_key_hash(r->prev) : 0;
   for (size_t i = 0; d->formatted && i < r->n; i++) {
-    uint64_t h = key_hash(&r->keys[i]);
+    uint64_t h = kva_key_hash(&r->keys[i]);
     uint32_t id = disk_index_find(&d->ix, &r->keys[i], h);
     if (i > 0 || r->prev) disk_index_follows(&d->ix, id, h, prev);
     prev = h;
@@ -212,7 +207,7 @@ static void on_stats(disk *d, const kva_msg *msg, kva_l2_req *r) {
 static void on_io_request(disk *d, const kva_msg *msg, kva_l2_req *r) {
   disk_task *t = task_get(d, msg, r);
   if (!t) {
-    LOG_WARN("%s: out of memory for a request of %zu keys", d->cfg.name, r->n);
+    kva_log(KVA_LOG_WARN, "%s: out of memory for a request of %zu keys", d->cfg.name, r->n);
     r->result = KVA_ENOMEM;
     reply_now(d, msg, r);
   } else if (msg->type == KVA_L2_STORE) {
@@ -224,13 +219,14 @@ static void on_io_request(disk *d, const kva_msg *msg, kva_l2_req *r) {
 
 static void on_request(disk *d, const kva_msg *msg) {
   if (!msg->from) {
-    LOG_WARN("%s: request %u without a sender to answer: dropped", d->cfg.name, msg->type);
+    kva_log(KVA_LOG_WARN, "%s: request %u without a sender to answer: dropped", d->cfg.name,
+            msg->type);
     return;
   }
-  kva_l2_req *r = l2_req_of(msg);
-  const char *bad = r ? l2_req_problem(msg->type, r) : "not a request pointer";
+  kva_l2_req *r = kva_l2_req_of(msg);
+  const char *bad = kva_l2_req_problem(msg->type, r);
   if (bad) {
-    LOG_WARN("%s: request %u refused: %s", d->cfg.name, msg->type, bad);
+    kva_log(KVA_LOG_WARN, "%s: request %u refused: %s", d->cfg.name, msg->type, bad);
     if (r) r->result = KVA_EINVAL;
     reply_now(d, msg, r);
   } else if (msg->type == KVA_L2_LOOKUP_AND_LOCK) {
@@ -245,15 +241,15 @@ static void on_request(disk *d, const kva_msg *msg) {
 /* Fire and forget; keys copied out because the payload may be unaligned. */
 static void on_unlock(disk *d, const kva_msg *msg) {
   if (msg->len % sizeof(kva_key) != 0) {
-    LOG_WARN("%s: UNLOCK of %u bytes is not a whole number of keys: ignored", d->cfg.name,
-             msg->len);
+    kva_log(KVA_LOG_WARN, "%s: UNLOCK of %u bytes is not a whole number of keys: ignored",
+            d->cfg.name, msg->len);
     return;
   }
   for (uint32_t off = 0; d->formatted && off < msg->len; off += sizeof(kva_key)) {
     kva_key k;
     memcpy(&k, (const char *)msg->data + off, sizeof(k));
-    if (!key_valid(&k)) continue;
-    uint32_t id = disk_index_find_any(&d->ix, &k, key_hash(&k));
+    if (!kva_key_valid(&k)) continue;
+    uint32_t id = disk_index_find_any(&d->ix, &k, kva_key_hash(&k));
     if (id != DISK_NONE) disk_index_unlock(&d->ix, id);
   }
 }
@@ -278,7 +274,7 @@ static void disk_receive(kva_actor *self, void *state, const kva_msg *msg) {
   switch (msg->type) {
   case DISK_START: /* deterministic mode waits in pump: no fd readiness to replay */
     if (!d->det && kva_watch_fd(self, d->io.efd, EPOLLIN, DISK_EFD_TAG) != KVA_OK)
-      LOG_ERROR("%s: cannot watch the io_uring eventfd", d->cfg.name);
+      kva_log(KVA_LOG_ERROR, "%s: cannot watch the io_uring eventfd", d->cfg.name);
     break;
   case KVA_MSG_FD_READY:
     disk_io_reap(&d->io);
@@ -299,7 +295,7 @@ static void disk_receive(kva_actor *self, void *state, const kva_msg *msg) {
     on_unlock(d, msg);
     break;
   default:
-    LOG_WARN("%s: unknown message type %u ignored", d->cfg.name, msg->type);
+    kva_log(KVA_LOG_WARN, "%s: unknown message type %u ignored", d->cfg.name, msg->type);
     break;
   }
   pump(d);
@@ -330,8 +326,8 @@ static void disk_on_stop(kva_actor *self, void *state) {
   kva_actor_stop(d->hasher); /* stopped already when the runtime shuts down */
   while (d->io_ok && disk_io_busy(&d->io)) disk_io_wait(&d->io); /* answers what is left */
   if (d->ix.locks)
-    LOG_WARN("%s: stopped with %llu lookup locks still held", d->cfg.name,
-             (unsigned long long)d->ix.locks);
+    kva_log(KVA_LOG_WARN, "%s: stopped with %llu lookup locks still held", d->cfg.name,
+            (unsigned long long)d->ix.locks);
   if (d->io_ok && !d->det) kva_unwatch_fd(self, d->io.efd);
   disk_close(d);
   disk_free(d);
@@ -339,28 +335,29 @@ static void disk_on_stop(kva_actor *self, void *state) {
 
 /* ---- config and spawn --------------------------------------------------- */
 
+/* cfg is effective (kvact.h): every key is there, at its schema default
+ * when the config left it out, and passed the schema's checks; NULL reads
+ * the schema defaults. So nothing here repeats a default or a range: what
+ * stays is what the schema cannot say (the path's length, the slot
+ * geometry). */
 static const char *read_config(disk *d, const kva_config_node *cfg) {
-  const char *name = "disk", *path = "";
-  uint64_t v;
-  int b;
+  const char *name = "", *path = "";
+  uint64_t queue_depth = 0, timeout_ms = 0;
+  int o_direct = 0, persist = 0;
   disk_cfg *c = &d->cfg;
-  *c = (disk_cfg){.capacity = 1ull << 30,
-                  .o_direct = true,
-                  .persist = true,
-                  .queue_depth = 64,
-                  .timeout_ms = 1000};
-  if (cfg) {
-    kva_config_node_str(cfg, "name", &name);
-    kva_config_node_str(cfg, "path", &path);
-    if (kva_config_node_u64(cfg, "capacity_bytes", &v) == KVA_OK) c->capacity = v;
-    if (kva_config_node_u64(cfg, "slot_bytes", &v) == KVA_OK) c->slot_bytes = v;
-    if (config_node_bool(cfg, "o_direct", &b) == KVA_OK) c->o_direct = b;
-    if (config_node_bool(cfg, "persist", &b) == KVA_OK) c->persist = b;
-    if (kva_config_node_u64(cfg, "queue_depth", &v) == KVA_OK && v && v <= 4096)
-      c->queue_depth = (uint32_t)v;
-    if (kva_config_node_u64(cfg, "timeout_ms", &v) == KVA_OK && v && v <= UINT32_MAX)
-      c->timeout_ms = (uint32_t)v;
-  }
+  if (!cfg && !(cfg = kva_config_node_default("disk"))) return "disk: out of memory";
+  kva_config_node_str(cfg, "name", &name);
+  kva_config_node_str(cfg, "path", &path);
+  kva_config_node_u64(cfg, "capacity_bytes", &c->capacity);
+  kva_config_node_u64(cfg, "slot_bytes", &c->slot_bytes);
+  kva_config_node_bool(cfg, "o_direct", &o_direct);
+  kva_config_node_bool(cfg, "persist", &persist);
+  kva_config_node_u64(cfg, "queue_depth", &queue_depth);
+  kva_config_node_u64(cfg, "timeout_ms", &timeout_ms);
+  c->o_direct = o_direct;
+  c->persist = persist;
+  c->queue_depth = (uint32_t)queue_depth; /* at most 4096 */
+  c->timeout_ms = (uint32_t)timeout_ms;   /* at most an hour */
   snprintf(c->name, sizeof(c->name), "%s", name);
   if (strlen(path) >= sizeof(c->path)) return "path: longer than PATH_MAX";
   snprintf(c->path, sizeof(c->path), "%s", path);
@@ -385,7 +382,7 @@ kva_actor *disk_adapter_spawn(kva_runtime *rt, const kva_config_node *cfg, char 
   disk *d = calloc(1, sizeof(*d));
   if (d) d->fd = d->retry_timer = -1;
   if (!rt || !d) return fail(d, err, errlen, rt ? "disk: out of memory" : "disk: no runtime");
-  d->det = rt->det != NULL;
+  d->det = kva_runtime_deterministic(rt);
   const char *bad = read_config(d, cfg);
   if (bad) return fail(d, err, errlen, bad);
   if (disk_open(d, why, sizeof(why)) != KVA_OK) return fail(d, err, errlen, why);
@@ -399,7 +396,7 @@ kva_actor *disk_adapter_spawn(kva_runtime *rt, const kva_config_node *cfg, char 
   /* spawned after the adapter, so stopped before it (see disk_hasher.c);
    * deterministic mode sums everything inside the adapter's messages */
   if (!d->det && !(d->hasher = disk_hasher_spawn(rt)))
-    LOG_WARN("%s: no disk_hasher: every checksum on the adapter", d->cfg.name);
+    kva_log(KVA_LOG_WARN, "%s: no disk_hasher: every checksum on the adapter", d->cfg.name);
   kva_send(a, DISK_START, NULL, 0, NULL, 0); /* first in its mailbox: nobody else knows it */
   return a;
 }

@@ -16,8 +16,6 @@
 #include <xxh_x86dispatch.h>
 #include <xxhash.h>
 
-#include "common/key.h"
-
 /* The layout on disk is the host struct layout: pin it, so a field added,
  * moved or resized (here or in kva_key) fails the build instead of
  * silently making old files unreadable. */
@@ -132,7 +130,7 @@ int disk_super_check(const disk_super *s, uint64_t file_bytes, char *why, size_t
 /* ---- slot headers ---- */
 
 bool disk_entry_names(const disk_index_entry *e, const object_header *h) {
-  return e->seq == h->seq && e->key_hash == key_hash(&h->key);
+  return e->seq == h->seq && e->key_hash == kva_key_hash(&h->key);
 }
 
 _Static_assert(sizeof(object_header) <= DISK_BLOCK, "a slot header fits its 4 KiB block");

@@ -82,7 +82,7 @@ typedef struct disk_super {
 /* One per slot in the index region (seq 0 = free). */
 typedef struct disk_index_entry {
   uint64_t seq;
-  uint64_t key_hash; /* key_hash of the slot's key */
+  uint64_t key_hash; /* kva_key_hash of the slot's key */
 } disk_index_entry;
 
 /* Layout of a tier of capacity_bytes with slots of slot_bytes (0 when they

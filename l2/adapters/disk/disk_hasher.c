@@ -32,7 +32,6 @@
  */
 #include <string.h>
 
-#include "actors/log.h"
 #include "l2/adapters/disk/disk_internal.h"
 
 /* Every other key goes to the hasher, so both cores sum in step (all of
@@ -46,7 +45,8 @@ static void hasher_receive(kva_actor *self, void *state, const kva_msg *msg) {
   (void)state;
   disk_hash_job job;
   if (msg->type != DISK_HASH || msg->len != sizeof(job) || !msg->from) {
-    LOG_WARN("disk_hasher: unexpected message %u of %u bytes ignored", msg->type, msg->len);
+    kva_log(KVA_LOG_WARN, "disk_hasher: unexpected message %u of %u bytes ignored", msg->type,
+            msg->len);
     return;
   }
   memcpy(&job, msg->data, sizeof(job));
@@ -94,7 +94,7 @@ static void job_done(disk *d, disk_task *t, size_t i, uint64_t sum) {
 void disk_hash_received(disk *d, const kva_msg *msg) {
   disk_hash_job job;
   if (msg->len != sizeof(job) || !msg->from || msg->from != d->hasher) {
-    LOG_WARN("%s: DISK_HASHED from a stranger ignored", d->cfg.name);
+    kva_log(KVA_LOG_WARN, "%s: DISK_HASHED from a stranger ignored", d->cfg.name);
     return;
   }
   memcpy(&job, msg->data, sizeof(job));

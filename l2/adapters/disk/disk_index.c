@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/key.h"
-
 int disk_index_init(disk_index *ix, uint32_t nslots) {
   memset(ix, 0, sizeof(*ix));
   uint32_t nb = 16;
@@ -69,7 +67,7 @@ static uint32_t find_state(const disk_index *ix, const kva_key *k, uint64_t hash
   uint32_t found = DISK_NONE;
   for (uint32_t id = ix->buckets[hash & ix->mask]; id != DISK_NONE; id = ix->slots[id].hnext) {
     const disk_slot *s = &ix->slots[id];
-    if (s->key_hash != hash || !key_equal(&s->key, k)) continue;
+    if (s->key_hash != hash || !kva_key_equal(&s->key, k)) continue;
     /* a DROPPED copy is preferred by UNLOCK: it was locked before any
      * VALID copy of the same key, and freeing it early is harmless */
     if (s->state == SLOT_DROPPED && dropped) return id;

@@ -44,7 +44,7 @@ typedef struct disk_slot {
   kva_key key; /* VALID, DROPPED: the stored key (insignificant bytes zeroed) */
   uint64_t key_hash;
   uint64_t seq;         /* of the header on disk */
-  uint64_t fingerprint; /* layout_fingerprint of the stored object */
+  uint64_t fingerprint; /* kva_layout_fingerprint of the stored object */
   uint64_t length;      /* payload bytes */
   uint64_t payload_sum;
   uint32_t state;
@@ -52,7 +52,7 @@ typedef struct disk_slot {
   uint32_t reads;      /* loads in flight */
   uint32_t prev, next; /* LRU links (oldest = head) */
   uint32_t hnext;      /* hash chain */
-  uint32_t parent;     /* low 32 bits of key_hash of the key it continues, 0 = none known */
+  uint32_t parent;     /* low 32 bits of kva_key_hash of the key it continues, 0 = none known */
   uint32_t walk;       /* the last touch walk that reached it (cycle guard) */
 } disk_slot;
 
@@ -81,7 +81,7 @@ typedef struct disk_index {
   uint64_t nvalid, bytes, locks; /* gauges for STATS */
   uint64_t evictions;
   uint32_t walks;        /* touch walks so far */
-  disk_chain_hint *hint; /* direct-mapped on key_hash, DISK_HINTS entries */
+  disk_chain_hint *hint; /* direct-mapped on kva_key_hash, DISK_HINTS entries */
 } disk_index;
 
 #define DISK_HINTS 4096u /* chain hints kept: a turn's lookup precedes its stores */

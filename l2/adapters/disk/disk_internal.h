@@ -51,7 +51,7 @@ typedef struct disk_task {
   kva_actor *to;
   uint64_t tag;
   kva_l2_req *req;
-  uint64_t fp;       /* layout_fingerprint */
+  uint64_t fp;       /* kva_layout_fingerprint */
   uint32_t pending;  /* ops not completed */
   size_t next_hash;  /* STORE: first key whose sum may not be computed yet */
   size_t next_share; /* STORE: first key not yet offered to the hasher */

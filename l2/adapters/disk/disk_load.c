@@ -17,8 +17,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "actors/log.h"
-#include "common/key.h"
 #include "l2/adapters/disk/disk_internal.h"
 
 bool disk_payload_iov(disk *d, disk_xop *x, int first, const kva_buf *buf, bool write) {
@@ -55,7 +53,7 @@ bool disk_payload_iov(disk *d, disk_xop *x, int first, const kva_buf *buf, bool 
  * key is not here, or not with this layout and size: the slot is fine). */
 static bool issue_read(disk *d, disk_task *t, size_t i) {
   const kva_l2_req *r = t->req;
-  uint32_t id = disk_index_find(&d->ix, &r->keys[i], key_hash(&r->keys[i]));
+  uint32_t id = disk_index_find(&d->ix, &r->keys[i], kva_key_hash(&r->keys[i]));
   if (id == DISK_NONE) return false;
   const disk_slot *s = &d->ix.slots[id];
   if (s->fingerprint != t->fp || s->length != r->bufs[i].len) return false;
@@ -116,15 +114,15 @@ static bool verify(const disk_xop *x, uint64_t sum) {
   const kva_l2_req *r = t->req;
   const object_header *h = x->hdr;
   return object_header_valid(h) && h->seq == t->k[x->key].seq && h->fingerprint == t->fp &&
-         h->length == r->bufs[x->key].len && key_equal(&h->key, &r->keys[x->key]) &&
+         h->length == r->bufs[x->key].len && kva_key_equal(&h->key, &r->keys[x->key]) &&
          h->payload_sum == sum;
 }
 
 static void drop(disk *d, uint32_t id, int res) {
   char key[160];
-  key_format(&d->ix.slots[id].key, key, sizeof(key));
-  LOG_WARN("%s: slot %u (%s) dropped: %s", d->cfg.name, id, key,
-           res ? strerror(-res) : "its bytes do not match its header");
+  kva_key_format(&d->ix.slots[id].key, key, sizeof(key));
+  kva_log(KVA_LOG_WARN, "%s: slot %u (%s) dropped: %s", d->cfg.name, id, key,
+          res ? strerror(-res) : "its bytes do not match its header");
   disk_index_drop(&d->ix, id);
 }
 

@@ -29,7 +29,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "actors/log.h"
 #include "l2/adapters/disk/disk_internal.h"
 
 #define MIN_SLOT (2 * DISK_BLOCK) /* a header block and one payload block */
@@ -128,8 +127,9 @@ static int open_file(disk *d, char *err, size_t errlen) {
     if (d->fd >= 0) return lock_file(d, err, errlen);
     int e = errno;
     if (e == EINVAL && d->direct) {
-      LOG_WARN("%s: %s: the filesystem refuses O_DIRECT; using buffered I/O (page cache)",
-               d->cfg.name, d->cfg.path);
+      kva_log(KVA_LOG_WARN,
+              "%s: %s: the filesystem refuses O_DIRECT; using buffered I/O (page cache)",
+              d->cfg.name, d->cfg.path);
       d->direct = false;
       continue;
     }
@@ -155,8 +155,8 @@ static int open_unnamed(disk *d, const char *dir) {
   if (e != EINVAL || !d->direct) return -e;
   d->fd = disk_open_fn(dir, base, 0600);
   if (d->fd < 0) return -errno;
-  LOG_WARN("%s: %s: the filesystem refuses O_DIRECT; using buffered I/O (page cache)", d->cfg.name,
-           dir);
+  kva_log(KVA_LOG_WARN, "%s: %s: the filesystem refuses O_DIRECT; using buffered I/O (page cache)",
+          d->cfg.name, dir);
   d->direct = false;
   return 0;
 }
@@ -172,8 +172,8 @@ static int open_named_then_unlink(disk *d, const char *dir, char *err, size_t er
   close(fd); /* reopened with the tier's flags */
   int rc = open_file(d, err, errlen);
   if (unlink(d->cfg.path) != 0 && rc == KVA_OK)
-    LOG_WARN("%s: cannot unlink the temporary file %s: %s", d->cfg.name, d->cfg.path,
-             strerror(errno));
+    kva_log(KVA_LOG_WARN, "%s: cannot unlink the temporary file %s: %s", d->cfg.name, d->cfg.path,
+            strerror(errno));
   return rc;
 }
 
@@ -247,8 +247,9 @@ static int read_super(disk *d, bool *blank, char *err, size_t errlen) {
   if (!b) return KVA_ENOMEM;
   int rc = disk_pread(d, b, DISK_BLOCK, 0);
   if (rc == -EINVAL && d->direct) {
-    LOG_WARN("%s: %s: O_DIRECT reads fail with EINVAL; using buffered I/O (page cache)",
-             d->cfg.name, d->cfg.path);
+    kva_log(KVA_LOG_WARN,
+            "%s: %s: O_DIRECT reads fail with EINVAL; using buffered I/O (page cache)", d->cfg.name,
+            d->cfg.path);
     d->direct = false;
     if (fcntl(d->fd, F_SETFL, fcntl(d->fd, F_GETFL) & ~O_DIRECT) != 0) rc = -errno;
     if (rc == -EINVAL) rc = disk_pread(d, b, DISK_BLOCK, 0);
@@ -281,7 +282,7 @@ int disk_format(disk *d, uint64_t slot_bytes) {
   if (rc == 0 && fdatasync(d->fd) != 0) rc = -errno;
   if (rc == 0) rc = disk_write_super(d);
   if (rc != 0) {
-    LOG_ERROR("%s: %s: cannot format: %s", d->cfg.name, d->cfg.path, strerror(-rc));
+    kva_log(KVA_LOG_ERROR, "%s: %s: cannot format: %s", d->cfg.name, d->cfg.path, strerror(-rc));
     disk_index_destroy(&d->ix);
     return KVA_EIO;
   }
@@ -313,9 +314,9 @@ static int open_formatted(disk *d, char *err, size_t errlen) {
     return KVA_ECONFIG;
   }
   if (d->cfg.slot_bytes && d->cfg.slot_bytes != d->super.slot_bytes && d->cfg.persist)
-    LOG_INFO("%s: %s keeps its slots of %llu bytes (slot_bytes %llu ignored)", d->cfg.name,
-             d->cfg.path, (unsigned long long)d->super.slot_bytes,
-             (unsigned long long)d->cfg.slot_bytes);
+    kva_log(KVA_LOG_INFO, "%s: %s keeps its slots of %llu bytes (slot_bytes %llu ignored)",
+            d->cfg.name, d->cfg.path, (unsigned long long)d->super.slot_bytes,
+            (unsigned long long)d->cfg.slot_bytes);
   if (!d->cfg.persist) return format_fresh(d, err, errlen);
   if (disk_index_init(&d->ix, (uint32_t)d->super.nslots) != KVA_OK) {
     snprintf(err, errlen, "%s: out of memory for %llu slots", d->cfg.name,
@@ -373,8 +374,8 @@ static void persist(disk *d) {
     rc = disk_write_super(d);
   }
   if (rc != 0)
-    LOG_ERROR("%s: %s: cannot save the index (%s); the next start scans every slot", d->cfg.name,
-              d->cfg.path, strerror(-rc));
+    kva_log(KVA_LOG_ERROR, "%s: %s: cannot save the index (%s); the next start scans every slot",
+            d->cfg.name, d->cfg.path, strerror(-rc));
 }
 
 /* A temporary file has no name: closing it frees it. */

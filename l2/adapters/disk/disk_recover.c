@@ -22,8 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/log.h"
-#include "common/key.h"
 #include "l2/adapters/disk/disk_internal.h"
 
 /* Bytes of the index region for the current geometry. */
@@ -40,14 +38,15 @@ static void *aligned(uint64_t bytes) {
 
 /* A header that can describe a slot of this tier at all. */
 static bool header_usable(const disk *d, const object_header *h) {
-  return object_header_valid(h) && key_valid(&h->key) && h->seq > 0 && h->seq < DISK_SEQ_LIMIT &&
-         h->length > 0 && h->length <= disk_slot_capacity(d->super.slot_bytes);
+  return object_header_valid(h) && kva_key_valid(&h->key) && h->seq > 0 &&
+         h->seq < DISK_SEQ_LIMIT && h->length > 0 &&
+         h->length <= disk_slot_capacity(d->super.slot_bytes);
 }
 
 /* Restores a slot that verified; false when a newer copy of its key won. */
 static bool restore(disk *d, uint32_t id, const object_header *h) {
   disk_slot_meta m = {.key = &h->key,
-                      .key_hash = key_hash(&h->key),
+                      .key_hash = kva_key_hash(&h->key),
                       .seq = h->seq,
                       .fingerprint = h->fingerprint,
                       .length = h->length,
@@ -133,14 +132,14 @@ int disk_recover(disk *d, char *err, size_t errlen) {
     return rc == -ENOMEM ? KVA_ENOMEM : KVA_ECONFIG;
   }
   if (c.dropped)
-    LOG_WARN("%s: %s: %llu slots did not verify and were dropped", d->cfg.name, d->cfg.path,
-             (unsigned long long)c.dropped);
+    kva_log(KVA_LOG_WARN, "%s: %s: %llu slots did not verify and were dropped", d->cfg.name,
+            d->cfg.path, (unsigned long long)c.dropped);
   if (c.superseded)
-    LOG_INFO("%s: %s: %llu superseded copies left as free space", d->cfg.name, d->cfg.path,
-             (unsigned long long)c.superseded);
-  LOG_INFO("%s: %s: %s; %llu objects recovered", d->cfg.name, d->cfg.path,
-           clean ? "closed cleanly" : "not closed cleanly: every slot checked",
-           (unsigned long long)d->ix.nvalid);
+    kva_log(KVA_LOG_INFO, "%s: %s: %llu superseded copies left as free space", d->cfg.name,
+            d->cfg.path, (unsigned long long)c.superseded);
+  kva_log(KVA_LOG_INFO, "%s: %s: %s; %llu objects recovered", d->cfg.name, d->cfg.path,
+          clean ? "closed cleanly" : "not closed cleanly: every slot checked",
+          (unsigned long long)d->ix.nvalid);
   return KVA_OK;
 }
 

@@ -24,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/log.h"
-#include "common/key.h"
 #include "l2/adapters/disk/disk_internal.h"
 
 /* ---- planning ----------------------------------------------------------- */
@@ -44,10 +42,10 @@ static int dedup(disk *d, disk_task *t) {
   }
   memset(d->dedup, 0xff, cap * sizeof(*d->dedup));
   for (size_t i = 0; i < r->n; i++) {
-    size_t h = (size_t)key_hash(&r->keys[i]) & (cap - 1);
+    size_t h = (size_t)kva_key_hash(&r->keys[i]) & (cap - 1);
     t->k[i].seq = 1; /* first copy, to write */
     for (; d->dedup[h] != UINT32_MAX; h = (h + 1) & (cap - 1))
-      if (key_equal(&r->keys[d->dedup[h]], &r->keys[i])) {
+      if (kva_key_equal(&r->keys[d->dedup[h]], &r->keys[i])) {
         t->k[i].seq = 0;
         break;
       }
@@ -65,17 +63,18 @@ static int check_room(disk *d, const kva_l2_req *r) {
     uint64_t slot = d->cfg.slot_bytes ? d->cfg.slot_bytes : disk_slot_bytes_for(biggest);
     int rc = disk_format(d, slot);
     if (rc == KVA_ENOMEM)
-      LOG_WARN("%s: %llu bytes hold no slot of %llu bytes: nothing can be stored", d->cfg.name,
-               (unsigned long long)d->file_bytes, (unsigned long long)slot);
+      kva_log(KVA_LOG_WARN, "%s: %llu bytes hold no slot of %llu bytes: nothing can be stored",
+              d->cfg.name, (unsigned long long)d->file_bytes, (unsigned long long)slot);
     if (rc != KVA_OK) return rc;
-    LOG_INFO("%s: %s formatted: %llu slots of %llu bytes", d->cfg.name, d->cfg.path,
-             (unsigned long long)d->super.nslots, (unsigned long long)slot);
+    kva_log(KVA_LOG_INFO, "%s: %s formatted: %llu slots of %llu bytes", d->cfg.name, d->cfg.path,
+            (unsigned long long)d->super.nslots, (unsigned long long)slot);
   }
   if (biggest > d->super.slot_bytes - DISK_BLOCK) {
     if (!d->warned_size)
-      LOG_WARN("%s: an object of %llu bytes does not fit slots of %llu bytes: not stored "
-               "(set slot_bytes, or use a new file)",
-               d->cfg.name, (unsigned long long)biggest, (unsigned long long)d->super.slot_bytes);
+      kva_log(KVA_LOG_WARN,
+              "%s: an object of %llu bytes does not fit slots of %llu bytes: not stored "
+              "(set slot_bytes, or use a new file)",
+              d->cfg.name, (unsigned long long)biggest, (unsigned long long)d->super.slot_bytes);
     d->warned_size = true;
     return KVA_ENOMEM;
   }
@@ -89,7 +88,7 @@ static int check_slots(disk *d, disk_task *t) {
   uint64_t rewrite = 0, fresh = 0;
   for (size_t i = 0; i < r->n; i++) {
     if (!t->k[i].seq) continue;
-    uint32_t id = disk_index_find_any(&d->ix, &r->keys[i], key_hash(&r->keys[i]));
+    uint32_t id = disk_index_find_any(&d->ix, &r->keys[i], kva_key_hash(&r->keys[i]));
     if (id == DISK_NONE)
       fresh++;
     else if (d->ix.slots[id].state != SLOT_VALID || !disk_slot_idle(&d->ix.slots[id]))
@@ -103,8 +102,8 @@ static int check_slots(disk *d, disk_task *t) {
 
 /* The chain id of the key key i continues (see the top), 0 for none. */
 static uint32_t chain_parent(const disk *d, const kva_l2_req *r, size_t i) {
-  uint64_t h = key_hash(&r->keys[i]);
-  uint32_t p = i ? disk_chain_id(key_hash(&r->keys[i - 1])) : disk_index_hinted(&d->ix, h);
+  uint64_t h = kva_key_hash(&r->keys[i]);
+  uint32_t p = i ? disk_chain_id(kva_key_hash(&r->keys[i - 1])) : disk_index_hinted(&d->ix, h);
   return p == disk_chain_id(h) ? 0 : p; /* a key repeated is not its own prefix */
 }
 
@@ -116,7 +115,7 @@ static void take_slots(disk *d, disk_task *t) {
     t->k[i].slot = DISK_NONE;
     if (!t->k[i].seq) continue;
     t->k[i].parent = chain_parent(d, r, i);
-    uint32_t id = disk_index_find(&d->ix, &r->keys[i], key_hash(&r->keys[i]));
+    uint32_t id = disk_index_find(&d->ix, &r->keys[i], kva_key_hash(&r->keys[i]));
     if (id != DISK_NONE) disk_index_begin_rewrite(&d->ix, id);
     t->k[i].slot = id;
   }
@@ -192,7 +191,7 @@ static void store_finish(disk *d, disk_task *t) {
       continue;
     }
     disk_slot_meta m = {.key = &r->keys[i],
-                        .key_hash = key_hash(&r->keys[i]),
+                        .key_hash = kva_key_hash(&r->keys[i]),
                         .seq = k->seq,
                         .fingerprint = t->fp,
                         .length = r->bufs[i].len,

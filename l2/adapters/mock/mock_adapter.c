@@ -29,13 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/log.h"
-#include "common/key.h"
-#include "l2/request.h"
 #include "l2/adapters/mock/mock_internal.h"
 
-#define MOCK_MAX_LATENCY_US 60000000ull    /* as in the schema */
-#define MOCK_DEFAULT_CAPACITY (1ull << 30) /* schema default, for a NULL cfg */
+#define MOCK_MAX_LATENCY_US 60000000ull /* MOCK_CONTROL's bound, the schema's for latency_us */
 
 /* ---- fault injection ---------------------------------------------------- */
 
@@ -56,7 +52,7 @@ static bool rng_fails(mock *m, double rate) {
 
 static bool key_listed(const kva_key *list, uint32_t n, const kva_key *k) {
   for (uint32_t i = 0; i < n; i++)
-    if (key_equal(&list[i], k)) return true;
+    if (kva_key_equal(&list[i], k)) return true;
   return false;
 }
 
@@ -77,7 +73,7 @@ static const char *type_name(uint32_t type) {
 
 /* ---- the requests ------------------------------------------------------- */
 
-/* key_hash of every key, into the reusable scratch array. */
+/* kva_key_hash of every key, into the reusable scratch array. */
 static bool hash_keys(mock *m, const kva_l2_req *r) {
   if (r->n > m->nhashes) {
     uint64_t *h = realloc(m->hashes, r->n * sizeof(*h));
@@ -85,7 +81,7 @@ static bool hash_keys(mock *m, const kva_l2_req *r) {
     m->hashes = h;
     m->nhashes = r->n;
   }
-  for (size_t i = 0; i < r->n; i++) m->hashes[i] = key_hash(&r->keys[i]);
+  for (size_t i = 0; i < r->n; i++) m->hashes[i] = kva_key_hash(&r->keys[i]);
   return true;
 }
 
@@ -97,7 +93,7 @@ static int store_task(mock *m, const kva_l2_req *r, uint64_t *copied) {
   if (!hash_keys(m, r)) return KVA_ENOMEM;
   int rc = mock_store_check(&m->st, r, m->hashes);
   if (rc != KVA_OK) return rc;
-  return mock_store_apply(&m->st, r, m->hashes, layout_fingerprint(r->layout), copied);
+  return mock_store_apply(&m->st, r, m->hashes, kva_layout_fingerprint(r->layout), copied);
 }
 
 static void on_store(mock *m, const kva_msg *msg, kva_l2_req *r) {
@@ -114,9 +110,9 @@ static void on_store(mock *m, const kva_msg *msg, kva_l2_req *r) {
  * (mock_store.h). */
 static void on_lookup(mock *m, const kva_msg *msg, kva_l2_req *r) {
   uint64_t t0 = mock_emulating(m) ? mock_now(m) : 0;
-  uint64_t prev = r->prev ? key_hash(r->prev) : 0;
+  uint64_t prev = r->prev ? kva_key_hash(r->prev) : 0;
   for (size_t i = 0; i < r->n; i++) {
-    uint64_t h = key_hash(&r->keys[i]);
+    uint64_t h = kva_key_hash(&r->keys[i]);
     mock_entry *e = mock_store_find(&m->st, &r->keys[i], h);
     if (i > 0 || r->prev) mock_store_follows(&m->st, e, h, prev);
     prev = h;
@@ -132,7 +128,7 @@ static void on_lookup(mock *m, const kva_msg *msg, kva_l2_req *r) {
 /* One key of a LOAD: only exactly the stored bytes of this layout, never a
  * partial or foreign copy. */
 static bool load_one(mock *m, const kva_key *k, kva_buf *b, uint64_t fp) {
-  mock_entry *e = mock_store_find(&m->st, k, key_hash(k));
+  mock_entry *e = mock_store_find(&m->st, k, kva_key_hash(k));
   if (!e || b->len != e->bytes || e->fp != fp) return false;
   if (key_listed(m->fail_load, m->nfail_load, k) || rng_fails(m, m->fail_load_rate)) return false;
   memcpy(b->ptr, e->data, e->bytes);
@@ -141,7 +137,7 @@ static bool load_one(mock *m, const kva_key *k, kva_buf *b, uint64_t fp) {
 
 static void on_load(mock *m, const kva_msg *msg, kva_l2_req *r) {
   uint64_t t0 = mock_emulating(m) ? mock_now(m) : 0, copied = 0;
-  uint64_t fp = layout_fingerprint(r->layout);
+  uint64_t fp = kva_layout_fingerprint(r->layout);
   for (size_t i = 0; i < r->n; i++) {
     if (load_one(m, &r->keys[i], &r->bufs[i], fp)) {
       kva_bit_set(r->bits, i);
@@ -185,18 +181,18 @@ static void on_down(mock *m, const kva_msg *msg, kva_l2_req *r) {
 static void on_request(mock *m, const kva_msg *msg) {
   const char *what = type_name(msg->type);
   if (!msg->from) {
-    LOG_WARN("%s: %s without a sender to answer: dropped", m->name, what);
+    kva_log(KVA_LOG_WARN, "%s: %s without a sender to answer: dropped", m->name, what);
     return;
   }
-  kva_l2_req *r = l2_req_of(msg);
+  kva_l2_req *r = kva_l2_req_of(msg);
   if (!r) {
-    LOG_WARN("%s: %s of %u bytes is not a request pointer", m->name, what, msg->len);
+    kva_log(KVA_LOG_WARN, "%s: %s of %u bytes is not a request pointer", m->name, what, msg->len);
     mock_reply_now(m, msg->from, msg->tag, NULL);
     return;
   }
-  const char *bad = l2_req_problem(msg->type, r);
+  const char *bad = kva_l2_req_problem(msg->type, r);
   if (bad) {
-    LOG_WARN("%s: %s refused: %s", m->name, what, bad);
+    kva_log(KVA_LOG_WARN, "%s: %s refused: %s", m->name, what, bad);
     r->result = KVA_EINVAL;
     mock_reply_now(m, msg->from, msg->tag, r);
   } else if (m->down && msg->type != KVA_L2_STATS) {
@@ -216,13 +212,14 @@ static void on_request(mock *m, const kva_msg *msg) {
  * The keys are copied out because the payload need not be aligned. */
 static void on_unlock(mock *m, const kva_msg *msg) {
   if (msg->len % sizeof(kva_key) != 0) {
-    LOG_WARN("%s: UNLOCK of %u bytes is not a whole number of keys: ignored", m->name, msg->len);
+    kva_log(KVA_LOG_WARN, "%s: UNLOCK of %u bytes is not a whole number of keys: ignored", m->name,
+            msg->len);
     return;
   }
   for (uint32_t off = 0; off < msg->len; off += sizeof(kva_key)) {
     kva_key k;
     memcpy(&k, (const char *)msg->data + off, sizeof(k));
-    mock_entry *e = mock_store_find(&m->st, &k, key_hash(&k));
+    mock_entry *e = mock_store_find(&m->st, &k, kva_key_hash(&k));
     if (e) mock_store_unlock(&m->st, e);
   }
 }
@@ -272,7 +269,7 @@ static void on_control(mock *m, const kva_msg *msg) {
     bad = control_problem(&c);
   }
   if (bad)
-    LOG_WARN("%s: MOCK_CONTROL ignored: %s", m->name, bad);
+    kva_log(KVA_LOG_WARN, "%s: MOCK_CONTROL ignored: %s", m->name, bad);
   else
     control_apply(m, &c);
   if (msg->from) mock_reply_control(m, msg->from, msg->tag);
@@ -299,7 +296,7 @@ static void mock_receive(kva_actor *self, void *state, const kva_msg *msg) {
     mock_on_timer(m, msg->tag);
     break;
   default:
-    LOG_WARN("%s: unknown message type %u ignored", m->name, msg->type);
+    kva_log(KVA_LOG_WARN, "%s: unknown message type %u ignored", m->name, msg->type);
     break;
   }
 }
@@ -317,8 +314,8 @@ static void mock_on_stop(kva_actor *self, void *state) {
   if (m->st.locks) {
     uint64_t keys = 0;
     for (const mock_entry *e = m->st.oldest; e; e = e->newer) keys += e->locks > 0;
-    LOG_WARN("%s: stopped with %llu lookup locks still held on %llu keys", m->name,
-             (unsigned long long)m->st.locks, (unsigned long long)keys);
+    kva_log(KVA_LOG_WARN, "%s: stopped with %llu lookup locks still held on %llu keys", m->name,
+            (unsigned long long)m->st.locks, (unsigned long long)keys);
   }
   mock_free(m);
 }
@@ -329,34 +326,30 @@ static void set_err(char *err, size_t errlen, const char *msg) {
   if (err && errlen) snprintf(err, errlen, "%s", msg);
 }
 
-/* Reads the node over the schema defaults; a missing key keeps its default
- * (cfg may be NULL). */
+/* cfg is effective (kvact.h): every key is there, at its schema default
+ * when the config left it out, and passed the schema's checks (the rates
+ * in [0, 1], latency_us at most 60 s); NULL reads the schema defaults. So
+ * nothing here repeats a default or a range. */
 static const char *read_config(mock *m, const kva_config_node *cfg, uint64_t *capacity) {
-  uint64_t v, seed = 0, lat = 0;
-  const char *name = "mock";
-  *capacity = MOCK_DEFAULT_CAPACITY;
-  if (!cfg) goto done;
+  const char *name = "";
+  uint64_t latency_us = 0;
+  if (!cfg && !(cfg = kva_config_node_default("mock"))) return "mock: out of memory";
   kva_config_node_str(cfg, "name", &name);
-  if (kva_config_node_u64(cfg, "capacity_bytes", &v) == KVA_OK) *capacity = v;
-  if (kva_config_node_u64(cfg, "bandwidth_bytes_per_s", &v) == KVA_OK) m->bandwidth = v;
-  if (kva_config_node_u64(cfg, "latency_us", &v) == KVA_OK) lat = v;
-  if (kva_config_node_u64(cfg, "seed", &v) == KVA_OK) seed = v;
+  kva_config_node_u64(cfg, "capacity_bytes", capacity);
+  kva_config_node_u64(cfg, "bandwidth_bytes_per_s", &m->bandwidth);
+  kva_config_node_u64(cfg, "latency_us", &latency_us);
+  kva_config_node_u64(cfg, "seed", &m->rng);
   kva_config_node_f64(cfg, "fail_store_rate", &m->fail_store_rate);
   kva_config_node_f64(cfg, "fail_load_rate", &m->fail_load_rate);
-done:
   snprintf(m->name, sizeof(m->name), "%s", name);
-  m->rng = seed;
-  m->latency_ns = lat * 1000;
-  if (!rate_ok(m->fail_store_rate)) return "fail_store_rate: expected a number in [0, 1]";
-  if (!rate_ok(m->fail_load_rate)) return "fail_load_rate: expected a number in [0, 1]";
-  if (lat > MOCK_MAX_LATENCY_US) return "latency_us: expected at most 60000000";
+  m->latency_ns = latency_us * 1000;
   return NULL;
 }
 
 kva_actor *mock_adapter_spawn(kva_runtime *rt, const kva_config_node *cfg, char *err,
                               size_t errlen) {
   mock *m = calloc(1, sizeof(*m));
-  uint64_t capacity;
+  uint64_t capacity = 0;
   if (!rt || !m) {
     set_err(err, errlen, rt ? "mock: out of memory" : "mock: no runtime");
     free(m);

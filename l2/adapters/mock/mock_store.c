@@ -19,9 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/log.h"
-#include "common/key.h"
-
 #define MOCK_BUCKETS_MIN 1024u
 #define MOCK_SPARE_MAX 4096u         /* entry records kept for reuse */
 #define MOCK_POOL_CAP (256ull << 20) /* bytes the buffer free lists may hold */
@@ -113,7 +110,7 @@ void mock_store_destroy(mock_store *s) {
 
 mock_entry *mock_store_find(const mock_store *s, const kva_key *k, uint64_t hash) {
   for (mock_entry *e = s->bucket[hash & (s->nbuckets - 1)]; e; e = e->chain)
-    if (e->hash == hash && key_equal(&e->key, k)) return e;
+    if (e->hash == hash && kva_key_equal(&e->key, k)) return e;
   return NULL;
 }
 
@@ -294,7 +291,7 @@ static int store_one(mock_store *s, const kva_key *k, uint64_t hash, const kva_b
   if (old) entry_remove(s, old); /* unlocked: mock_store_check said so */
   chain_renew(s, parent);
   if (!evict_for(s, b->len)) {
-    LOG_ERROR("mock: a checked store task does not fit (bug)");
+    kva_log(KVA_LOG_ERROR, "mock: a checked store task does not fit (bug)");
     return KVA_ENOMEM;
   }
   mock_entry *e = entry_new(s);

@@ -1,6 +1,6 @@
 /*
  * mock_store.h — the mock adapter's storage (no actor in here): a chained
- * hash table of entries keyed by key_hash, a FIFO list in insertion order
+ * hash table of entries keyed by kva_key_hash, a FIFO list in insertion order
  * for eviction, lock counts, and per-size free lists of data buffers so
  * that steady-state stores of same-size objects neither malloc nor fault
  * pages in.
@@ -23,13 +23,13 @@
 
 typedef struct mock_entry {
   kva_key key;
-  uint64_t hash;                    /* key_hash(&key) */
-  uint64_t fp;                      /* layout_fingerprint of the stored layout */
+  uint64_t hash;                    /* kva_key_hash(&key) */
+  uint64_t fp;                      /* kva_layout_fingerprint of the stored layout */
   uint64_t bytes;                   /* size of data */
   void *data;                       /* malloc'd or recycled buffer */
   uint32_t locks;                   /* LOOKUP_AND_LOCKs not yet UNLOCKed */
   uint64_t epoch;                   /* store task that inserted it (rollback) */
-  uint64_t parent;                  /* key_hash of the key it continues, 0 = none known */
+  uint64_t parent;                  /* kva_key_hash of the key it continues, 0 = none known */
   uint64_t walk;                    /* the last chain walk that reached it (cycle guard) */
   struct mock_entry *chain;         /* next in the same bucket */
   struct mock_entry *older, *newer; /* FIFO neighbours (insertion order) */
@@ -44,7 +44,7 @@ typedef struct mock_pool_class {
   void *head; /* buffers linked through their first 8 bytes */
 } mock_pool_class;
 
-#define MOCK_HINTS 4096u /* chain hints kept (direct-mapped on key_hash) */
+#define MOCK_HINTS 4096u /* chain hints kept (direct-mapped on kva_key_hash) */
 
 /* A missing key a lookup saw right after another: the key it continues. */
 typedef struct mock_hint {
@@ -73,7 +73,7 @@ typedef struct mock_store {
 int mock_store_init(mock_store *s, uint64_t capacity); /* KVA_OK or KVA_ENOMEM */
 void mock_store_destroy(mock_store *s);                /* frees every buffer */
 mock_entry *mock_store_find(const mock_store *s, const kva_key *k, uint64_t hash);
-/* Whether the whole store task r (hashes[i] = key_hash(keys[i])) can be
+/* Whether the whole store task r (hashes[i] = kva_key_hash(keys[i])) can be
  * applied: KVA_OK, KVA_EAGAIN (a key is locked) or KVA_ENOMEM (it does not
  * fit even after evicting everything unlocked). Changes nothing. */
 int mock_store_check(const mock_store *s, const kva_l2_req *r, const uint64_t *hashes);

@@ -19,7 +19,6 @@
  */
 #include <stdlib.h>
 
-#include "actors/log.h"
 #include "l2/adapters/mock/mock_internal.h"
 
 #define MOCK_QUEUE_MIN 64u
@@ -48,8 +47,8 @@ static void send_done(mock *m, kva_actor *to, uint64_t tag, kva_l2_req *r) {
   int rc = kva_send(to, KVA_L2_DONE, &r, sizeof(r), m->self, tag);
   /* a sender that stopped first no longer waits; anything else is a bug */
   if (rc != KVA_OK && rc != KVA_ESHUTDOWN)
-    LOG_WARN("%s: reply (tag %llu) not sent: %s", m->name, (unsigned long long)tag,
-             kva_strerror(rc));
+    kva_log(KVA_LOG_WARN, "%s: reply (tag %llu) not sent: %s", m->name, (unsigned long long)tag,
+            kva_strerror(rc));
 }
 
 /* ---- the min-heap of pending replies ------------------------------------ */
@@ -121,7 +120,8 @@ static void timer_sync(mock *m, uint64_t now) {
   int id = kva_timer(m->self, at > now ? at - now : 0, 0, ++m->timer_tag);
   if (id < 0) {
     /* early is better than never: the protocol needs every reply */
-    LOG_WARN("%s: no timer (%s): pending replies sent early", m->name, kva_strerror(id));
+    kva_log(KVA_LOG_WARN, "%s: no timer (%s): pending replies sent early", m->name,
+            kva_strerror(id));
     mock_flush_all(m);
     return;
   }
@@ -137,7 +137,7 @@ static void reply_at(mock *m, kva_actor *to, uint64_t tag, kva_l2_req *r, uint64
   if (at <= now) {
     send_done(m, to, tag, r); /* everything still queued completes later */
   } else if (!queue_push(m, &p)) {
-    LOG_WARN("%s: reply queue full (out of memory): reply sent early", m->name);
+    kva_log(KVA_LOG_WARN, "%s: reply queue full (out of memory): reply sent early", m->name);
     send_done(m, to, tag, r);
   }
   timer_sync(m, now);
@@ -173,7 +173,7 @@ void mock_reply_control(mock *m, kva_actor *to, uint64_t tag) {
   if (m->nq) flush_due(m, mock_now(m));
   int rc = kva_send(to, KVA_L2_DONE, NULL, 0, m->self, tag);
   if (rc != KVA_OK && rc != KVA_ESHUTDOWN)
-    LOG_WARN("%s: control reply not sent: %s", m->name, kva_strerror(rc));
+    kva_log(KVA_LOG_WARN, "%s: control reply not sent: %s", m->name, kva_strerror(rc));
 }
 
 void mock_on_timer(mock *m, uint64_t tag) {

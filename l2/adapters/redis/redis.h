@@ -3,8 +3,8 @@
  * server (node), owned by the adapter actor and driven by the runtime's
  * poller; pipelined commands; one server or a Redis Cluster.
  *
- * Keys: "<namespace>:<model>@<kv_rank hex>@<group>@<hash hex>" (key_format
- * of l1/key.h behind the namespace), sent with lengths (binary-safe).
+ * Keys: "<namespace>:<model>@<kv_rank hex>@<group>@<hash hex>" (kvact.h's
+ * kva_key_format behind the namespace), sent with lengths (binary-safe).
  * Values: the 168-byte object header the disk tier also uses (l2/adapters/object_header.h: magic,
  * version, the full key, layout fingerprint, payload length, xxh3-64 of the
  * payload, the header's own checksum) followed by the payload. A value

@@ -31,10 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/log.h"
-#include "actors/runtime_internal.h"
-#include "common/key.h"
-#include "l2/request.h"
 #include "l2/adapters/redis/redis_internal.h"
 
 #define REDIS_START (KVA_L2_ADAPTER_MSG + 21) /* the adapter to itself */
@@ -58,7 +54,7 @@ static redis_task *task_get(redis *r, const kva_msg *msg, kva_l2_req *req) {
                     .to = msg->from,
                     .tag = msg->tag,
                     .req = req,
-                    .fp = req->layout ? layout_fingerprint(req->layout) : 0,
+                    .fp = req->layout ? kva_layout_fingerprint(req->layout) : 0,
                     .result = KVA_OK,
                     .next = r->live};
   if (r->live) r->live->prev = t;
@@ -134,7 +130,7 @@ static bool store_locked(const redis *r, const kva_l2_req *req) {
 static void on_task(redis *r, const kva_msg *msg, kva_l2_req *req) {
   redis_task *t = task_get(r, msg, req);
   if (!t) {
-    LOG_WARN("%s: out of memory for a request of %zu keys", r->cfg.name, req->n);
+    kva_log(KVA_LOG_WARN, "%s: out of memory for a request of %zu keys", r->cfg.name, req->n);
     req->result = KVA_ENOMEM;
     reply_now(r, msg, req);
   } else if (msg->type == KVA_L2_STORE && store_locked(r, req)) {
@@ -146,13 +142,14 @@ static void on_task(redis *r, const kva_msg *msg, kva_l2_req *req) {
 
 static void on_request(redis *r, const kva_msg *msg) {
   if (!msg->from) {
-    LOG_WARN("%s: request %u without a sender to answer: dropped", r->cfg.name, msg->type);
+    kva_log(KVA_LOG_WARN, "%s: request %u without a sender to answer: dropped", r->cfg.name,
+            msg->type);
     return;
   }
-  kva_l2_req *req = l2_req_of(msg);
-  const char *bad = req ? l2_req_problem(msg->type, req) : "not a request pointer";
+  kva_l2_req *req = kva_l2_req_of(msg);
+  const char *bad = kva_l2_req_problem(msg->type, req);
   if (bad) {
-    LOG_WARN("%s: request %u refused: %s", r->cfg.name, msg->type, bad);
+    kva_log(KVA_LOG_WARN, "%s: request %u refused: %s", r->cfg.name, msg->type, bad);
     if (req) req->result = KVA_EINVAL;
     reply_now(r, msg, req);
   } else if (msg->type == KVA_L2_STATS) {
@@ -165,14 +162,14 @@ static void on_request(redis *r, const kva_msg *msg) {
 /* Fire and forget; keys copied out because the payload may be unaligned. */
 static void on_unlock(redis *r, const kva_msg *msg) {
   if (msg->len % sizeof(kva_key) != 0) {
-    LOG_WARN("%s: UNLOCK of %u bytes is not a whole number of keys: ignored", r->cfg.name,
-             msg->len);
+    kva_log(KVA_LOG_WARN, "%s: UNLOCK of %u bytes is not a whole number of keys: ignored",
+            r->cfg.name, msg->len);
     return;
   }
   for (uint32_t off = 0; off < msg->len; off += sizeof(kva_key)) {
     kva_key k;
     memcpy(&k, (const char *)msg->data + off, sizeof(k));
-    if (key_valid(&k)) redis_unlock(&r->locks, &k);
+    if (kva_key_valid(&k)) redis_unlock(&r->locks, &k);
   }
 }
 
@@ -183,7 +180,7 @@ static void start_tick(redis *r) {
   uint64_t ns = r->cfg.timeout_ns / 4;
   ns = ns < TICK_MIN_NS ? TICK_MIN_NS : ns > TICK_MAX_NS ? TICK_MAX_NS : ns;
   r->tick = kva_timer(r->self, ns, ns, 0);
-  if (r->tick < 0) LOG_ERROR("%s: no timer: commands will not time out", r->cfg.name);
+  if (r->tick < 0) kva_log(KVA_LOG_ERROR, "%s: no timer: commands will not time out", r->cfg.name);
 }
 
 static void receive(redis *r, const kva_msg *msg) {
@@ -207,7 +204,7 @@ static void receive(redis *r, const kva_msg *msg) {
     on_unlock(r, msg);
     break;
   default:
-    LOG_WARN("%s: unknown message type %u ignored", r->cfg.name, msg->type);
+    kva_log(KVA_LOG_WARN, "%s: unknown message type %u ignored", r->cfg.name, msg->type);
     break;
   }
 }
@@ -247,10 +244,10 @@ static void redis_on_stop(kva_actor *self, void *state) {
   if (r->tick >= 0) kva_timer_cancel(self, r->tick);
   redis_nodes_close(r, KVA_ESHUTDOWN);
   redis_sigpipe_restore(&g);
-  if (r->live) LOG_ERROR("%s: a request outlived its commands at stop", r->cfg.name);
+  if (r->live) kva_log(KVA_LOG_ERROR, "%s: a request outlived its commands at stop", r->cfg.name);
   if (r->locks.total)
-    LOG_WARN("%s: stopped with %llu lookup locks still held", r->cfg.name,
-             (unsigned long long)r->locks.total);
+    kva_log(KVA_LOG_WARN, "%s: stopped with %llu lookup locks still held", r->cfg.name,
+            (unsigned long long)r->locks.total);
   redis_free(r);
 }
 
@@ -276,7 +273,7 @@ kva_actor *redis_adapter_spawn(kva_runtime *rt, const kva_config_node *cfg, char
   redis *r = calloc(1, sizeof(*r));
   if (!rt || !r) return fail(r, err, errlen, rt ? "redis: out of memory" : "redis: no runtime");
   r->tick = -1;
-  r->det = rt->det != NULL;
+  r->det = kva_runtime_deterministic(rt);
   memset(r->slots, 0xff, sizeof(r->slots));
   const char *bad = redis_read_config(&r->cfg, cfg);
   if (bad) return fail(r, err, errlen, bad);

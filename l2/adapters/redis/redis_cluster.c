@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/log.h"
 #include "l2/adapters/redis/redis_internal.h"
 
 /* CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), as the cluster
@@ -113,8 +112,9 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *privdata) {
   r->refreshing = false;
   if (!reply) return; /* the connection went: the next MOVED asks again */
   if (redis_slots_apply(r, reply, &n->addr) != KVA_OK)
-    LOG_WARN("%s: CLUSTER SLOTS from %s:%d not understood; the map follows MOVED replies",
-             r->cfg.name, n->addr.host, n->addr.port);
+    kva_log(KVA_LOG_WARN,
+            "%s: CLUSTER SLOTS from %s:%d not understood; the map follows MOVED replies",
+            r->cfg.name, n->addr.host, n->addr.port);
 }
 
 void redis_slots_refresh(redis *r, redis_node *n) {

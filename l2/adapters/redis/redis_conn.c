@@ -42,17 +42,18 @@
 
 #include <hiredis/sds.h>
 
-#include "actors/clock.h"
-#include "actors/log.h"
-#include "actors/runtime_internal.h"
 #include "l2/adapters/redis/redis_internal.h"
 
 #define WATCH_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP)
 
 static void redis_node_drop(redis_node *n, int result, const char *reason);
 
+/* Deadlines and back-off run on real time in both modes (the runtime's
+ * virtual time stands still while a deterministic adapter waits). */
 static uint64_t redis_now(void) {
-  return clock_mono_ns();
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static bool sigpipe_pending(void) {
@@ -61,7 +62,7 @@ static bool sigpipe_pending(void) {
 }
 
 void redis_sigpipe_block(redis_sigpipe *g) {
-  g->skip = rt_sigpipe_blocked; /* a runtime thread: blocked for good */
+  g->skip = kva_thread_sigpipe_blocked(); /* a runtime thread: blocked for good */
   if (g->skip) return;
   sigset_t set;
   sigemptyset(&set);
@@ -168,8 +169,8 @@ static void backoff(redis_node *n) {
 static void lost(redis_node *n, const char *why) {
   if (n->warned) return;
   n->warned = true;
-  LOG_WARN("%s: redis %s:%d: %s; its commands fail until it answers again", n->r->cfg.name,
-           n->addr.host, n->addr.port, why && *why ? why : "connection failed");
+  kva_log(KVA_LOG_WARN, "%s: redis %s:%d: %s; its commands fail until it answers again",
+          n->r->cfg.name, n->addr.host, n->addr.port, why && *why ? why : "connection failed");
 }
 
 /* hiredis's cleanup hook: the context is about to be freed (its pending
@@ -206,7 +207,8 @@ static void on_connect(const redisAsyncContext *ac, int status) {
   if (status != REDIS_OK) return; /* hiredis frees it: ev_cleanup */
   n->backoff_ns = 0;
   if (n->warned)
-    LOG_INFO("%s: redis %s:%d: connected again", n->r->cfg.name, n->addr.host, n->addr.port);
+    kva_log(KVA_LOG_INFO, "%s: redis %s:%d: connected again", n->r->cfg.name, n->addr.host,
+            n->addr.port);
   n->warned = false;
 }
 
@@ -214,8 +216,8 @@ static void on_auth(redisAsyncContext *ac, void *reply, void *privdata) {
   redis_node *n = privdata;
   const redisReply *rep = reply;
   if (!rep || rep->type != REDIS_REPLY_ERROR) return;
-  LOG_ERROR("%s: redis %s:%d: AUTH refused: %s", n->r->cfg.name, n->addr.host, n->addr.port,
-            rep->str);
+  kva_log(KVA_LOG_ERROR, "%s: redis %s:%d: AUTH refused: %s", n->r->cfg.name, n->addr.host,
+          n->addr.port, rep->str);
   n->kill = true; /* the commands behind it fail with NOAUTH; then the pump drops it */
 }
 

@@ -83,7 +83,7 @@ typedef struct redis_task {
   kva_actor *to;
   uint64_t tag;
   kva_l2_req *req;
-  uint64_t fp;                    /* layout_fingerprint (STORE, LOAD) */
+  uint64_t fp;                    /* kva_layout_fingerprint (STORE, LOAD) */
   uint32_t pending;               /* commands not answered yet */
   int result;                     /* first failure, else KVA_OK */
   uint64_t stored;                /* STORE: payload bytes of the SETs that succeeded */
@@ -102,7 +102,7 @@ typedef struct redis_node {
   redis_list queue;      /* waiting for a pipeline slot, in order */
   redis_list flight;     /* handed to hiredis, oldest first */
   uint64_t flight_bytes;
-  uint64_t retry_at;   /* back-off: not dialled before (clock_mono_ns) */
+  uint64_t retry_at;   /* back-off: not dialled before (CLOCK_MONOTONIC ns) */
   uint64_t backoff_ns; /* the next back-off; 0 after a connect that worked */
   bool warned;         /* this outage was logged */
   bool kill;           /* AUTH was refused: dropped at the next pump */

@@ -11,14 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/key.h"
 #include "l2/adapters/redis/redis_internal.h"
 
 static redis_lock_entry **find(const redis_locks *l, const kva_key *k, uint64_t h) {
   if (!l->nb) return NULL;
   redis_lock_entry **p = &l->b[h & (l->nb - 1)];
   for (; *p; p = &(*p)->next)
-    if ((*p)->hash == h && key_equal(&(*p)->key, k)) return p;
+    if ((*p)->hash == h && kva_key_equal(&(*p)->key, k)) return p;
   return p; /* the empty link at the end of the chain */
 }
 
@@ -42,7 +41,7 @@ static void grow(redis_locks *l) {
 bool redis_lock(redis_locks *l, const kva_key *k) {
   if (l->nkeys >= l->nb) grow(l);
   if (!l->nb) return false;
-  uint64_t h = key_hash(k);
+  uint64_t h = kva_key_hash(k);
   redis_lock_entry **p = find(l, k, h);
   if (!*p) {
     redis_lock_entry *e = calloc(1, sizeof(*e));
@@ -58,7 +57,7 @@ bool redis_lock(redis_locks *l, const kva_key *k) {
 }
 
 void redis_unlock(redis_locks *l, const kva_key *k) {
-  redis_lock_entry **p = find(l, k, key_hash(k));
+  redis_lock_entry **p = find(l, k, kva_key_hash(k));
   if (!p || !*p) return; /* not locked: ignored, as the protocol says */
   l->total--;
   if (--(*p)->count) return;
@@ -69,7 +68,7 @@ void redis_unlock(redis_locks *l, const kva_key *k) {
 }
 
 bool redis_locked(const redis_locks *l, const kva_key *k) {
-  redis_lock_entry **p = find(l, k, key_hash(k));
+  redis_lock_entry **p = find(l, k, kva_key_hash(k));
   return p && *p;
 }
 

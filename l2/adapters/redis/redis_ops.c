@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actors/log.h"
-#include "common/key.h"
 #include "l2/adapters/object_header.h"
 #include "l2/adapters/redis/redis_internal.h"
 #include "l2/adapters/redis/redis_value.h"
@@ -26,7 +24,7 @@
  * hash 64, three '@'), the namespace at most REDIS_NS_MAX: both fit. */
 static size_t redis_key(const redis *r, const kva_key *k, char *buf) {
   char printed[192];
-  key_format(k, printed, sizeof(printed));
+  kva_key_format(k, printed, sizeof(printed));
   int len = snprintf(buf, REDIS_KEY_MAX, "%s:%s", r->cfg.ns, printed);
   return len < 0 ? 0 : (size_t)len < REDIS_KEY_MAX ? (size_t)len : REDIS_KEY_MAX - 1;
 }
@@ -133,7 +131,7 @@ static void bad_value(redis *r, const redis_cmd *c, const char *why) {
   r->warned_value = true;
   char key[REDIS_KEY_MAX];
   redis_key(r, &c->task->req->keys[c->key], key);
-  LOG_WARN("%s: value of %s not served: %s (said once)", r->cfg.name, key, why);
+  kva_log(KVA_LOG_WARN, "%s: value of %s not served: %s (said once)", r->cfg.name, key, why);
 }
 
 /* GET: verified over the reply's bytes, then copied into L1. */
@@ -180,7 +178,8 @@ static int got_error(redis *r, const redis_node *n, redis_cmd *c, const redisRep
     return KVA_OK;
   }
   if (!r->warned_error)
-    LOG_WARN("%s: redis %s:%d: %s (said once)", r->cfg.name, n->addr.host, n->addr.port, rep->str);
+    kva_log(KVA_LOG_WARN, "%s: redis %s:%d: %s (said once)", r->cfg.name, n->addr.host,
+            n->addr.port, rep->str);
   r->warned_error = true;
   return strncmp(rep->str, "OOM", 3) == 0 ? KVA_ENOMEM : KVA_EIO;
 }
@@ -202,8 +201,8 @@ static bool redirect(redis *r, redis_node *n, redis_cmd *c, const redisReply *re
     return false;
   redis_node *target = redis_node_get(r, to.host, to.port);
   if (!target || ++c->redirects > REDIS_MAX_REDIRECTS) {
-    LOG_WARN("%s: %s: too many redirects, or no room for node %s:%d", r->cfg.name, rep->str,
-             to.host, to.port);
+    kva_log(KVA_LOG_WARN, "%s: %s: too many redirects, or no room for node %s:%d", r->cfg.name,
+            rep->str, to.host, to.port);
     finish(r, c, KVA_EIO);
     return true;
   }

@@ -21,34 +21,26 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
-#include "actors/log.h"
-#include "config/config_internal.h"
 #include "l2/adapters/redis/redis_internal.h"
 
-/* "host:port" (the schema checked the form; "[v6]:port" too). */
-static bool parse_addr(const char *s, size_t len, redis_addr *a) {
-  const char *colon = memrchr(s, ':', len);
-  if (!colon || colon == s) return false;
+/* "host:port", in the form the schema checked ("[v6]:port" too); false
+ * for a host longer than the adapter keeps. */
+static bool parse_addr(const char *s, redis_addr *a) {
+  const char *colon = strrchr(s, ':');
   size_t hl = (size_t)(colon - s);
   if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') s++, hl -= 2;
   if (hl >= sizeof(a->host)) return false;
   memcpy(a->host, s, hl);
   a->host[hl] = 0;
   a->port = atoi(colon + 1);
-  return a->port > 0 && a->port <= 65535;
+  return true;
 }
 
 static const char *read_addrs(redis_cfg *c, const kva_config_node *cfg) {
-  const config_value *v = config_node_get(cfg, "addrs");
-  if (!v) return NULL; /* the default seed stays */
-  if (v->kind != CONFIG_ARRAY || v->as.array.len == 0) return "addrs: expected host:port strings";
-  c->nseeds = 0;
-  for (size_t i = 0; i < v->as.array.len && c->nseeds < REDIS_MAX_SEEDS; i++) {
-    const config_value *e = &v->as.array.items[i];
-    if (e->kind != CONFIG_STR || !parse_addr(e->as.str.ptr, e->as.str.len, &c->seeds[c->nseeds]))
-      return "addrs: expected \"host:port\" strings";
-    c->nseeds++;
-  }
+  const char *s;
+  for (size_t i = 0;
+       c->nseeds < REDIS_MAX_SEEDS && kva_config_node_str_at(cfg, "addrs", i, &s) == KVA_OK; i++)
+    if (!parse_addr(s, &c->seeds[c->nseeds++])) return "addrs: a host longer than 255 bytes";
   return NULL;
 }
 
@@ -60,33 +52,35 @@ static const char *read_str(const kva_config_node *cfg, const char *key, char *o
   return NULL;
 }
 
+/* cfg is effective (kvact.h): every key is there, at its schema default
+ * when the config left it out, and passed the schema's checks; NULL reads
+ * the schema defaults. So nothing here repeats a default or a range: what
+ * stays is what the schema cannot say (the lengths this adapter keeps, a
+ * username needs a password). */
 const char *redis_read_config(redis_cfg *c, const kva_config_node *cfg) {
-  uint64_t v;
-  int b;
-  *c = (redis_cfg){.nseeds = 1, .pipeline = 64, .timeout_ns = 1000000000ull};
-  snprintf(c->seeds[0].host, sizeof(c->seeds[0].host), "127.0.0.1");
-  c->seeds[0].port = 6379;
-  snprintf(c->ns, sizeof(c->ns), "kvact");
-  snprintf(c->name, sizeof(c->name), "redis");
-  if (!cfg) return NULL;
-  const char *name = "redis";
+  const char *name = "";
+  uint64_t pipeline = 0, timeout_ms = 0;
+  int cluster = 0;
+  *c = (redis_cfg){0};
+  if (!cfg && !(cfg = kva_config_node_default("redis"))) return "redis: out of memory";
   kva_config_node_str(cfg, "name", &name);
   snprintf(c->name, sizeof(c->name), "%s", name);
   const char *bad = read_addrs(c, cfg);
   if (bad) return bad;
-  if (config_node_bool(cfg, "cluster", &b) == KVA_OK) c->cluster = b;
+  kva_config_node_bool(cfg, "cluster", &cluster);
+  c->cluster = cluster;
   if (read_str(cfg, "username", c->username, sizeof(c->username))) return "username: too long";
   if (read_str(cfg, "password", c->password, sizeof(c->password))) return "password: too long";
-  if (config_node_get(cfg, "namespace") && read_str(cfg, "namespace", c->ns, sizeof(c->ns)))
-    return "namespace: longer than 256 bytes";
-  if (kva_config_node_u64(cfg, "pipeline", &v) == KVA_OK && v && v <= 65536)
-    c->pipeline = (uint32_t)v;
-  if (kva_config_node_u64(cfg, "timeout_ms", &v) == KVA_OK && v && v <= 3600000)
-    c->timeout_ns = v * 1000000ull;
-  if (kva_config_node_u64(cfg, "capacity_bytes", &v) == KVA_OK) c->capacity = v;
+  if (read_str(cfg, "namespace", c->ns, sizeof(c->ns))) return "namespace: longer than 256 bytes";
+  kva_config_node_u64(cfg, "pipeline", &pipeline);
+  kva_config_node_u64(cfg, "timeout_ms", &timeout_ms);
+  kva_config_node_u64(cfg, "capacity_bytes", &c->capacity);
+  c->pipeline = (uint32_t)pipeline;
+  c->timeout_ns = timeout_ms * 1000000ull;
   if (c->username[0] && !c->password[0]) return "username: set without a password";
   if (!c->cluster && c->nseeds > 1)
-    LOG_WARN("%s: cluster is false: only the first of %u addrs is used", c->name, c->nseeds);
+    kva_log(KVA_LOG_WARN, "%s: cluster is false: only the first of %u addrs is used", c->name,
+            c->nseeds);
   return NULL;
 }
 
@@ -185,11 +179,11 @@ static void resolve_seed(const char *tier, redis_addr *a) {
   }
   if (res) freeaddrinfo(res);
   if (!ip[0]) {
-    LOG_WARN("%s: redis %s: cannot resolve (%s); every connect will try again", tier, a->host,
-             rc ? gai_strerror(rc) : "no address");
+    kva_log(KVA_LOG_WARN, "%s: redis %s: cannot resolve (%s); every connect will try again", tier,
+            a->host, rc ? gai_strerror(rc) : "no address");
     return;
   }
-  LOG_INFO("%s: redis %s is %s", tier, a->host, ip);
+  kva_log(KVA_LOG_INFO, "%s: redis %s is %s", tier, a->host, ip);
   snprintf(a->host, sizeof(a->host), "%s", ip);
 }
 
@@ -204,11 +198,12 @@ int redis_check_start(redis *r, char *err, size_t errlen) {
       snprintf(err, errlen, "%s", why);
       return KVA_ECONFIG;
     }
-    LOG_WARN("%s: redis %s:%d unreachable at start (%s)", r->cfg.name, r->cfg.seeds[i].host,
-             r->cfg.seeds[i].port, why);
+    kva_log(KVA_LOG_WARN, "%s: redis %s:%d unreachable at start (%s)", r->cfg.name,
+            r->cfg.seeds[i].host, r->cfg.seeds[i].port, why);
   }
-  LOG_WARN("%s: no redis server reachable: the tier starts failing (bypassed and probed) and "
-           "serves once a server answers",
-           r->cfg.name);
+  kva_log(KVA_LOG_WARN,
+          "%s: no redis server reachable: the tier starts failing (bypassed and probed) and "
+          "serves once a server answers",
+          r->cfg.name);
   return KVA_OK;
 }
