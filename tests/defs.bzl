@@ -35,3 +35,27 @@ def kva_test(name, srcs = None, deps = None, size = "small", **kwargs):
         deps = deps if deps != None else [_SUPPORT],
         **kwargs
     )
+
+def kva_disk_open_hooked_test(name, deps, size = "small", **kwargs):
+    """A kva_test whose disk tiers open their file through disk_open_fn.
+
+    For the suites that play a filesystem refusing O_DIRECT or O_TMPFILE
+    (tests/support/disk_open_hook.h): l2/adapters/disk/disk_open.c is
+    compiled into the test itself with DISK_OPEN_HOOK naming the pointer.
+    Its object is linked before //l2/adapters/disk's archive (not
+    alwayslink), so it stands in for the library's, which has no hook.
+
+    Args:
+      name: the target, and its one source NAME.c.
+      deps: what the suite links besides //tests/support:disk_open_hook.
+      size: Bazel's test size.
+      **kwargs: any other cc_test attribute.
+    """
+    native.cc_test(
+        name = name,
+        size = size,
+        srcs = [name + ".c", "//l2/adapters/disk:disk_open.c"],
+        copts = KVA_COPTS + ["-DDISK_OPEN_HOOK=disk_open_fn"],
+        deps = deps + ["//tests/support:disk_open_hook"],
+        **kwargs
+    )

@@ -24,6 +24,7 @@
 #include "kvact.h"
 #include "l2/adapters/disk/disk.h"
 #include "tests/l2/l2_disk_test.h"
+#include "tests/support/disk_open_hook.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 

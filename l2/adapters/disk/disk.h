@@ -26,7 +26,6 @@
 #define KVA_L2_DISK_H
 
 #include <stddef.h>
-#include <sys/types.h>
 
 #include "kvact.h"
 
@@ -35,9 +34,5 @@
  * path, permissions, size or format come back in err. */
 kva_actor *disk_adapter_spawn(kva_runtime *rt, const kva_config_node *cfg, char *err,
                               size_t errlen);
-
-/* How the adapter opens its file: open(2) unless a test puts its own here
- * (to play a filesystem that refuses O_DIRECT, say). */
-extern int (*disk_open_fn)(const char *path, int flags, mode_t mode);
 
 #endif
