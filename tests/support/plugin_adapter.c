@@ -11,15 +11,22 @@
  * KVA_L2_UNLOCK (kva_key[n])           |
  *
  * Invariants: a locked key is never replaced (the table never evicts);
- * UNLOCK of an unknown or unlocked key is ignored.
+ * UNLOCK of an unknown or unlocked key is ignored; a malformed request is
+ * answered at once with KVA_EINVAL and a warning, as the built-in
+ * adapters answer it (kvact.h's adapter kit: kva_l2_req_problem, kva_log);
+ * a LOAD of another layout than the one stored is a miss
+ * (kva_layout_fingerprint).
  */
 #include "tests/support/plugin_adapter.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct tiny_obj {
   kva_key key;
+  uint64_t hash; /* kva_key_hash(&key): compared before the key */
+  uint64_t fp;   /* kva_layout_fingerprint of the layout stored */
   void *data;
   size_t len;
   uint32_t locks;
@@ -29,11 +36,13 @@ typedef struct tiny_obj {
 typedef struct tiny {
   tiny_obj o[PLUGIN_TINY_MAX];
   uint64_t stores;
+  char name[32]; /* the tier's, for its warnings */
 } tiny;
 
 static tiny_obj *tiny_find(tiny *t, const kva_key *k) {
+  uint64_t h = kva_key_hash(k);
   for (int i = 0; i < PLUGIN_TINY_MAX; i++)
-    if (t->o[i].used && memcmp(&t->o[i].key, k, sizeof(*k)) == 0) return &t->o[i];
+    if (t->o[i].used && t->o[i].hash == h && kva_key_equal(&t->o[i].key, k)) return &t->o[i];
   return NULL;
 }
 
@@ -48,50 +57,73 @@ static int tiny_store(tiny *t, const kva_l2_req *r) {
     if (!d) return KVA_ENOMEM;
     memcpy(d, r->bufs[i].ptr, r->bufs[i].len);
     free(o->data);
-    *o = (tiny_obj){.key = r->keys[i], .data = d, .len = r->bufs[i].len, .used = 1};
+    *o = (tiny_obj){.key = r->keys[i],
+                    .hash = kva_key_hash(&r->keys[i]),
+                    .fp = kva_layout_fingerprint(r->layout),
+                    .data = d,
+                    .len = r->bufs[i].len,
+                    .used = 1};
   }
   t->stores++;
   return KVA_OK;
 }
 
+static void tiny_load(tiny *t, kva_l2_req *r) {
+  uint64_t fp = kva_layout_fingerprint(r->layout);
+  for (size_t i = 0; i < r->n; i++) {
+    tiny_obj *o = tiny_find(t, &r->keys[i]);
+    if (!o || o->len != r->bufs[i].len || o->fp != fp) continue; /* a miss, never wrong bytes */
+    memcpy(r->bufs[i].ptr, o->data, o->len);
+    kva_bit_set(r->bits, i);
+  }
+}
+
+static void tiny_stats(tiny *t, kva_l2_req *r) {
+  memset(r->stats, 0, sizeof(*r->stats));
+  for (int i = 0; i < PLUGIN_TINY_MAX; i++) {
+    r->stats->objects += t->o[i].used;
+    r->stats->keys_locked += t->o[i].locks;
+  }
+  r->stats->stores = t->stores;
+}
+
+/* The keys are copied out: the payload need not be aligned. */
+static void tiny_unlock(tiny *t, const kva_msg *m) {
+  for (uint32_t off = 0; off + sizeof(kva_key) <= m->len; off += sizeof(kva_key)) {
+    kva_key k;
+    memcpy(&k, (const char *)m->data + off, sizeof(k));
+    tiny_obj *o = tiny_find(t, &k);
+    if (o && o->locks) o->locks--;
+  }
+}
+
 static void tiny_receive(kva_actor *self, void *state, const kva_msg *m) {
   tiny *t = state;
   if (m->type == KVA_L2_UNLOCK) {
-    const kva_key *k = m->data;
-    for (size_t i = 0; i < m->len / sizeof(kva_key); i++) {
-      tiny_obj *o = tiny_find(t, &k[i]);
-      if (o && o->locks) o->locks--;
-    }
+    tiny_unlock(t, m);
     return;
   }
-  if (m->len != sizeof(kva_l2_req *)) return;
-  kva_l2_req *r = *(kva_l2_req *const *)m->data;
-  r->result = KVA_OK;
-  if (m->type == KVA_L2_STORE) {
+  kva_l2_req *r = kva_l2_req_of(m);
+  const char *bad = kva_l2_req_problem(m->type, r);
+  if (bad) {
+    kva_log(KVA_LOG_WARN, "%s: request %u refused: %s", t->name, m->type, bad);
+    if (r) r->result = KVA_EINVAL;
+  } else if (m->type == KVA_L2_STORE) {
     r->result = tiny_store(t, r);
   } else if (m->type == KVA_L2_LOOKUP_AND_LOCK) {
+    r->result = KVA_OK;
     for (size_t i = 0; i < r->n; i++) {
       tiny_obj *o = tiny_find(t, &r->keys[i]);
       if (o) o->locks++, kva_bit_set(r->bits, i);
     }
   } else if (m->type == KVA_L2_LOAD) {
-    for (size_t i = 0; i < r->n; i++) {
-      tiny_obj *o = tiny_find(t, &r->keys[i]);
-      if (!o || o->len != r->bufs[i].len) continue; /* a miss, never wrong bytes */
-      memcpy(r->bufs[i].ptr, o->data, o->len);
-      kva_bit_set(r->bits, i);
-    }
-  } else if (m->type == KVA_L2_STATS) {
-    memset(r->stats, 0, sizeof(*r->stats));
-    for (int i = 0; i < PLUGIN_TINY_MAX; i++) {
-      r->stats->objects += t->o[i].used;
-      r->stats->keys_locked += t->o[i].locks;
-    }
-    r->stats->stores = t->stores;
+    r->result = KVA_OK;
+    tiny_load(t, r);
   } else {
-    r->result = KVA_ENOTSUP;
+    r->result = KVA_OK;
+    tiny_stats(t, r);
   }
-  kva_send(m->from, KVA_L2_DONE, &r, sizeof(r), self, m->tag);
+  if (m->from) kva_send(m->from, KVA_L2_DONE, &r, sizeof(r), self, m->tag);
 }
 
 static void tiny_stop(kva_actor *self, void *state) {
@@ -109,7 +141,10 @@ kva_actor *plugin_tiny_factory(kva_runtime *rt, const kva_config_node *cfg, char
     strncpy(err, "tiny: refused by its config", errlen - 1);
     return NULL;
   }
+  const char *name = "tiny";
+  kva_config_node_str(cfg, "name", &name);
   tiny *t = calloc(1, sizeof(*t));
+  if (t) snprintf(t->name, sizeof(t->name), "%s", name);
   kva_actor *a = t ? kva_spawn(rt, &tiny_behavior, t, NULL) : NULL;
   if (!a) free(t);
   return a;
