@@ -35,8 +35,8 @@ typedef struct tiny_obj {
 
 typedef struct tiny {
   tiny_obj o[PLUGIN_TINY_MAX];
-  uint64_t stores;
-  char name[32]; /* the tier's, for its warnings */
+  kva_l2_stats st; /* the counters since start; objects, bytes, locks counted at STATS */
+  char name[32];   /* the tier's, for its warnings */
 } tiny;
 
 static tiny_obj *tiny_find(tiny *t, const kva_key *k) {
@@ -64,7 +64,6 @@ static int tiny_store(tiny *t, const kva_l2_req *r) {
                     .len = r->bufs[i].len,
                     .used = 1};
   }
-  t->stores++;
   return KVA_OK;
 }
 
@@ -72,19 +71,24 @@ static void tiny_load(tiny *t, kva_l2_req *r) {
   uint64_t fp = kva_layout_fingerprint(r->layout);
   for (size_t i = 0; i < r->n; i++) {
     tiny_obj *o = tiny_find(t, &r->keys[i]);
-    if (!o || o->len != r->bufs[i].len || o->fp != fp) continue; /* a miss, never wrong bytes */
+    if (!o || o->len != r->bufs[i].len || o->fp != fp) { /* a miss, never wrong bytes */
+      t->st.load_failures++;
+      continue;
+    }
     memcpy(r->bufs[i].ptr, o->data, o->len);
     kva_bit_set(r->bits, i);
   }
 }
 
+/* kvact.h's kva_l2_stats: tasks for stores, keys for lookups and loads. */
 static void tiny_stats(tiny *t, kva_l2_req *r) {
-  memset(r->stats, 0, sizeof(*r->stats));
+  *r->stats = t->st;
   for (int i = 0; i < PLUGIN_TINY_MAX; i++) {
-    r->stats->objects += t->o[i].used;
+    if (!t->o[i].used) continue;
+    r->stats->objects++;
+    r->stats->bytes += t->o[i].len;
     r->stats->keys_locked += t->o[i].locks;
   }
-  r->stats->stores = t->stores;
 }
 
 /* The keys are copied out: the payload need not be aligned. */
@@ -110,14 +114,18 @@ static void tiny_receive(kva_actor *self, void *state, const kva_msg *m) {
     if (r) r->result = KVA_EINVAL;
   } else if (m->type == KVA_L2_STORE) {
     r->result = tiny_store(t, r);
+    t->st.stores++;
+    t->st.store_failures += r->result != KVA_OK;
   } else if (m->type == KVA_L2_LOOKUP_AND_LOCK) {
     r->result = KVA_OK;
+    t->st.lookups += r->n;
     for (size_t i = 0; i < r->n; i++) {
       tiny_obj *o = tiny_find(t, &r->keys[i]);
       if (o) o->locks++, kva_bit_set(r->bits, i);
     }
   } else if (m->type == KVA_L2_LOAD) {
     r->result = KVA_OK;
+    t->st.loads += r->n;
     tiny_load(t, r);
   } else {
     r->result = KVA_OK;
