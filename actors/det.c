@@ -13,6 +13,7 @@
 #include <ck_pr.h>
 
 #include "actors/runtime_internal.h"
+#include "common/array.h"
 
 struct det_state {
   kva_actor **ready;
@@ -46,13 +47,7 @@ static uint64_t det_next(det_state *d) {
 
 void det_ready(kva_runtime *rt, kva_actor *a) {
   det_state *d = rt->det;
-  if (d->n == d->cap) {
-    size_t cap = d->cap ? d->cap * 2 : 64;
-    kva_actor **r = realloc(d->ready, cap * sizeof(*r));
-    if (!r) abort(); /* cannot lose a ready actor; a 64-entry list failed */
-    d->ready = r;
-    d->cap = cap;
-  }
+  if (!ARRAY_GROW(d->ready, &d->cap, d->n + 1)) abort(); /* cannot lose a ready actor */
   d->ready[d->n++] = a;
 }
 

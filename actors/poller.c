@@ -14,6 +14,7 @@
  * timerfd; fd watches are polled with a zero timeout when nothing is ready.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -25,6 +26,7 @@
 
 #include "actors/log.h"
 #include "actors/runtime_internal.h"
+#include "common/array.h"
 
 enum { ENTRY_FREE = 0, ENTRY_FD = 1, ENTRY_TIMER = 2 };
 #define WAKE_KEY UINT64_MAX
@@ -62,11 +64,9 @@ static int entry_alloc(poller *p) {
     return id;
   }
   if (p->n == p->cap) {
-    int cap = p->cap ? p->cap * 2 : 16;
-    poll_entry *e = realloc(p->e, (size_t)cap * sizeof(*e));
-    if (!e) return -1;
-    p->e = e;
-    p->cap = cap;
+    size_t cap = (size_t)p->cap;
+    if (p->n == INT_MAX || !ARRAY_GROW(p->e, &cap, (size_t)p->n + 1)) return -1;
+    p->cap = cap > INT_MAX ? INT_MAX : (int)cap; /* ids are ints */
   }
   memset(&p->e[p->n], 0, sizeof(poll_entry));
   return p->n++;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "config/config_internal.h"
 
 #define NUMBER_MAX 400 /* longer number literals are refused, not copied */
@@ -36,14 +37,7 @@ static int peek(parser *j) {
 }
 
 static int sb_put(strbuf *b, const char *s, size_t n) {
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 16;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return KVA_ENOMEM;
-    b->p = p;
-    b->cap = cap;
-  }
+  if (!ARRAY_GROW(b->p, &b->cap, b->len + n + 1)) return KVA_ENOMEM;
   memcpy(b->p + b->len, s, n);
   b->len += n;
   return KVA_OK;

@@ -15,6 +15,7 @@
 
 #include <msgpack.h>
 
+#include "common/array.h"
 #include "config/config_internal.h"
 
 static const char *type_name(msgpack_object_type t) {
@@ -177,13 +178,12 @@ static int read_all(int fd, size_t hint, char **buf, size_t *len, int *eno) {
   if (!b) return KVA_ENOMEM;
   while (n < CONFIG_MAX_BYTES + 1) {
     if (n == cap) {
-      size_t ncap = cap * 2 > CONFIG_MAX_BYTES + 1 ? CONFIG_MAX_BYTES + 1 : cap * 2;
-      char *nb = realloc(b, ncap);
-      if (!nb) {
+      size_t ncap = array_next_cap(cap, cap + 1, 1);
+      if (ncap == 0 || ncap > CONFIG_MAX_BYTES + 1) ncap = CONFIG_MAX_BYTES + 1;
+      if (!ARRAY_RESIZE(b, ncap)) {
         free(b);
         return KVA_ENOMEM;
       }
-      b = nb;
       cap = ncap;
     }
     ssize_t r = read(fd, b + n, cap - n);

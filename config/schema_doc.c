@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "config/config_internal.h"
 
 typedef struct out {
@@ -23,16 +24,9 @@ __attribute__((format(printf, 2, 3))) static void put(out *o, const char *fmt, .
   int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
   if (o->failed || n < 0) return;
-  if (o->len + (size_t)n + 1 > o->cap) {
-    size_t cap = o->cap ? o->cap : 4096;
-    while (cap < o->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(o->p, cap);
-    if (!p) {
-      o->failed = 1;
-      return;
-    }
-    o->p = p;
-    o->cap = cap;
+  if (!ARRAY_GROW(o->p, &o->cap, o->len + (size_t)n + 1)) {
+    o->failed = 1;
+    return;
   }
   va_start(ap, fmt);
   vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "config/config_internal.h"
 
 config_value config_value_nil(void) {
@@ -105,40 +106,25 @@ void config_value_free(config_value *v) {
   *v = config_value_nil();
 }
 
-/* Grows an items array geometrically; *cap is in elements. */
-static int grow(void **items, size_t *cap, size_t len, size_t size) {
-  if (len < *cap) return KVA_OK;
-  size_t ncap = *cap ? *cap * 2 : 4;
-  void *p = realloc(*items, ncap * size);
-  if (!p) return KVA_ENOMEM;
-  *items = p;
-  *cap = ncap;
-  return KVA_OK;
-}
-
 int config_array_push(config_value *arr, config_value *item) {
-  void *items = arr->as.array.items;
-  if (grow(&items, &arr->as.array.cap, arr->as.array.len, sizeof(config_value))) {
+  if (!ARRAY_GROW(arr->as.array.items, &arr->as.array.cap, arr->as.array.len + 1)) {
     config_value_free(item);
     return KVA_ENOMEM;
   }
-  arr->as.array.items = items;
   arr->as.array.items[arr->as.array.len++] = *item;
   *item = config_value_nil();
   return KVA_OK;
 }
 
 int config_map_put(config_value *map, const char *key, size_t klen, config_value *val) {
-  void *items = map->as.map.items;
   char *k = malloc(klen + 1);
-  if (!k || grow(&items, &map->as.map.cap, map->as.map.len, sizeof(config_entry))) {
+  if (!k || !ARRAY_GROW(map->as.map.items, &map->as.map.cap, map->as.map.len + 1)) {
     free(k);
     config_value_free(val);
     return KVA_ENOMEM;
   }
   if (klen) memcpy(k, key, klen); /* msgpack-c gives NULL for empty strings */
   k[klen] = '\0';
-  map->as.map.items = items;
   config_entry *e = &map->as.map.items[map->as.map.len++];
   e->key = k;
   e->klen = klen;

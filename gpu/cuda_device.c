@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "actors/log.h"
+#include "common/array.h"
 #include "gpu/backend.h"
 #include "gpu/cuda_api.h"
 #include "gpu/cuda_lib.h"
@@ -159,9 +160,8 @@ static int upload_tables(cuda_device *d, cuda_stream *st, const copy_job *j, cud
 /* Makes the stream's event pool hold n events. */
 static int events_reserve(cuda_device *d, cuda_stream *st, uint32_t n) {
   if (st->nevents >= n) return 0;
-  void **ev = realloc(st->events, n * sizeof(*ev));
-  if (!ev) return KVA_ENOMEM;
-  st->events = ev;
+  if (!ARRAY_RESIZE(st->events, n)) return KVA_ENOMEM;
+  void **ev = st->events;
   for (; st->nevents < n; st->nevents++) {
     int rc = d->api->event_create(d->ordinal, &ev[st->nevents]);
     if (rc) return rc;

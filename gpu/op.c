@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "gpu/kv_internal.h"
 
 /* A new op of the pool: lock, condition variable (monotonic clock) and
@@ -48,21 +49,17 @@ static void op_destroy(kva_op *op) {
   free(op);
 }
 
-static size_t pow2_at_least(size_t n, size_t min) {
-  size_t c = min;
-  while (c < n) c *= 2;
-  return c;
-}
-
 /* Room for nchunks chunks and ntokens slots, in one allocation whose
  * arrays are each aligned for their type (copy_chunk, int64_t and kva_buf
- * sizes are multiples of 8, kva_key's of 4). Capacities are powers of two,
- * so an op regrows at most a few times over its life. 1 when it grew, 0
- * when it had room, -1 on ENOMEM (op unchanged). */
+ * sizes are multiples of 8, kva_key's of 4). Capacities double from 4
+ * chunks and 64 slots, so an op regrows at most a few times over its life.
+ * 1 when it grew, 0 when it had room, -1 on ENOMEM (op unchanged). */
 static int op_reserve(kva_op *op, size_t nchunks, size_t ntokens) {
   if (op->arrays && op->cap_chunks >= nchunks && op->cap_tokens >= ntokens) return 0;
-  size_t n = pow2_at_least(nchunks > op->cap_chunks ? nchunks : op->cap_chunks, 4);
-  size_t t = pow2_at_least(ntokens > op->cap_tokens ? ntokens : op->cap_tokens, 64);
+  size_t chunk_bytes = sizeof(copy_chunk) + sizeof(kva_buf) + sizeof(kva_key) + sizeof(int);
+  size_t n = array_next_cap(op->cap_chunks ? op->cap_chunks : 4, nchunks, chunk_bytes);
+  size_t t = array_next_cap(op->cap_tokens ? op->cap_tokens : 64, ntokens, sizeof(int64_t));
+  if (n == 0 || t == 0) return -1; /* each part fits one object: their sum fits size_t */
   size_t slots = n * sizeof(copy_chunk), bufs = slots + t * sizeof(int64_t);
   size_t keys = bufs + n * sizeof(kva_buf), st = keys + n * sizeof(kva_key);
   char *mem = malloc(st + n * sizeof(int));

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "actors/log.h"
+#include "common/array.h"
 #include "common/key.h"
 #include "l1/l1_internal.h"
 
@@ -54,9 +55,10 @@ void l1_note(struct l1_manager *m, uint32_t op, uint32_t slot, uint64_t bytes) {
   if (!m->evictor) return;
   evict_note *n = m->note;
   if (!n || n->n == m->note_cap) {
-    size_t cap = m->note_cap ? m->note_cap * 2 : 256;
-    n = realloc(m->note, sizeof(*n) + cap * sizeof(n->e[0]));
-    if (!n) return;
+    size_t cap = array_next_cap(m->note_cap, m->note_cap + 1, sizeof(n->e[0]));
+    void *grown = m->note;
+    if (cap == 0 || !array_resize(&grown, sizeof(*n) + cap * sizeof(n->e[0]), 1)) return;
+    n = grown;
     if (!m->note) n->n = 0;
     m->note = n;
     m->note_cap = cap;
@@ -87,16 +89,9 @@ void l1_written_add(struct l1_manager *m, uint32_t slot) {
   l1_obj *o = object_at(&m->t, slot);
   size_t need = m->written_len + sizeof(kva_layout) + sizeof(l1_written_entry);
   if (m->written_len == 0) need += sizeof(l1_written);
-  if (need > m->written_cap) {
-    size_t cap = m->written_cap ? m->written_cap * 2 : 4096;
-    while (cap < need) cap *= 2;
-    uint8_t *b = realloc(m->written, cap);
-    if (!b) {
-      LOG_WARN("l1: out of memory: a finished write is not stored to L2");
-      return;
-    }
-    m->written = b;
-    m->written_cap = cap;
+  if (!ARRAY_GROW(m->written, &m->written_cap, need)) {
+    LOG_WARN("l1: out of memory: a finished write is not stored to L2");
+    return;
   }
   if (m->written_len == 0) {
     memset(m->written, 0, sizeof(l1_written));
@@ -137,28 +132,22 @@ void l1_reply(struct l1_manager *m, kva_actor *to, uint64_t tag) {
 
 static int scratch_reserve(scratch *s, size_t n) {
   if (n <= s->cap) return KVA_OK;
-  size_t cap = s->cap ? s->cap : 64;
-  while (cap < n) cap *= 2;
-  uint32_t *slot = realloc(s->slot, cap * sizeof(*slot));
-  if (slot) s->slot = slot;
-  uint8_t *fresh = realloc(s->fresh, cap);
-  if (fresh) s->fresh = fresh;
-  uint64_t *bytes = realloc(s->bytes, cap * sizeof(*bytes));
-  if (bytes) s->bytes = bytes;
-  void **ptrs = realloc(s->ptrs, cap * sizeof(*ptrs));
-  if (ptrs) s->ptrs = ptrs;
-  uint32_t *owner = realloc(s->owner, cap * sizeof(*owner));
-  if (owner) s->owner = owner;
-  uint64_t *hash = realloc(s->hash, cap * sizeof(*hash));
-  if (hash) s->hash = hash;
-  uint8_t *dup = realloc(s->dup, cap);
-  if (dup) s->dup = dup;
-  uint32_t *seen = realloc(s->seen, 2 * cap * sizeof(*seen));
-  if (seen) {
-    s->seen = seen;
+  /* one capacity for all: the largest entries are seen's two uint32_t */
+  size_t cap = array_next_cap(s->cap, n, 2 * sizeof(*s->seen));
+  if (cap == 0) return KVA_ENOMEM;
+  /* each array that grows is kept; the capacity moves once all have */
+  bool ok = ARRAY_RESIZE(s->slot, cap);
+  ok = ARRAY_RESIZE(s->fresh, cap) && ok;
+  ok = ARRAY_RESIZE(s->bytes, cap) && ok;
+  ok = ARRAY_RESIZE(s->ptrs, cap) && ok;
+  ok = ARRAY_RESIZE(s->owner, cap) && ok;
+  ok = ARRAY_RESIZE(s->hash, cap) && ok;
+  ok = ARRAY_RESIZE(s->dup, cap) && ok;
+  if (ARRAY_RESIZE(s->seen, 2 * cap))
     s->seen_cap = 2 * cap;
-  }
-  if (!slot || !fresh || !bytes || !ptrs || !owner || !hash || !dup || !seen) return KVA_ENOMEM;
+  else
+    ok = false;
+  if (!ok) return KVA_ENOMEM;
   s->cap = cap;
   return KVA_OK;
 }

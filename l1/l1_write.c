@@ -30,6 +30,7 @@
  */
 #include <stdlib.h>
 
+#include "common/array.h"
 #include "common/key.h"
 #include "l1/l1_internal.h"
 
@@ -171,13 +172,7 @@ static bool plan_add(struct l1_manager *m, uint64_t id) {
   demand *d = &m->dem;
   uint32_t slot = object_table_by_id(&m->t, id);
   if (slot == NO_SLOT || l1_locked(object_at(&m->t, slot)) || l1_seen(m, slot)) return false;
-  if (d->nplan == d->cap_plan) {
-    size_t cap = d->cap_plan ? d->cap_plan * 2 : 64;
-    uint32_t *p = realloc(d->plan, cap * sizeof(*p));
-    if (!p) return false;
-    d->plan = p;
-    d->cap_plan = cap;
-  }
+  if (!ARRAY_GROW(d->plan, &d->cap_plan, d->nplan + 1)) return false;
   int rc = pool_plan_add(m->pool, object_at(&m->t, slot)->ptr);
   if (rc < 0) return false; /* ENOMEM: this candidate is not planned */
   d->plan[d->nplan++] = slot;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/key.h"
 #include "l1/object_table.h"
 
@@ -65,15 +66,10 @@ static int index_grow(object_table *t) {
 static uint32_t slot_take(object_table *t) {
   if (t->nfree) return t->free_slots[--t->nfree];
   if (t->nslots == t->cap_slots) {
-    uint32_t cap = t->cap_slots ? t->cap_slots * 2 : 1024;
-    if (cap <= t->cap_slots || cap == EMPTY) return EMPTY;
-    l1_obj *o = realloc(t->objs, (size_t)cap * sizeof(*o));
-    if (!o) return EMPTY;
-    t->objs = o;
-    uint32_t *f = realloc(t->free_slots, (size_t)cap * sizeof(*f));
-    if (!f) return EMPTY;
-    t->free_slots = f;
-    t->cap_slots = cap;
+    size_t cap = array_next_cap(t->cap_slots, (size_t)t->nslots + 1, sizeof(l1_obj));
+    if (cap == 0 || cap >= EMPTY) return EMPTY; /* slot indexes stay below EMPTY */
+    if (!ARRAY_RESIZE(t->objs, cap) || !ARRAY_RESIZE(t->free_slots, cap)) return EMPTY;
+    t->cap_slots = (uint32_t)cap;
   }
   return t->nslots++;
 }

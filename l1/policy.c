@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "kvact.h"
 #include "l1/policy.h"
 
@@ -113,21 +114,9 @@ int kva_eviction_policy_register(const kva_eviction_policy *p) {
   return rc;
 }
 
-size_t policy_grown_cap(size_t cap, size_t need, size_t size) {
-  cap = cap ? cap : 64;
-  while (cap < need) {
-    if (cap > SIZE_MAX / 2 / size) return 0;
-    cap *= 2;
-  }
-  return cap;
-}
-
 void *policy_reserve_slot(void *arr, size_t *cap, uint32_t slot, size_t size) {
-  if (slot < *cap) return arr;
-  size_t n = policy_grown_cap(*cap, (size_t)slot + 1, size);
-  unsigned char *a = n ? realloc(arr, n * size) : NULL;
-  if (!a) return NULL;
-  memset(a + *cap * size, 0, (n - *cap) * size);
-  *cap = n;
-  return a;
+  size_t old = *cap;
+  if (!array_grow(&arr, cap, (size_t)slot + 1, size)) return NULL;
+  memset((unsigned char *)arr + old * size, 0, (*cap - old) * size);
+  return arr;
 }

@@ -31,12 +31,10 @@ typedef kva_eviction_policy policy_ops;
 int policy_register(const policy_ops *ops);
 const policy_ops *policy_find(const char *name);
 
-/* For implementations: the next capacity >= need, doubling from cap (64
- * when 0); 0 when `size`-byte entries would not fit in memory. */
-size_t policy_grown_cap(size_t cap, size_t need, size_t size);
-/* An array of *cap entries of `size` bytes (indexed by slot) that holds
- * index `slot`: arr itself, or arr grown (new entries zeroed, *cap
- * updated). NULL on ENOMEM, arr and *cap unchanged. */
+/* For implementations: an array of *cap entries of `size` bytes (indexed
+ * by slot) that holds index `slot`: arr itself, or arr grown as
+ * common/array.h grows arrays (new entries zeroed, *cap updated). NULL on
+ * overflow or ENOMEM, arr and *cap unchanged. */
 void *policy_reserve_slot(void *arr, size_t *cap, uint32_t slot, size_t size);
 
 /*

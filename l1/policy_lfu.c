@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "l1/policy.h"
 
 #define LFU_NIL UINT32_MAX /* "none": ends of lists, empty free list */
@@ -81,15 +82,14 @@ static bool lfu_reserve_items(lfu_policy *lp, uint32_t slot) {
 /* Makes room for `need` buckets; the new ones go on the free list. */
 static bool lfu_reserve_buckets(lfu_policy *lp, size_t need) {
   if (need <= lp->bucket_cap) return true;
-  size_t cap = policy_grown_cap(lp->bucket_cap, need, sizeof(lfu_bucket));
+  size_t cap = array_next_cap(lp->bucket_cap, need, sizeof(lfu_bucket));
   if (cap == 0 || cap > LFU_NIL) return false; /* indexes must fit below LFU_NIL */
-  lfu_bucket *b = realloc(lp->buckets, cap * sizeof(*b));
-  if (!b) return false;
+  if (!ARRAY_RESIZE(lp->buckets, cap)) return false;
+  lfu_bucket *b = lp->buckets;
   for (size_t i = lp->bucket_cap; i < cap; i++) {
     b[i].next = lp->free;
     lp->free = (uint32_t)i;
   }
-  lp->buckets = b;
   lp->bucket_cap = cap;
   return true;
 }

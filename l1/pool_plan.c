@@ -32,6 +32,7 @@
  */
 #include <stdlib.h>
 
+#include "common/array.h"
 #include "kvact.h"
 #include "l1/pool_internal.h"
 
@@ -51,11 +52,9 @@ static void mark(pool *p, uint32_t i, bool on) {
  * they were (each array that did grow is kept). */
 static int plan_grow(pool_plan *pl, size_t need) {
   if (need <= pl->cap) return KVA_OK;
-  size_t cap = pl->cap ? 2 * pl->cap : 64;
-  uint32_t *at = realloc(pl->at, cap * sizeof(*at));
-  if (at) pl->at = at;
-  uint8_t *keep = realloc(pl->keep, cap);
-  if (keep) pl->keep = keep;
+  size_t cap = array_next_cap(pl->cap, need, sizeof(*pl->at));
+  bool at = cap && ARRAY_RESIZE(pl->at, cap);
+  bool keep = cap && ARRAY_RESIZE(pl->keep, cap);
   if (!at || !keep) return KVA_ENOMEM;
   pl->cap = cap;
   return KVA_OK;

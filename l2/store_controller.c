@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "actors/log.h"
+#include "common/array.h"
 #include "l1/l1_manager.h"
 
 #define MAX_INFLIGHT 64u
@@ -90,22 +91,18 @@ static store_task *task_get(store_controller *c, size_t n) {
   else if (!(t = calloc(1, sizeof(*t))))
     return NULL;
   if (n > t->cap) {
-    kva_key *k = realloc(t->keys, n * sizeof(*k));
-    if (k) t->keys = k;
-    kva_buf *b = realloc(t->bufs, n * sizeof(*b));
-    if (b) t->bufs = b;
-    int *st = realloc(t->status, n * sizeof(*st));
-    if (st) t->status = st;
-    uint8_t *d = realloc(t->del, n);
-    if (d) t->del = d;
-    uint64_t *id = realloc(t->ids, n * sizeof(*id));
-    if (id) t->ids = id;
-    if (!k || !b || !st || !d || !id) {
+    size_t cap = array_next_cap(t->cap, n, sizeof(kva_key)); /* the largest entries */
+    bool ok = cap && ARRAY_RESIZE(t->keys, cap);
+    ok = cap && ARRAY_RESIZE(t->bufs, cap) && ok;
+    ok = cap && ARRAY_RESIZE(t->status, cap) && ok;
+    ok = cap && ARRAY_RESIZE(t->del, cap) && ok;
+    ok = cap && ARRAY_RESIZE(t->ids, cap) && ok;
+    if (!ok) {
       t->next = c->free_tasks;
       c->free_tasks = t;
       return NULL;
     }
-    t->cap = n;
+    t->cap = cap;
   }
   t->n = 0;
   t->next = NULL;
@@ -290,12 +287,11 @@ static void on_l1_reply(store_controller *c, store_task *t) {
 
 static bool grow_scratch(store_controller *c, size_t n) {
   if (n <= c->scratch_cap) return true;
-  uint8_t *t = realloc(c->targets, n);
-  if (t) c->targets = t;
-  kva_key *g = realloc(c->group, n * sizeof(*g));
-  if (g) c->group = g;
+  size_t cap = array_next_cap(c->scratch_cap, n, sizeof(*c->group));
+  bool t = cap && ARRAY_RESIZE(c->targets, cap);
+  bool g = cap && ARRAY_RESIZE(c->group, cap);
   if (!t || !g) return false;
-  c->scratch_cap = n;
+  c->scratch_cap = cap;
   return true;
 }
 
@@ -368,11 +364,10 @@ static void on_written(store_controller *c, const kva_msg *msg) {
  * with a warning. */
 static bool waiters_room(store_controller *c) {
   if (c->nwaiters < c->capwaiters) return true;
-  uint32_t cap = c->capwaiters ? c->capwaiters * 2 : 16;
-  waiter *w = cap > c->capwaiters ? realloc(c->waiters, cap * sizeof(*w)) : NULL;
-  if (!w) return false;
-  c->waiters = w;
-  c->capwaiters = cap;
+  size_t cap = c->capwaiters;
+  if (c->capwaiters == UINT32_MAX || !ARRAY_GROW(c->waiters, &cap, (size_t)c->nwaiters + 1))
+    return false;
+  c->capwaiters = cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
   return true;
 }
 

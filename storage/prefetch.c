@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "common/key.h"
 #include "storage/storage_internal.h"
 
@@ -31,12 +32,7 @@ static session *session_of(const kva_prefetch *h) {
 }
 
 static int copy_keys(session *ss, const kva_key *k, size_t n) {
-  if (n > ss->keys_cap) {
-    kva_key *nk = realloc(ss->keys, n * sizeof(*nk));
-    if (!nk) return KVA_ENOMEM;
-    ss->keys = nk;
-    ss->keys_cap = n;
-  }
+  if (!ARRAY_GROW(ss->keys, &ss->keys_cap, n)) return KVA_ENOMEM;
   memcpy(ss->keys, k, n * sizeof(*k));
   return KVA_OK;
 }

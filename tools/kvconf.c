@@ -23,6 +23,7 @@
 #include <jansson.h>
 #include <msgpack.h>
 
+#include "common/array.h"
 #include "config/config_internal.h"
 #include "kvact.h"
 #include "tools/kvconf_fsck.h"
@@ -64,11 +65,7 @@ static int read_file(const char *path, size_t max, char **buf, size_t *len) {
     return 1;
   }
   for (;;) {
-    if (n == cap) {
-      char *nb = realloc(b, cap * 2);
-      if (!nb) break;
-      b = nb, cap *= 2;
-    }
+    if (n == cap && !ARRAY_GROW(b, &cap, cap + 1)) break;
     size_t r = fread(b + n, 1, cap - n, f);
     n += r;
     if (r == 0 || n > max) break;

@@ -48,6 +48,7 @@
 
 #include <xxhash.h>
 
+#include "common/array.h"
 #include "common/key.h"
 #include "l2/adapters/disk/disk_format.h"
 
@@ -240,14 +241,9 @@ static void slot_report(fsck *f, uint64_t i, const object_header *h, slot_state 
 }
 
 static int live_add(fsck *f, uint64_t i, const object_header *h) {
-  if (f->nlive == f->caplive) {
-    size_t cap = f->caplive ? 2 * f->caplive : 1024;
-    live *l = realloc(f->live, cap * sizeof *l);
-    if (!l) {
-      fprintf(stderr, "kvconf: out of memory\n");
-      return -1;
-    }
-    f->live = l, f->caplive = cap;
+  if (!ARRAY_GROW(f->live, &f->caplive, f->nlive + 1)) {
+    fprintf(stderr, "kvconf: out of memory\n");
+    return -1;
   }
   f->live[f->nlive++] = (live){i, h->seq, key_hash(&h->key), h->key};
   return 0;

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "tools/kvinspect.h"
 
 #define SHM_DIR "/dev/shm"
@@ -130,15 +131,14 @@ static int find_names(int pid, kvi_segment **out, int *count) {
   char prefix[32];
   int plen = snprintf(prefix, sizeof(prefix), "kvact.%d.", pid);
   kvi_segment *segs = NULL;
+  size_t cap = 0;
   int n = 0;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     char *end;
     if (strncmp(e->d_name, prefix, (size_t)plen) != 0 || !e->d_name[plen]) continue;
     unsigned long seq = strtoul(e->d_name + plen, &end, 10);
     if (*end || strlen(e->d_name) >= sizeof(segs->name)) continue;
-    kvi_segment *grown = realloc(segs, (size_t)(n + 1) * sizeof(*segs));
-    if (!grown) break;
-    segs = grown;
+    if (!ARRAY_GROW(segs, &cap, (size_t)n + 1)) break;
     memset(&segs[n], 0, sizeof(segs[n]));
     memcpy(segs[n].name, e->d_name, strlen(e->d_name) + 1); /* checked to fit above */
     segs[n++].seq = (unsigned)seq;

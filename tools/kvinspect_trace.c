@@ -21,6 +21,7 @@
 
 #include "actors/clock.h"
 #include "actors/trace.h"
+#include "common/array.h"
 #include "tools/kvinspect.h"
 
 #define LEASE_NS 2000000000ull /* a dead recorder stops the tracing within this */
@@ -67,16 +68,10 @@ static void keep(recording *r, uint32_t seg, const trace_event *e) {
     r->not_kept++;
     return;
   }
-  if (r->n == r->cap) {
-    size_t cap = r->cap ? r->cap * 2 : 65536;
-    rec_event *grown = realloc(r->ev, cap * sizeof(*grown));
-    if (!grown) {
-      r->max = r->n; /* keep what we have; count the rest */
-      r->not_kept++;
-      return;
-    }
-    r->ev = grown;
-    r->cap = cap;
+  if (!ARRAY_GROW(r->ev, &r->cap, r->n + 1)) {
+    r->max = r->n; /* keep what we have; count the rest */
+    r->not_kept++;
+    return;
   }
   r->ev[r->n++] = (rec_event){*e, seg};
 }

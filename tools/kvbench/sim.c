@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "gpu/cuda_lib.h"
 #include "gpu/op.h"
 #include "tools/kvbench/bench.h"
@@ -286,14 +287,10 @@ static void turn_store(sim_engine *e, const kva_key *keys, size_t from, size_t n
 
 static void stats_sample(sim_stats *st, double pf, double ttft, double base) {
   if (st->nsamples == st->cap) {
-    size_t cap = st->cap ? 2 * st->cap : 4096;
-    double *a = realloc(st->prefetch_s, cap * sizeof(double));
-    double *b = a ? realloc(st->ttft_s, cap * sizeof(double)) : NULL;
-    double *c = b ? realloc(st->ttft_base_s, cap * sizeof(double)) : NULL;
-    if (a) st->prefetch_s = a;
-    if (b) st->ttft_s = b;
-    if (!c) return;
-    st->ttft_base_s = c;
+    size_t cap = array_next_cap(st->cap, st->nsamples + 1, sizeof(double));
+    if (!cap || !ARRAY_RESIZE(st->prefetch_s, cap) || !ARRAY_RESIZE(st->ttft_s, cap) ||
+        !ARRAY_RESIZE(st->ttft_base_s, cap))
+      return;
     st->cap = cap;
   }
   st->prefetch_s[st->nsamples] = pf;

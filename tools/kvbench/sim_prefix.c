@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "tools/kvbench/sim.h"
 
 #define REG_MAX (1u << 20) /* keys recorded at most; later ones are not */
@@ -54,11 +55,9 @@ static int32_t reg_find_add(sim_chains *c, const kva_key *k, int32_t parent) {
     if (memcmp(&c->e[c->table[h]].key, k, sizeof *k) == 0) return c->table[h];
   if (c->n == REG_MAX) return -1;
   if (c->n == c->cap) {
-    uint32_t cap = c->cap ? 2 * c->cap : 4096;
-    reg_entry *e = realloc(c->e, cap * sizeof *e);
-    if (!e) return -1;
-    c->e = e;
-    c->cap = cap;
+    size_t cap = c->cap;
+    if (!ARRAY_GROW(c->e, &cap, (size_t)c->n + 1)) return -1;
+    c->cap = cap > REG_MAX ? REG_MAX : (uint32_t)cap; /* c->n stops at REG_MAX */
   }
   c->e[c->n] = (reg_entry){.key = *k, .parent = parent};
   c->table[h] = (int32_t)c->n;
