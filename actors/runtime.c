@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <ck_pr.h>
 
@@ -28,21 +27,21 @@
 #define SPIN_ITERS 2000u
 
 static int runtime_init(kva_runtime *rt) {
-  int stats_on = config_bool_or(rt->cfg, "runtime.stats", 1);
-  rt->workers = (uint32_t)config_i64_or(rt->cfg, "runtime.workers", sysconf(_SC_NPROCESSORS_ONLN));
-  rt->batch = (uint32_t)config_i64_or(rt->cfg, "runtime.batch", 64);
-  rt->mailbox_capacity = (uint32_t)config_i64_or(rt->cfg, "runtime.mailbox_capacity", 1024);
+  bool stats_on = config_bool(rt->cfg, "runtime.stats");
+  rt->workers = (uint32_t)config_i64(rt->cfg, "runtime.workers"); /* CPUs resolved at load */
+  rt->batch = (uint32_t)config_i64(rt->cfg, "runtime.batch");
+  rt->mailbox_capacity = (uint32_t)config_i64(rt->cfg, "runtime.mailbox_capacity");
   rt->runq_cap = RUNQ_CAP;
   rt->spin_iters = SPIN_ITERS;
   pthread_mutex_init(&rt->reg_lock, NULL);
   pthread_mutex_init(&rt->mute_lock, NULL);
   clock_calibrate();
-  rt->stats = stats_open(stats_on, STATS_SLOTS, config_bool_or(rt->cfg, "runtime.trace", 0));
+  rt->stats = stats_open(stats_on, STATS_SLOTS, config_bool(rt->cfg, "runtime.trace"));
   rt->pool = payload_pool_create();
   if (!rt->stats || !rt->pool) return KVA_ENOMEM;
   rt->trace = stats_trace(rt->stats);
   if (rt->workers == 0) {
-    int rc = det_create(rt, (uint64_t)config_i64_or(rt->cfg, "runtime.seed", 0));
+    int rc = det_create(rt, (uint64_t)config_i64(rt->cfg, "runtime.seed"));
     if (rc != KVA_OK) return rc;
   }
   int rc = poller_create(rt);

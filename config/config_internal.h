@@ -10,10 +10,13 @@
  *
  * Nothing here prints or aborts on bad input: every problem comes back as
  * KVA_ECONFIG with "<path>: <problem>" written into the caller's buffer.
+ * (The library's own getters, config_i64 and the rest, abort in debug
+ * builds on a path the schema lacks: that is a bug of the code, not input.)
  */
 #ifndef KVACT_CONFIG_INTERNAL_H
 #define KVACT_CONFIG_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -237,10 +240,18 @@ const config_value *config_effective_root(const kva_config *c);
 /* The effective value at a dotted path, or NULL. */
 const config_value *config_get(const kva_config *c, const char *path);
 int config_get_u64(const kva_config *c, const char *path, uint64_t *out);
-int64_t config_i64_or(const kva_config *c, const char *path, int64_t dflt);
-double config_f64_or(const kva_config *c, const char *path, double dflt);
-int config_bool_or(const kva_config *c, const char *path, int dflt); /* "auto" -> dflt */
-const char *config_str_or(const kva_config *c, const char *path, const char *dflt);
+/* The effective value of a schema key, for the library's own reads: no
+ * default here, the schema's is in the effective tree. A path the schema
+ * does not have (or of another type) is a bug of the caller: debug builds
+ * abort naming it; release builds (NDEBUG) return 0, 0.0, false, "" or
+ * CONFIG_AUTO. Strings live until kva_config_free. Under the config's lock. */
+int64_t config_i64(const kva_config *c, const char *path);
+double config_f64(const kva_config *c, const char *path);
+bool config_bool(const kva_config *c, const char *path);
+const char *config_str(const kva_config *c, const char *path);
+/* A key of type true, false or "auto" (CONFIG_T_PINNED). */
+typedef enum { CONFIG_FALSE = 0, CONFIG_TRUE = 1, CONFIG_AUTO = -1 } config_tristate;
+config_tristate config_bool_auto(const kva_config *c, const char *path);
 
 /* Plug-in view: each l2 entry (effective: per-type defaults filled in). */
 size_t config_l2_count(const kva_config *c);

@@ -2,10 +2,14 @@
  * config/get.c — typed reads of the effective tree, and plug-in node views.
  *
  * All reads are of the effective tree, so defaults (including l2 per-type
- * defaults and the resolved CPU count) are always there. The public gets
+ * defaults and the resolved CPU count) are always there, and the runtime's
+ * own getters (config_i64 and the rest) take none: a default is written
+ * once, in schema.c. The public gets
  * read under the config's lock; a returned string lives until
  * kva_config_free, whatever other threads set meanwhile (config.c).
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/config_internal.h"
@@ -104,23 +108,58 @@ int config_get_u64(const kva_config *c, const char *path, uint64_t *out) {
   return rc;
 }
 
-/* Effective values with a fallback, for the runtime's own reads (the
- * effective tree has every default, so the fallback is only a safety net). */
-int64_t config_i64_or(const kva_config *c, const char *path, int64_t dflt) {
-  int64_t v;
-  return kva_config_get_i64(c, path, &v) == KVA_OK ? v : dflt;
+/* A getter's path is not in the effective tree, or holds another type:
+ * the caller's bug (its path is a literal, and the effective tree has a
+ * value for every schema key), never the user's. Debug builds stop here
+ * and name it; release builds (NDEBUG) go on with the type's zero value,
+ * rather than take the host process down for a key that every debug test
+ * run starting a runtime would have caught. */
+static void missing(const char *path, const char *type) {
+#ifndef NDEBUG
+  fprintf(stderr,
+          "kvact: bug: config key \"%s\" is not %s in the effective tree: add it to "
+          "config/schema.c or fix the path\n",
+          path ? path : "(null)", type);
+  abort();
+#else
+  (void)path, (void)type;
+#endif
 }
-double config_f64_or(const kva_config *c, const char *path, double dflt) {
-  double v;
-  return kva_config_get_f64(c, path, &v) == KVA_OK ? v : dflt;
+
+/* The runtime's own reads: the effective value, whose default lives in the
+ * schema alone. */
+int64_t config_i64(const kva_config *c, const char *path) {
+  int64_t v = 0;
+  if (kva_config_get_i64(c, path, &v) != KVA_OK) missing(path, "an integer");
+  return v;
 }
-int config_bool_or(const kva_config *c, const char *path, int dflt) {
-  int v;
-  return kva_config_get_bool(c, path, &v) == KVA_OK ? v : dflt;
+
+double config_f64(const kva_config *c, const char *path) {
+  double v = 0;
+  if (kva_config_get_f64(c, path, &v) != KVA_OK) missing(path, "a number");
+  return v;
 }
-const char *config_str_or(const kva_config *c, const char *path, const char *dflt) {
-  const char *v;
-  return kva_config_get_str(c, path, &v) == KVA_OK ? v : dflt;
+
+bool config_bool(const kva_config *c, const char *path) {
+  int v = 0;
+  if (kva_config_get_bool(c, path, &v) != KVA_OK) missing(path, "a boolean");
+  return v != 0;
+}
+
+const char *config_str(const kva_config *c, const char *path) {
+  const char *v = "";
+  if (kva_config_get_str(c, path, &v) != KVA_OK) missing(path, "a string");
+  return v;
+}
+
+/* "auto" is the string the schema's CONFIG_T_PINNED type allows. */
+config_tristate config_bool_auto(const kva_config *c, const char *path) {
+  int b;
+  const char *s;
+  if (kva_config_get_bool(c, path, &b) == KVA_OK) return b ? CONFIG_TRUE : CONFIG_FALSE;
+  if (kva_config_get_str(c, path, &s) == KVA_OK && strcmp(s, "auto") == 0) return CONFIG_AUTO;
+  missing(path, "true, false or \"auto\"");
+  return CONFIG_AUTO;
 }
 
 int kva_config_node_str(const kva_config_node *n, const char *key, const char **out) {

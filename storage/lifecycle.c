@@ -21,15 +21,19 @@
 #include "common/key.h"
 #include "storage/storage_internal.h"
 
+/* l1_manager_opts.pinned takes l1.pinned as config_bool_auto reads it. */
+_Static_assert(CONFIG_FALSE == 0 && CONFIG_TRUE == 1 && CONFIG_AUTO == -1,
+               "pinned: 0 = never, 1 = must, -1 = auto (l1/pool.h)");
+
 static int start_l1(kva_storage *s, const kva_config *c) {
   char err[256] = "";
-  l1_manager_opts o = {.size_bytes = (uint64_t)config_i64_or(c, "l1.size_bytes", 1 << 30),
-                       .reserve_bytes = (uint64_t)config_i64_or(c, "l1.reserve_bytes", 0),
-                       .align_bytes = (uint64_t)config_i64_or(c, "l1.align_bytes", 4096),
-                       .numa_node = (int)config_i64_or(c, "l1.numa_node", -1),
-                       .pinned = config_bool_or(c, "l1.pinned", -1), /* "auto" = -1 */
-                       .hugepages = config_bool_or(c, "l1.hugepages", 1),
-                       .prefault = config_bool_or(c, "l1.prefault", 0)};
+  l1_manager_opts o = {.size_bytes = (uint64_t)config_i64(c, "l1.size_bytes"),
+                       .reserve_bytes = (uint64_t)config_i64(c, "l1.reserve_bytes"),
+                       .align_bytes = (uint64_t)config_i64(c, "l1.align_bytes"),
+                       .numa_node = (int)config_i64(c, "l1.numa_node"),
+                       .pinned = config_bool_auto(c, "l1.pinned"),
+                       .hugepages = config_bool(c, "l1.hugepages"),
+                       .prefault = config_bool(c, "l1.prefault")};
   s->l1m = l1_manager_spawn(s->rt, &o, err, sizeof(err));
   if (!s->l1m) {
     LOG_ERROR("storage: %s", err[0] ? err : "cannot start the L1 manager");
@@ -41,11 +45,10 @@ static int start_l1(kva_storage *s, const kva_config *c) {
 
 static int start_evictor(kva_storage *s, const kva_config *c) {
   char err[256] = "";
-  eviction_opts o = {.policy = config_str_or(c, "eviction.policy", "lru"),
-                     .watermark = config_f64_or(c, "eviction.trigger_watermark", 0.8),
-                     .ratio = config_f64_or(c, "eviction.ratio", 0.2),
-                     .interval_ns =
-                         (uint64_t)config_i64_or(c, "eviction.interval_ms", 1000) * 1000000u};
+  eviction_opts o = {.policy = config_str(c, "eviction.policy"),
+                     .watermark = config_f64(c, "eviction.trigger_watermark"),
+                     .ratio = config_f64(c, "eviction.ratio"),
+                     .interval_ns = (uint64_t)config_i64(c, "eviction.interval_ms") * 1000000u};
   s->evictor = eviction_controller_spawn(s->rt, s->l1, &o, err, sizeof(err));
   if (!s->evictor) {
     LOG_ERROR("storage: %s", err);
@@ -116,7 +119,7 @@ int kva_runtime_start(const kva_config *cfg, kva_runtime **out) {
   int rc = runtime_create(cfg, out);
   if (rc != KVA_OK) return rc;
   kva_runtime *rt = *out;
-  if (config_i64_or(rt->cfg, "l1.size_bytes", 1 << 30) == 0) return KVA_OK;
+  if (config_i64(rt->cfg, "l1.size_bytes") == 0) return KVA_OK;
   kva_storage *s = NULL;
   rc = storage_start(rt, &s);
   if (rc != KVA_OK) {

@@ -47,13 +47,13 @@ static int start_adapter(kva_storage *s, const kva_config *c, size_t i) {
 
 static int find_policies(const kva_config *c, kva_store_policy *sp, kva_prefetch_policy *pp) {
   char names[256];
-  const char *name = config_str_or(c, "store_policy", "default");
+  const char *name = config_str(c, "store_policy");
   if (store_policy_find(name, sp) != KVA_OK) {
     store_policy_names(names, sizeof(names));
     LOG_ERROR("store_policy: no store policy named \"%s\" (registered: %s)", name, names);
     return KVA_ECONFIG;
   }
-  name = config_str_or(c, "prefetch_policy", "default");
+  name = config_str(c, "prefetch_policy");
   if (prefetch_policy_find(name, pp) != KVA_OK) {
     prefetch_policy_names(names, sizeof(names));
     LOG_ERROR("prefetch_policy: no prefetch policy named \"%s\" (registered: %s)", name, names);
@@ -71,11 +71,11 @@ int storage_start_l2(kva_storage *s, const kva_config *c) {
     rc = start_adapter(s, c, i);
   }
   if (rc != KVA_OK || s->tiers.n == 0) return rc;
-  s->tiers.bypass_after = (uint32_t)config_i64_or(c, "l2_bypass_failures", 3);
+  s->tiers.bypass_after = (uint32_t)config_i64(c, "l2_bypass_failures");
   prefetch_opts po = {.policy = pp,
-                      .max_in_flight = (uint32_t)config_i64_or(c, "prefetch_max_in_flight", 8),
-                      .writeback = config_bool_or(c, "prefetch_writeback", 1)};
-  uint64_t probe_ns = (uint64_t)config_i64_or(c, "l2_probe_interval_ms", 1000) * 1000000u;
+                      .max_in_flight = (uint32_t)config_i64(c, "prefetch_max_in_flight"),
+                      .writeback = config_bool(c, "prefetch_writeback")};
+  uint64_t probe_ns = (uint64_t)config_i64(c, "l2_probe_interval_ms") * 1000000u;
   s->store = store_controller_spawn(s->rt, s->l1, &s->tiers, &sp);
   s->prefetcher = prefetch_controller_spawn(s->rt, s->l1, &s->tiers, &po);
   s->prober = prober_new(&s->tiers, probe_ns);

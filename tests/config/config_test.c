@@ -1,7 +1,8 @@
 /*
  * config_test.c — the config package: every error class with its exact
  * text. The suite's other cases are in config_test_set.c (defaults,
- * set/get, nodes, copy) and config_test_robust.c (hostile bytes, kvconf). Usage: config_test KVCONF
+ * set/get, nodes, copy), config_test_robust.c (hostile bytes, kvconf) and
+ * config_test_get.c (the library's own getters). Usage: config_test KVCONF
  * SCHEMA.md EXAMPLE...
  */
 #include <errno.h>
@@ -573,6 +574,7 @@ int main(int argc, char **argv) {
   suite_add_tcase(s, config_set_tcase());
   suite_add_tcase(s, config_robust_tcase());
   suite_add_tcase(s, config_kvconf_tcase());
+  suite_add_tcase(s, config_getters_tcase());
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

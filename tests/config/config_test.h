@@ -49,6 +49,7 @@ TCase *config_defaults_tcase(void);
 TCase *config_set_tcase(void);
 TCase *config_robust_tcase(void);
 TCase *config_kvconf_tcase(void);
+TCase *config_getters_tcase(void);
 
 /* From the command line (Bazel args): the tool and the files it checks. */
 extern const char *kvconf_path;
