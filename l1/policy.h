@@ -26,10 +26,13 @@
 typedef kva_policy_state policy;
 typedef kva_eviction_policy policy_ops;
 
-/* Registry. lru, fifo, lfu and mru are built in. Registering an existing
- * name replaces it. Not thread-safe with respect to policy_find. */
-int policy_register(const policy_ops *ops);
+/* Registry (kva_eviction_policy_register adds to it): lru, mru, fifo and
+ * lfu are built in, and a taken name is refused (common/registry.h).
+ * policy_find's answer stays valid for the process's life. */
 const policy_ops *policy_find(const char *name);
+/* The registered names, built-ins first, joined by sep; the length the
+ * whole list needs, as registry_names. */
+size_t policy_names(const char *sep, char *out, size_t len);
 
 /* For implementations: an array of *cap entries of `size` bytes (indexed
  * by slot) that holds index `slot`: arr itself, or arr grown as

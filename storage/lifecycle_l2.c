@@ -49,13 +49,13 @@ static int find_policies(const kva_config *c, kva_store_policy *sp, kva_prefetch
   char names[256];
   const char *name = config_str(c, "store_policy");
   if (store_policy_find(name, sp) != KVA_OK) {
-    store_policy_names(names, sizeof(names));
+    store_policy_names(" ", names, sizeof(names));
     LOG_ERROR("store_policy: no store policy named \"%s\" (registered: %s)", name, names);
     return KVA_ECONFIG;
   }
   name = config_str(c, "prefetch_policy");
   if (prefetch_policy_find(name, pp) != KVA_OK) {
-    prefetch_policy_names(names, sizeof(names));
+    prefetch_policy_names(" ", names, sizeof(names));
     LOG_ERROR("prefetch_policy: no prefetch policy named \"%s\" (registered: %s)", name, names);
     return KVA_ECONFIG;
   }

@@ -126,9 +126,9 @@ START_TEST(builtin_policies_are_found_by_name) {
 END_TEST
 
 START_TEST(register_rejects_null_or_incomplete_ops) {
-  ck_assert_int_eq(policy_register(NULL), KVA_EINVAL);
-  policy_ops bad[9];
-  for (int i = 0; i < 9; i++) bad[i] = *policy_find("lru"), bad[i].name = "broken";
+  ck_assert_int_eq(kva_eviction_policy_register(NULL), KVA_EINVAL);
+  policy_ops bad[10];
+  for (int i = 0; i < 10; i++) bad[i] = *policy_find("lru"), bad[i].name = "broken";
   bad[0].name = NULL;
   bad[1].name = "";
   bad[2].create = NULL;
@@ -138,47 +138,84 @@ START_TEST(register_rejects_null_or_incomplete_ops) {
   bad[6].on_removed = NULL;
   bad[7].candidates = NULL;
   bad[8].count = NULL;
-  for (int i = 0; i < 9; i++) ck_assert_int_eq(policy_register(&bad[i]), KVA_EINVAL);
+  bad[9].name = "a-name-that-is-longer-than-31-bytes";
+  for (int i = 0; i < 10; i++) ck_assert_int_eq(kva_eviction_policy_register(&bad[i]), KVA_EINVAL);
   ck_assert_ptr_null(policy_find("broken"));
+  ck_assert_ptr_null(policy_find(bad[9].name));
 }
 END_TEST
 
-START_TEST(register_replaces_the_policy_of_the_same_name) {
-  const policy_ops *lru = policy_find("lru");
-  static policy_ops fake;
-  fake = *policy_find("fifo");
+/* One rule for every registry (common/registry.h): a taken name is
+ * refused, built-in or not, and the policy registered first stays. */
+START_TEST(register_refuses_a_taken_name_and_the_builtin_stays) {
+  policy_ops fake = *policy_find("fifo");
   fake.name = "lru";
-  ck_assert_int_eq(policy_register(&fake), KVA_OK);
-  ck_assert_ptr_eq(policy_find("lru"), &fake);
-  tp t = tp_open("lru"); /* fifo inside now: a touch does not reorder */
+  ck_assert_int_eq(kva_eviction_policy_register(&fake), KVA_EINVAL);
+  tp t = tp_open("lru"); /* still lru: a touch moves A to the back */
   CREATE(t, A, B);
   TOUCH(t, A);
-  ORDER(t, A, B);
+  ORDER(t, B, A);
   CLOSE(t);
-  ck_assert_int_eq(policy_register(lru), KVA_OK); /* restore for later tests */
-  ck_assert_ptr_eq(policy_find("lru"), lru);
+  fake.name = "mine";
+  ck_assert_int_eq(kva_eviction_policy_register(&fake), KVA_OK);
+  fake = *policy_find("lfu");
+  fake.name = "mine";
+  ck_assert_int_eq(kva_eviction_policy_register(&fake), KVA_EINVAL);
+  ck_assert_ptr_eq(policy_find("mine")->create, policy_find("fifo")->create);
 }
 END_TEST
 
-/* 64 entries in all: the 4 built-ins and 60 more. Replacing an entry still
- * works when the table is full. */
+/* The registry keeps a copy, name included: the caller's struct and name
+ * buffer may go away. */
+START_TEST(register_copies_the_policy_and_its_name) {
+  char name[32] = "copied";
+  policy_ops ops = *policy_find("mru");
+  ops.name = name;
+  ck_assert_int_eq(kva_eviction_policy_register(&ops), KVA_OK);
+  memset(name, 'x', sizeof name - 1);
+  ops.create = NULL;
+  const policy_ops *found = policy_find("copied");
+  ck_assert_ptr_nonnull(found);
+  ck_assert_str_eq(found->name, "copied");
+  ck_assert_ptr_ne(found->name, name);
+  ck_assert_ptr_eq(found->create, policy_find("mru")->create);
+  ck_assert_ptr_eq(policy_find("copied"), found); /* the same entry every time */
+}
+END_TEST
+
+/* 64 entries in all: the 4 built-ins and 60 more. */
 START_TEST(register_fails_when_the_table_is_full) {
-  static policy_ops extra[64];
   static char names[64][24];
   int ok = 0, rc = KVA_OK;
   for (int i = 0; i < 64 && rc == KVA_OK; i++) {
-    extra[i] = *policy_find("lfu");
+    policy_ops extra = *policy_find("lfu");
     snprintf(names[i], sizeof(names[i]), "extra%d", i);
-    extra[i].name = names[i];
-    if ((rc = policy_register(&extra[i])) == KVA_OK) ok++;
+    extra.name = names[i];
+    if ((rc = kva_eviction_policy_register(&extra)) == KVA_OK) ok++;
   }
   ck_assert_int_eq(rc, KVA_ENOMEM);
   ck_assert_int_eq(ok, 60);
-  ck_assert_ptr_eq(policy_find("extra0"), &extra[0]);
-  ck_assert_ptr_eq(policy_find("extra59"), &extra[59]);
+  ck_assert_str_eq(policy_find("extra0")->name, "extra0");
+  ck_assert_str_eq(policy_find("extra59")->name, "extra59");
   ck_assert_ptr_null(policy_find("extra60"));
-  ck_assert_int_eq(policy_register(&extra[0]), KVA_OK);
+  policy_ops again = *policy_find("extra0");
+  ck_assert_int_eq(kva_eviction_policy_register(&again), KVA_EINVAL); /* taken, even when full */
   for (int i = 0; i < NPOLICIES; i++) ck_assert_ptr_nonnull(policy_find(NAMES[i]));
+}
+END_TEST
+
+START_TEST(names_list_the_builtins_first_then_registrations) {
+  char buf[128];
+  ck_assert_uint_eq(policy_names(", ", buf, sizeof buf), strlen("lru, mru, fifo, lfu"));
+  ck_assert_str_eq(buf, "lru, mru, fifo, lfu");
+  policy_ops ops = *policy_find("lru");
+  ops.name = "mine";
+  ck_assert_int_eq(kva_eviction_policy_register(&ops), KVA_OK);
+  policy_names(" ", buf, sizeof buf);
+  ck_assert_str_eq(buf, "lru mru fifo lfu mine");
+  char small[8];
+  ck_assert_uint_eq(policy_names(" ", small, sizeof small), strlen("lru mru fifo lfu mine"));
+  ck_assert_str_eq(small, "lru mru"); /* cut, and terminated */
 }
 END_TEST
 
@@ -559,9 +596,13 @@ static TCase *tcase_of(const char *name, const TTest **tests, size_t n, int loop
 Suite *kva_test_suite(void) {
   Suite *s = suite_create("l1_policy");
   const TTest *reg[] = {
-      builtin_policies_are_found_by_name,      concurrent_first_lookups_all_see_the_builtins,
-      register_rejects_null_or_incomplete_ops, register_replaces_the_policy_of_the_same_name,
+      builtin_policies_are_found_by_name,
+      concurrent_first_lookups_all_see_the_builtins,
+      register_rejects_null_or_incomplete_ops,
+      register_refuses_a_taken_name_and_the_builtin_stays,
+      register_copies_the_policy_and_its_name,
       register_fails_when_the_table_is_full,
+      names_list_the_builtins_first_then_registrations,
   };
   suite_add_tcase(s, tcase_of("registry", reg, sizeof(reg) / sizeof(reg[0]), 1));
   /* each of these runs once per policy in NAMES */
