@@ -173,14 +173,30 @@ const config_key *config_schema_at(size_t i);
 const config_key *config_schema_find(const char *scope, const char *path, size_t len);
 /* The row for an l2 entry key of the given tier type ("*" rows first). */
 const config_key *config_schema_tier_key(const char *type, const char *key, size_t klen);
-int config_schema_is_section(const char *name, size_t len);   /* "runtime", "l1", ... */
-int config_schema_is_tier_type(const char *type, size_t len); /* mock, disk, redis */
+int config_schema_is_section(const char *name, size_t len); /* "runtime", "l1", ... */
+/* A type with rows of its own in the schema (the built-in adapters'). */
+int config_schema_is_tier_type(const char *type, size_t len);
 int config_schema_choice(const config_key *k, const char *s, size_t len);
-/* "lru, fifo, lfu, mru" */
+/* A CONFIG_T_ENUM's choices as "a, b, c". */
 void config_schema_choices(const config_key *k, char *buf, size_t cap);
-/* The reference as text: malloc'd, NULL on ENOMEM. */
-char *config_schema_markdown(void);
-char *config_schema_text(void);
+
+/* The registered names the reference lists where a doc string says
+ * {tier_types} and so on: config, below l1/ and l2/, cannot ask their
+ * registries, so the caller (kvconf) passes what they hold, as "a, b, c".
+ * A list left NULL shows as its {marker}. */
+typedef enum {
+  CONFIG_LIST_TIER_TYPES,        /* {tier_types}: adapter types */
+  CONFIG_LIST_EVICTION_POLICIES, /* {eviction_policies} */
+  CONFIG_LIST_STORE_POLICIES,    /* {store_policies} */
+  CONFIG_LIST_PREFETCH_POLICIES, /* {prefetch_policies} */
+  CONFIG_LISTS
+} config_list;
+typedef struct config_doc_lists {
+  const char *names[CONFIG_LISTS];
+} config_doc_lists;
+/* The reference as text: malloc'd, NULL on ENOMEM. lists may be NULL. */
+char *config_schema_markdown(const config_doc_lists *lists);
+char *config_schema_text(const config_doc_lists *lists);
 
 /* ------------------------------------------------------------------------
  * Loading and checking (scan.c, load.c, json.c, text.c, validate.c,

@@ -6,6 +6,9 @@
  * `kvconf schema --markdown`) all read this table, so adding a key here is
  * the whole job. Defaults are written in kva_config_set's text form and
  * parsed by the same code as user input; a test checks they validate.
+ * Doc strings name the registered adapter types and policies only through
+ * the {tier_types}-style markers of config_internal.h, which the reference
+ * fills in from the registries.
  */
 #include <string.h>
 
@@ -68,8 +71,8 @@ static const config_key keys[] = {
         "Host memory left to the rest of the system: the pool is at most MemAvailable minus this."),
     /* eviction */
     STR(NULL, "eviction.policy", "lru",
-        "Cache policy of L1, by registered name: lru, fifo, lfu, mru, or one registered with "
-        "kva_eviction_policy_register."),
+        "Cache policy of L1, by registered name (built in: {eviction_policies}; or one "
+        "registered with kva_eviction_policy_register)."),
     FLOAT(NULL, "eviction.trigger_watermark", 0, 1, "0.8",
           "Fraction of L1 in use that starts background eviction."),
     FLOAT(NULL, "eviction.ratio", 0, 1, "0.2",
@@ -79,9 +82,13 @@ static const config_key keys[] = {
         "Period of the eviction controller's check."),
     /* storage manager */
     STR(NULL, "store_policy", "default",
-        "Store policy, by registered name: default keeps written objects in L1 and stores them "
-        "to every L2 tier; skip_l1 deletes them from L1 once a tier stored them."),
-    STR(NULL, "prefetch_policy", "default", "Prefetch policy, by registered name."),
+        "Store policy, by registered name (built in: {store_policies}; or one registered with "
+        "kva_store_policy_register): default keeps written objects in L1 and stores them to "
+        "every L2 tier; skip_l1 deletes them from L1 once a tier stored them."),
+    STR(NULL, "prefetch_policy", "default",
+        "Prefetch policy, by registered name (built in: {prefetch_policies}; or one registered "
+        "with kva_prefetch_policy_register): default loads each key from the lowest-index tier "
+        "that has it."),
     INT(NULL, "prefetch_max_in_flight", 1, 4096, "8", 0,
         "Prefetch requests the prefetch controller runs at once."),
     BOOL(NULL, "prefetch_writeback", "true",
@@ -102,8 +109,8 @@ static const config_key keys[] = {
      .path = "type",
      .type = CONFIG_T_STR,
      .flags = CONFIG_F_REQUIRED,
-     .doc = "mock, disk, redis, or a type registered with kva_l2_register (its other keys "
-            "are passed to the plug-in as they are)."},
+     .doc = "{tier_types}, or a type registered with kva_l2_register (its other keys are "
+            "passed to the plug-in as they are)."},
     {.scope = "*",
      .path = "name",
      .type = CONFIG_T_STR,

@@ -2,7 +2,9 @@
  * config/schema_doc.c — the configuration reference, generated from the
  * schema table so that it cannot drift from what the loader accepts.
  * `kvconf schema [--markdown]` prints it; config/SCHEMA.md is its output,
- * and a test checks that the two agree.
+ * and a test checks that the two agree. The lists of registered names
+ * (adapter types, policies) come from the caller, who asks the registries
+ * (config_doc_lists), so that no copy of them is written by hand.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +34,31 @@ __attribute__((format(printf, 2, 3))) static void put(out *o, const char *fmt, .
   vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
   va_end(ap);
   o->len += (size_t)n;
+}
+
+/* The markers of config_doc_lists, by config_list. */
+static const char *const list_marker[CONFIG_LISTS] = {
+    "{tier_types}",
+    "{eviction_policies}",
+    "{store_policies}",
+    "{prefetch_policies}",
+};
+
+/* s with each marker replaced by its list (kept as written when the
+ * list was not given). */
+static void put_doc(out *o, const char *s, const config_doc_lists *lists) {
+  while (*s) {
+    size_t n = strcspn(s, "{");
+    put(o, "%.*s", (int)n, s);
+    s += n;
+    if (!*s) return;
+    size_t i = 0;
+    while (i < CONFIG_LISTS && strncmp(s, list_marker[i], strlen(list_marker[i])) != 0) i++;
+    const char *names = i < CONFIG_LISTS && lists ? lists->names[i] : NULL;
+    size_t skip = i < CONFIG_LISTS ? strlen(list_marker[i]) : 1;
+    put(o, "%.*s", (int)(names ? strlen(names) : skip), names ? names : s);
+    s += skip;
+  }
 }
 
 static char *finish(out *o) {
@@ -91,7 +118,7 @@ static void int_range(const config_key *k, char *buf, size_t cap) {
   snprintf(buf, cap, "%s%s..%s", k->flags & CONFIG_F_POW2 ? "power of two, " : "", lo, hi);
 }
 
-static void allowed(const config_key *k, char *buf, size_t cap) {
+static void allowed(const config_key *k, const config_doc_lists *lists, char *buf, size_t cap) {
   switch (k->type) {
   case CONFIG_T_INT:
     int_range(k, buf, cap);
@@ -123,9 +150,10 @@ static void allowed(const config_key *k, char *buf, size_t cap) {
   }
   if (k->flags & CONFIG_F_TIER_NAME)
     snprintf(buf, cap, "1..%d bytes, unique", CONFIG_NAME_MAX);
-  else if (k->flags & CONFIG_F_REQUIRED)
-    snprintf(buf, cap, "mock, disk, redis, or a plug-in type");
-  else
+  else if (k->flags & CONFIG_F_REQUIRED) { /* type: the one required key */
+    const char *types = lists ? lists->names[CONFIG_LIST_TIER_TYPES] : NULL;
+    snprintf(buf, cap, "%s, or a plug-in type", types ? types : list_marker[0]);
+  } else
     snprintf(buf, cap, "any");
 }
 
@@ -144,30 +172,34 @@ static void default_text(const config_key *k, int md, char *buf, size_t cap) {
     snprintf(buf, cap, "%s%s%s", q, k->def, q);
 }
 
-char *config_schema_markdown(void) {
+char *config_schema_markdown(const config_doc_lists *lists) {
   out o = {0};
-  char key[96], range[96], def[96];
+  char key[96], range[256], def[96];
   put(&o, "| Key | Type | Allowed | Default | Description |\n");
   put(&o, "|-----|------|---------|---------|-------------|\n");
   for (size_t i = 0; i < config_schema_count(); i++) {
     const config_key *k = config_schema_at(i);
     key_name(k, 1, key, sizeof key);
-    allowed(k, range, sizeof range);
+    allowed(k, lists, range, sizeof range);
     default_text(k, 1, def, sizeof def);
-    put(&o, "| %s | %s | %s | %s | %s |\n", key, type_name(k), range, def, k->doc);
+    put(&o, "| %s | %s | %s | %s | ", key, type_name(k), range, def);
+    put_doc(&o, k->doc, lists);
+    put(&o, " |\n");
   }
   return finish(&o);
 }
 
-char *config_schema_text(void) {
+char *config_schema_text(const config_doc_lists *lists) {
   out o = {0};
-  char key[96], range[96], def[96];
+  char key[96], range[256], def[96];
   for (size_t i = 0; i < config_schema_count(); i++) {
     const config_key *k = config_schema_at(i);
     key_name(k, 0, key, sizeof key);
-    allowed(k, range, sizeof range);
+    allowed(k, lists, range, sizeof range);
     default_text(k, 0, def, sizeof def);
-    put(&o, "%-30s %s; %s; default %s\n    %s\n", key, type_name(k), range, def, k->doc);
+    put(&o, "%-30s %s; %s; default %s\n    ", key, type_name(k), range, def);
+    put_doc(&o, k->doc, lists);
+    put(&o, "\n");
   }
   return finish(&o);
 }

@@ -2,7 +2,7 @@
  * config/tiers.c — validation of the l2 array.
  *
  * Each entry is a map with a required `type`. Built-in types (those with
- * rows in the schema: mock, disk, redis) are checked key by key; any other
+ * rows in the schema: the built-in adapters') are checked key by key; any other
  * type is a plug-in registered at run time, whose keys besides type and
  * name are its own business and pass through untouched. Tier names
  * (explicit or the default type + index) must be unique, because

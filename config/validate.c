@@ -6,7 +6,7 @@
  *   <path>: unknown key (did you mean "<path>"?)
  *   <path>: expected integer, got string
  *   <path>: 1.5 is out of range [0, 1]
- *   <path>: "lfru" is not one of lru, fifo, lfu, mru
+ *   <path>: "<text>" is not one of <choices>
  * The l2 array has its own rules in tiers.c.
  */
 #include <stdio.h>

@@ -18,9 +18,9 @@ kva_l2_factory l2_factory_find(const char *type);
 /* Copies of the registered policy (its name points into the registry). */
 int store_policy_find(const char *name, kva_store_policy *out);
 int prefetch_policy_find(const char *name, kva_prefetch_policy *out);
-/* The registered names, built-ins first, joined by sep ("default skip_l1"
- * for error messages, "mock, disk, redis" for the reference); the length
- * the whole list needs, as registry_names. */
+/* The registered names, built-ins first, joined by sep (" " for error
+ * messages, ", " for the reference); the length the whole list needs, as
+ * registry_names. */
 size_t l2_adapter_names(const char *sep, char *out, size_t len);
 size_t store_policy_names(const char *sep, char *out, size_t len);
 size_t prefetch_policy_names(const char *sep, char *out, size_t len);

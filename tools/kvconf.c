@@ -26,6 +26,8 @@
 #include "common/array.h"
 #include "config/config_internal.h"
 #include "kvact.h"
+#include "l1/policy.h"
+#include "l2/registry.h"
 #include "tools/kvconf_fsck.h"
 
 #define DECODE_MAX_BYTES (64u << 20)
@@ -363,8 +365,21 @@ static int cmd_show(const char *file) {
   return rc;
 }
 
+/* The registries' names for the reference (nothing is registered in
+ * kvconf: the built-ins). */
+static void registry_lists(config_doc_lists *l, char (*buf)[512]) {
+  l2_adapter_names(", ", buf[CONFIG_LIST_TIER_TYPES], sizeof buf[0]);
+  policy_names(", ", buf[CONFIG_LIST_EVICTION_POLICIES], sizeof buf[0]);
+  store_policy_names(", ", buf[CONFIG_LIST_STORE_POLICIES], sizeof buf[0]);
+  prefetch_policy_names(", ", buf[CONFIG_LIST_PREFETCH_POLICIES], sizeof buf[0]);
+  for (int i = 0; i < CONFIG_LISTS; i++) l->names[i] = buf[i];
+}
+
 static int cmd_schema(int markdown) {
-  char *text = markdown ? config_schema_markdown() : config_schema_text();
+  config_doc_lists lists;
+  char names[CONFIG_LISTS][512];
+  registry_lists(&lists, names);
+  char *text = markdown ? config_schema_markdown(&lists) : config_schema_text(&lists);
   if (!text) {
     fprintf(stderr, "kvconf: out of memory\n");
     return 1;

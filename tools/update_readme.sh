@@ -1,7 +1,10 @@
 #!/bin/sh
-# update_readme.sh — rewrites the generated sections of README.md:
-#   schema: the configuration reference (kvconf schema --markdown)
-#   bench:  the latest kvbench figures, from a saved kvbench output file
+# update_readme.sh — rewrites the generated documentation:
+#   config/SCHEMA.md and README.md's schema section: the configuration
+#     reference (kvconf schema --markdown: the schema table, with the
+#     adapter types and policies the registries hold)
+#   README.md's bench section: the latest kvbench figures, from a saved
+#     kvbench output file
 # usage: tools/update_readme.sh [BENCH_OUTPUT]
 set -eu
 cd "$(dirname "$0")/.."
@@ -16,6 +19,7 @@ replace() { # replace MARKER FILE: put FILE between <!-- MARKER:begin/end -->
     !skip { print }' README.md > README.md.new
   mv README.md.new README.md
 }
+cp "$schema" config/SCHEMA.md
 replace schema "$schema"
 if [ $# -ge 1 ]; then
   bench=$(mktemp)
@@ -23,4 +27,4 @@ if [ $# -ge 1 ]; then
   replace bench "$bench"
   rm -f "$bench"
 fi
-echo "README.md updated"
+echo "config/SCHEMA.md and README.md updated"

@@ -225,7 +225,34 @@ START_TEST(kvconf_schema_markdown_matches_the_committed_reference) {
   snprintf(out, sizeof out, "%s/schema.md", tmpdir());
   ck_assert_int_eq(run("%s schema --markdown > %s", kvconf_path, out), 0);
   ck_assert_msg(same_file(out, schema_md_path),
-                "config/SCHEMA.md is stale: regenerate it with kvconf schema --markdown");
+                "config/SCHEMA.md is stale: regenerate it with tools/update_readme.sh");
+}
+END_TEST
+
+/* The adapter types and policies in the reference are the lists its
+ * caller gives (kvconf: the registries'), with no copy in the schema. */
+START_TEST(reference_lists_the_names_its_caller_gives) {
+  config_doc_lists l = {{"t1, t2", "e1, e2", "s1", "p1"}};
+  char *md = config_schema_markdown(&l), *txt = config_schema_text(&l);
+  ck_assert_ptr_nonnull(md);
+  ck_assert_ptr_nonnull(txt);
+  ck_assert_ptr_nonnull(strstr(md, "| t1, t2, or a plug-in type | required | t1, t2, or a type"));
+  ck_assert_ptr_nonnull(strstr(md, "(built in: e1, e2; or one registered with kva_eviction"));
+  ck_assert_ptr_nonnull(strstr(md, "(built in: s1; or one registered with kva_store_policy"));
+  ck_assert_ptr_nonnull(strstr(md, "(built in: p1; or one registered with kva_prefetch_policy"));
+  ck_assert_ptr_nonnull(strstr(txt, "(built in: e1, e2; or one"));
+  ck_assert_ptr_nonnull(strstr(txt, "t1, t2, or a plug-in type"));
+  for (char *s = md; s; s = s == md ? txt : NULL) {
+    ck_assert_ptr_null(strchr(s, '{'));    /* every marker filled in */
+    ck_assert_ptr_null(strstr(s, "fifo")); /* "lru" is a default, not a list */
+    ck_assert_ptr_null(strstr(s, "mock, disk"));
+  }
+  free(md);
+  free(txt);
+  md = config_schema_markdown(NULL); /* no lists: the markers stay */
+  ck_assert_ptr_nonnull(strstr(md, "{tier_types}, or a plug-in type"));
+  ck_assert_ptr_nonnull(strstr(md, "(built in: {eviction_policies}; or"));
+  free(md);
 }
 END_TEST
 
@@ -244,6 +271,7 @@ TCase *config_kvconf_tcase(void) {
   tcase_add_test(tc, kvconf_refuses_to_encode_an_invalid_config);
   tcase_add_test(tc, kvconf_usage_errors_exit_2);
   tcase_add_test(tc, kvconf_schema_markdown_matches_the_committed_reference);
+  tcase_add_test(tc, reference_lists_the_names_its_caller_gives);
   tcase_add_test(tc, kvconf_show_prints_the_embedded_default);
   return tc;
 }
