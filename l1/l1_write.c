@@ -25,7 +25,7 @@
  * taken in policy order as far as contiguity allows, and each one evicted
  * is needed. A size-class allocator would avoid the question for one chunk
  * size but wastes a fifth or more of the pool with mixed sizes (measured:
- * pool_plan.c, README "Benchmarks"); with one chunk size the plan comes
+ * pool_plan.c, docs/benchmarks.md); with one chunk size the plan comes
  * down to the least recent unlocked objects, one block each.
  */
 #include <stdlib.h>
