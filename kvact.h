@@ -498,8 +498,10 @@ static inline void kva_bit_set(uint8_t *bits, size_t i) {
 
 /* Adapter types by name. A factory spawns the adapter actor for one l2[]
  * entry (cfg: its map, defaults filled in); NULL with err set on failure.
- * "mock", "disk" and "redis" are built in.
- * KVA_EINVAL for a bad name, a NULL factory or a name already registered.
+ * The built-in types are registered first and cannot be replaced; `kvconf
+ * schema` lists every registered one. KVA_EINVAL for a bad name, a NULL
+ * factory or a name already registered; KVA_ENOMEM when the registry is
+ * full.
  * Register before kva_runtime_start. */
 typedef kva_actor *(*kva_l2_factory)(kva_runtime *rt, const kva_config_node *cfg, char *err,
                                      size_t errlen);
@@ -586,8 +588,8 @@ typedef struct kva_prefetch_policy {
  * on_removed. Objects are named by 64-bit ids (low 32 bits a reused slot,
  * high 32 bits a generation). candidates writes up to max ids (and their
  * bytes) in eviction order starting after `after` (0, or an id no longer
- * tracked = from the start), without side effects. Built in: lru, fifo,
- * lfu, mru. */
+ * tracked = from the start), without side effects. The built-in
+ * policies: `kvconf schema` (eviction.policy). */
 typedef struct kva_policy_state kva_policy_state; /* the policy's own */
 typedef struct kva_eviction_policy {
   const char *name;
@@ -601,7 +603,8 @@ typedef struct kva_eviction_policy {
   size_t (*count)(const kva_policy_state *p);
 } kva_eviction_policy;
 /* The struct is copied (name up to 31 bytes). KVA_EINVAL for a bad or
- * taken name or a missing function. Register before kva_runtime_start. */
+ * taken name (built-ins included) or a missing function, KVA_ENOMEM when
+ * the registry is full. Register before kva_runtime_start. */
 KVA_API int kva_store_policy_register(const kva_store_policy *p);
 KVA_API int kva_prefetch_policy_register(const kva_prefetch_policy *p);
 KVA_API int kva_eviction_policy_register(const kva_eviction_policy *p);
