@@ -74,10 +74,11 @@ static void wake_worker(kva_runtime *rt) {
 
 void doorbell_ring(kva_actor *a) {
   uint64_t one = 1;
-  /* seq_cst before the write: a clearer that sees rung == 0 after our
-   * exchange is ordered before it, and will find the counter non-zero on
-   * its next clear (it reads only when it sees rung == 1) */
-  __atomic_store_n(&a->rung, 1, __ATOMIC_SEQ_CST);
+  ck_pr_store_32(&a->rung, 1);
+  /* store fence: rung = 1 before the counter the write raises, so a
+   * clearer that swapped out 0 did so before our store: its next clear
+   * swaps out our 1 and reads the counter */
+  ck_pr_fence_store();
   ssize_t r = write(a->efd, &one, sizeof(one));
   (void)r; /* EAGAIN only at a counter of 2^64-2: already readable */
   ck_pr_inc_64(&a->rt->n_eventfd_writes);
@@ -86,11 +87,13 @@ void doorbell_ring(kva_actor *a) {
 /* Clears the eventfd only if it was rung since the last clear: the common
  * case (a port that got its reply while spinning) costs no syscall. */
 void doorbell_clear(kva_actor *a) {
-  if (!__atomic_exchange_n(&a->rung, 0, __ATOMIC_SEQ_CST)) return;
+  if (!ck_pr_fas_32(&a->rung, 0)) return;
+  ck_pr_fence_atomic_load(); /* the swap before the counter is read */
   uint64_t v;
   /* EAGAIN: the ringer set rung but its write has not landed yet; keep rung
-   * so that the next clear reads what it writes */
-  if (read(a->efd, &v, sizeof(v)) < 0) __atomic_store_n(&a->rung, 1, __ATOMIC_SEQ_CST);
+   * so that the next clear reads what it writes (no order needed: ringers
+   * only ever store 1, and the owner is the only clearer) */
+  if (read(a->efd, &v, sizeof(v)) < 0) ck_pr_store_32(&a->rung, 1);
 }
 
 /* The worker running on this thread: its `next` slot holds the actor it
