@@ -36,7 +36,8 @@
  * has drained its overflow. It is not parked if its own overflow queue is
  * non-empty, and it is unparked as soon as someone overflows into it: a
  * parked actor's receiver therefore always has work it can do, so parking
- * never forms a cycle.
+ * never forms a cycle. A receiver that drains while an actor parks on it
+ * is caught by a Dekker pair (try_park, sched_mute_release).
  */
 #include <errno.h>
 #include <linux/futex.h>
@@ -185,11 +186,15 @@ static bool try_park(kva_actor *a, kva_actor *target) {
   }
   pthread_mutex_unlock(&rt->mute_lock);
   if (!parked) return false;
-  /* Dekker with sched_wake_parked_self: parked_on is published, then our
-   * overflow queue is re-read; a sender that overflowed into us meanwhile
-   * either sees parked_on or we see its message. */
+  /* Two Dekker pairs: parked_on and parked are published, then both
+   * overflow queues are re-read (the full fence between). A sender that
+   * overflowed into us meanwhile either sees parked_on
+   * (sched_wake_parked_self) or we see its message; a target that drained
+   * its overflow meanwhile either sees parked (sched_mute_release) or we
+   * see it drained. Either way someone unparks us (both may: harmless). */
   ck_pr_fence_memory();
-  if (mailbox_overflow_depth(&a->mb) > 0) sched_wake_parked_self(a);
+  if (mailbox_overflow_depth(&a->mb) > 0 || mailbox_overflow_depth(&target->mb) == 0)
+    sched_wake_parked_self(a);
   return true;
 }
 
@@ -218,6 +223,9 @@ static void unpark_where(kva_runtime *rt, kva_actor *target, kva_actor *only) {
 }
 
 void sched_mute_release(kva_actor *target) {
+  /* the drain before the read of parked (pairs with try_park): a sender
+   * that parked on us meanwhile is seen here or sees us drained */
+  ck_pr_fence_memory();
   if (ck_pr_load_ptr(&target->rt->parked) == NULL) return; /* common case */
   unpark_where(target->rt, target, NULL);
 }
