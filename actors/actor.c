@@ -200,7 +200,9 @@ static void actor_finish(kva_actor *a) {
   poller_forget_actor(a->rt, a);
   if (a->beh.on_stop) a->beh.on_stop(a, a->state);
   ck_pr_store_32(&a->stats->state, STATS_SLOT_STOPPED);
-  ck_pr_fence_store(); /* everything on_stop did before DEAD is seen */
+  /* release, pairs with the acquire in stop_one (runtime.c): everything
+   * on_stop did comes before a thread that reads DEAD goes on */
+  ck_pr_fence_release();
   ck_pr_store_32(&a->life, LIFE_DEAD);
 }
 
@@ -209,10 +211,11 @@ static void release_payload(kva_actor *a, const mailbox_env *e) {
 }
 
 bool actor_run_batch(kva_actor *a, uint32_t max) {
-  stats_slot *st = a->stats;
   /* TSan cannot see the hand-off through the scheduled flag and the run
-   * queue (ck atomics): announce that this turn follows the previous one */
+   * queue (ck atomics): announce that this turn follows the previous one,
+   * before the first access to the actor */
   TSAN_ACQUIRE(a);
+  stats_slot *st = a->stats;
   uint64_t depth = mailbox_depth(&a->mb);
   if (depth > st->peak_depth) ck_pr_store_64(&st->peak_depth, depth);
   ck_pr_store_64(&st->turns, st->turns + 1);

@@ -123,6 +123,8 @@ static int wait_readable(int fd, uint64_t deadline_ns) {
  * taken and rings no doorbell, so a quick request/reply costs no syscall
  * on either side (the facade's calls are answered in microseconds). */
 static void spin_for_message(kva_actor *a, uint64_t deadline_ns) {
+  /* no fence: the owner takes the flag only to keep senders from ringing;
+   * the port's turns all run on this thread */
   if (!ck_pr_cas_32(&a->scheduled, 0, 1)) return; /* a sender already dispatched */
   uint64_t now = clock_mono_ns(), end = now + PORT_SPIN_NS;
   if (end > deadline_ns) end = deadline_ns;

@@ -130,6 +130,7 @@ static void stop_one(kva_runtime *rt, kva_actor *a) {
     else
       pause_briefly();
   }
+  ck_pr_fence_acquire(); /* pairs with actor_finish: on_stop is over */
   runtime_wait_quiescent(rt);
 }
 

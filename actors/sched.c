@@ -15,7 +15,10 @@
  * fence between, so at least one side sees the other's write: either the
  * sender sees scheduled == 0 and dispatches, or the runner sees the message
  * and keeps running. The CAS makes sure exactly one of them takes the
- * actor. "Dispatch" depends on where the actor lives:
+ * actor. Its turns follow one another: a release fence before R1, an
+ * acquire fence after the winning CAS (sched_take), since ck_pr's CAS and
+ * stores order nothing by themselves. "Dispatch" depends on where the
+ * actor lives:
  *   pooled  — push onto the run queue (lock-free ck_ring MPMC) and wake a
  *             sleeping worker only if none is spinning: no syscall per
  *             message while the system is busy;
@@ -33,7 +36,8 @@
  * has drained its overflow. It is not parked if its own overflow queue is
  * non-empty, and it is unparked as soon as someone overflows into it: a
  * parked actor's receiver therefore always has work it can do, so parking
- * never forms a cycle.
+ * never forms a cycle. A receiver that drains while an actor parks on it
+ * is caught by a Dekker pair (try_park, sched_mute_release).
  */
 #include <errno.h>
 #include <linux/futex.h>
@@ -71,10 +75,11 @@ static void wake_worker(kva_runtime *rt) {
 
 void doorbell_ring(kva_actor *a) {
   uint64_t one = 1;
-  /* seq_cst before the write: a clearer that sees rung == 0 after our
-   * exchange is ordered before it, and will find the counter non-zero on
-   * its next clear (it reads only when it sees rung == 1) */
-  __atomic_store_n(&a->rung, 1, __ATOMIC_SEQ_CST);
+  ck_pr_store_32(&a->rung, 1);
+  /* store fence: rung = 1 before the counter the write raises, so a
+   * clearer that swapped out 0 did so before our store: its next clear
+   * swaps out our 1 and reads the counter */
+  ck_pr_fence_store();
   ssize_t r = write(a->efd, &one, sizeof(one));
   (void)r; /* EAGAIN only at a counter of 2^64-2: already readable */
   ck_pr_inc_64(&a->rt->n_eventfd_writes);
@@ -83,11 +88,13 @@ void doorbell_ring(kva_actor *a) {
 /* Clears the eventfd only if it was rung since the last clear: the common
  * case (a port that got its reply while spinning) costs no syscall. */
 void doorbell_clear(kva_actor *a) {
-  if (!__atomic_exchange_n(&a->rung, 0, __ATOMIC_SEQ_CST)) return;
+  if (!ck_pr_fas_32(&a->rung, 0)) return;
+  ck_pr_fence_atomic_load(); /* the swap before the counter is read */
   uint64_t v;
   /* EAGAIN: the ringer set rung but its write has not landed yet; keep rung
-   * so that the next clear reads what it writes */
-  if (read(a->efd, &v, sizeof(v)) < 0) __atomic_store_n(&a->rung, 1, __ATOMIC_SEQ_CST);
+   * so that the next clear reads what it writes (no order needed: ringers
+   * only ever store 1, and the owner is the only clearer) */
+  if (read(a->efd, &v, sizeof(v)) < 0) ck_pr_store_32(&a->rung, 1);
 }
 
 /* The worker running on this thread: its `next` slot holds the actor it
@@ -110,7 +117,10 @@ static void runq_push(kva_runtime *rt, kva_actor *a) {
   unsigned int ticket;
   void **slot;
   while (!(slot = ck_ring_enqueue_reserve_mpmc(&rt->runq, rt->runq_buf, &ticket))) ck_pr_stall();
-  TSAN_ACQUIRE(slot); /* the last reader of this slot came first */
+  /* TSan: the slot's producer a lap ago released it before committing,
+   * and its entry was consumed before our reservation (see runq_pop for
+   * the consumers, whose slot reads TSan does not check) */
+  TSAN_ACQUIRE(slot);
   *slot = a;
   TSAN_RELEASE(slot);
   ring_commit(&rt->runq, ticket);
@@ -138,18 +148,28 @@ static void dispatch(kva_actor *a) {
   dispatch_to(a, false);
 }
 
+/* The winner of the CAS on scheduled owns the actor, and may run it on
+ * this thread (the next slot): acquire, pairs with the release before R1
+ * of whoever ran it last. */
+static bool sched_take(kva_actor *a) {
+  if (!ck_pr_cas_32(&a->scheduled, 0, 1)) return false;
+  ck_pr_fence_acquire();
+  return true;
+}
+
 void sched_notify(kva_actor *a) {
   ck_pr_fence_memory(); /* S2: the push before the read of scheduled */
   if (ck_pr_load_32(&a->scheduled)) return;
-  if (ck_pr_cas_32(&a->scheduled, 0, 1)) dispatch_to(a, true); /* S3 */
+  if (sched_take(a)) dispatch_to(a, true); /* S3 */
 }
 
 bool sched_release(kva_actor *a) {
   TSAN_RELEASE(a);                  /* the turn is over: the next runner may start after it */
+  ck_pr_fence_release();            /* the turn's loads and stores before R1 */
   ck_pr_store_32(&a->scheduled, 0); /* R1 */
   ck_pr_fence_memory();             /* R2 */
   if (mailbox_empty(&a->mb)) return false;
-  return ck_pr_cas_32(&a->scheduled, 0, 1); /* R3: lost = a sender dispatched */
+  return sched_take(a); /* R3: lost = a sender dispatched */
 }
 
 static bool try_park(kva_actor *a, kva_actor *target) {
@@ -166,11 +186,15 @@ static bool try_park(kva_actor *a, kva_actor *target) {
   }
   pthread_mutex_unlock(&rt->mute_lock);
   if (!parked) return false;
-  /* Dekker with sched_wake_parked_self: parked_on is published, then our
-   * overflow queue is re-read; a sender that overflowed into us meanwhile
-   * either sees parked_on or we see its message. */
+  /* Two Dekker pairs: parked_on and parked are published, then both
+   * overflow queues are re-read (the full fence between). A sender that
+   * overflowed into us meanwhile either sees parked_on
+   * (sched_wake_parked_self) or we see its message; a target that drained
+   * its overflow meanwhile either sees parked (sched_mute_release) or we
+   * see it drained. Either way someone unparks us (both may: harmless). */
   ck_pr_fence_memory();
-  if (mailbox_overflow_depth(&a->mb) > 0) sched_wake_parked_self(a);
+  if (mailbox_overflow_depth(&a->mb) > 0 || mailbox_overflow_depth(&target->mb) == 0)
+    sched_wake_parked_self(a);
   return true;
 }
 
@@ -199,6 +223,9 @@ static void unpark_where(kva_runtime *rt, kva_actor *target, kva_actor *only) {
 }
 
 void sched_mute_release(kva_actor *target) {
+  /* the drain before the read of parked (pairs with try_park): a sender
+   * that parked on us meanwhile is seen here or sees us drained */
+  ck_pr_fence_memory();
   if (ck_pr_load_ptr(&target->rt->parked) == NULL) return; /* common case */
   unpark_where(target->rt, target, NULL);
 }
@@ -223,29 +250,21 @@ static void sched_after_turn(kva_actor *a, bool more) {
     dispatch(a);
 }
 
-#if defined(KVA_TSAN)
-/* ck's multi-consumer dequeue with the slot hand-off announced to TSan
- * (mailbox/tsan.h): acquire after seeing p_tail, before reading. */
+/* ck's multi-consumer dequeue reads a slot before its CAS on c_head says
+ * whether the read counts: a consumer that loses the CAS may have read a
+ * slot that a producer, a lap later, was rewriting, and throws the value
+ * away. That read is racy by design and made harmless by a CAS TSan cannot
+ * see (inline asm), so the TSan build does not check the accesses of this
+ * one call (the slot read, the store to *a, and the ring's mask); the
+ * actor itself is handed over by annotations on it: dispatch_to released
+ * it before the push, we acquire it once taken. */
 static bool runq_pop(kva_runtime *rt, kva_actor **a) {
-  ck_ring_t *r = &rt->runq;
-  unsigned int c = ck_pr_load_uint(&r->c_head);
-  do {
-    ck_pr_fence_load();
-    if (c == ck_pr_load_uint(&r->p_tail)) return false;
-    ck_pr_fence_load();
-    ck_ring_buffer_t *slot = &rt->runq_buf[c & r->mask];
-    TSAN_ACQUIRE(slot);
-    *a = slot->value;
-    TSAN_RELEASE(slot);
-    ck_pr_fence_store_atomic();
-  } while (!ck_pr_cas_uint_value(&r->c_head, c, c + 1, &c));
-  return true;
+  TSAN_IGNORE_BEGIN();
+  bool taken = ck_ring_dequeue_mpmc(&rt->runq, rt->runq_buf, a);
+  TSAN_IGNORE_END();
+  if (taken) TSAN_ACQUIRE(*a);
+  return taken;
 }
-#else
-static bool runq_pop(kva_runtime *rt, kva_actor **a) {
-  return ck_ring_dequeue_mpmc(&rt->runq, rt->runq_buf, a);
-}
-#endif
 
 /* Spins on the run queue before sleeping, but at most half the workers
  * (at least one) at a time, as Go does: spinning workers on every core
@@ -254,12 +273,14 @@ static bool runq_pop(kva_runtime *rt, kva_actor **a) {
 static bool worker_spin(kva_runtime *rt, kva_actor **a) {
   bool found = false;
   uint32_t max_spinning = rt->workers > 1 ? rt->workers / 2 : 1;
-  /* faa is a full barrier on x86 (ck_pr); the count pairs with wake_worker,
-   * which skips the futex only when it sees a spinner */
+  /* the count pairs with wake_worker, which skips the futex only when it
+   * sees a spinner: a Dekker pair like worker_sleep's, so the increment
+   * comes before our reads of the run queue */
   if (ck_pr_faa_32(&rt->spinning, 1) >= max_spinning) {
     ck_pr_dec_32(&rt->spinning);
     return false;
   }
+  ck_pr_fence_atomic_load();
   for (uint32_t i = 0; i < rt->spin_iters && !ck_pr_load_32(&rt->stop_workers); i++) {
     if ((found = runq_pop(rt, a))) break;
     ck_pr_stall();
@@ -276,6 +297,9 @@ static bool worker_spin(kva_runtime *rt, kva_actor **a) {
 
 static void worker_sleep(kva_runtime *rt) {
   uint32_t seq = ck_pr_load_32(&rt->wake_seq);
+  /* the futex word before the announcement: a waker that sees us bumps it
+   * after our read, so a wait on the old value returns at once */
+  ck_pr_fence_load_atomic();
   ck_pr_inc_32(&rt->sleepers);
   ck_pr_fence_memory(); /* announce before re-checking (pairs with wake_worker) */
   if (ck_ring_size(&rt->runq) == 0 && !ck_pr_load_32(&rt->stop_workers)) {

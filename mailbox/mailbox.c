@@ -1,5 +1,37 @@
 /*
- * mailbox.c — ring + overflow queue (ordering argument in mailbox.h).
+ * mailbox.c — ring + overflow queue (the FIFO argument is in mailbox.h).
+ *
+ * Memory ordering, in ck's model: ck_pr loads and stores order nothing by
+ * themselves, so every ordering below is a ck_pr_fence_* next to the
+ * access it orders (most compile to nothing on x86-TSO).
+ *  - A slot's contents: the producer's stores to it, then ring_commit's
+ *    store fence, then p_tail; ck's dequeue loads p_tail, a load fence,
+ *    then reads the slot.
+ *  - A slot's reuse: ck's dequeue copies the slot out, a store fence, then
+ *    c_head (the copy's stores depend on its loads, so the read is done);
+ *    a producer's reservation loads c_head, and its stores to the slot
+ *    follow its CAS on p_head.
+ *  - ovf_count: the acquire in mailbox_try_push pairs with the release in
+ *    take_overflow (rules 1 and 2 of mailbox.h). The overflow queue itself
+ *    is guarded by ovf_lock.
+ *
+ * What the TSan build announces (tsan.h), on each slot's own address, so
+ * that TSan checks the production ring code's slot accesses:
+ *  P1 a producer, after its reservation, before writing the slot: acquire
+ *  P2 the producer, after writing it, before its commit:            release
+ *  C1 the consumer, once it has seen p_tail past c_head:             acquire
+ *  C2 the consumer, after ck's dequeue returned:                     release
+ * P2 -> C1 (the message): the producer releases before it commits, and the
+ *   consumer acquires only after it has seen that commit. ck's dequeue
+ *   loads p_tail and reads the slot in one call, so the consumer looks at
+ *   p_tail itself first; there is one consumer, so the dequeue then reads
+ *   exactly the slot at c_head, which stays committed.
+ * C2 -> P1 (the slot's next lap): ck's reservation keeps one slot empty
+ *   (p_head - c_head < capacity - 1), so ticket t is handed out only once
+ *   c_head has reached t - capacity + 2, i.e. after the consumer's *next*
+ *   dequeue, which its release of this slot precedes in program order.
+ * Nothing else is annotated: a change that wrote a slot after committing
+ * it, or read one without having seen it committed, shows as a race.
  */
 #include "mailbox/mailbox.h"
 
@@ -59,15 +91,18 @@ void mailbox_destroy(mailbox *mb, payload_pool *pool) {
 }
 
 bool mailbox_try_push(mailbox *mb, const mailbox_env *e) {
-  /* acquire: pairs with the consumer's release of ovf_count in
-   * pop_overflow, so a sender that sees 0 also sees the queue emptied */
-  if (ck_pr_load_32(&mb->ovf_count) != 0) return false;
+  uint32_t overflowing = ck_pr_load_32(&mb->ovf_count);
+  /* acquire, pairs with the release in take_overflow: a sender that reads
+   * 0 pushes to the ring only after the consumer moved the overflow queue
+   * to its own list, which it empties before it reads the ring again */
+  ck_pr_fence_acquire();
+  if (overflowing != 0) return false;
   unsigned int ticket;
   mailbox_env *slot = ck_ring_enqueue_reserve_mpsc_env(mb->ring, mb->slots, &ticket);
   if (!slot) return false;
-  TSAN_ACQUIRE(slot); /* the consumer's last read of this slot came first */
+  TSAN_ACQUIRE(slot); /* P1: the consumer's read of the slot's last lap came first */
   *slot = *e;
-  TSAN_RELEASE(slot);
+  TSAN_RELEASE(slot); /* P2: the contents before the commit */
   /* commit waits for earlier producers, then publishes p_tail after a
    * store fence: the slot is complete before the consumer can see it */
   ring_commit(mb->ring, ticket);
@@ -97,28 +132,32 @@ int mailbox_push_overflow(mailbox *mb, const mailbox_env *e) {
   else
     mb->ovf_head = n;
   mb->ovf_tail = n;
-  /* the count is read without the lock by senders (rule 1) and by the
-   * consumer's fast path; the unlock below publishes the node itself */
+  /* relaxed: the count is read without the lock by senders (rule 1) and
+   * by the consumer's fast path, which then takes the lock; the unlock
+   * below publishes the node itself */
   ck_pr_store_32(&mb->ovf_count, mb->ovf_count + 1);
   pthread_spin_unlock(&mb->ovf_lock);
   return 0;
 }
 
 #if defined(KVA_TSAN)
-/* ck's single-consumer dequeue, step by step, with the hand-off announced
- * to TSan between seeing p_tail and reading the slot (see tsan.h). */
+/* The slot the next dequeue reads, or NULL while the ring is empty. Only
+ * the consumer moves c_head, so a slot seen committed here is the one ck's
+ * dequeue takes next. */
+static mailbox_env *next_slot(const mailbox *mb) {
+  unsigned int c = ck_pr_load_uint(&mb->ring->c_head);
+  if (c == ck_pr_load_uint(&mb->ring->p_tail)) return NULL;
+  return &mb->slots[c & mb->ring->mask];
+}
+
+/* ck's dequeue, with the hand-off announced around it (C1, C2 above). */
 static bool pop_ring(mailbox *mb, mailbox_env *out) {
-  ck_ring_t *r = mb->ring;
-  unsigned int c = r->c_head;
-  if (c == ck_pr_load_uint(&r->p_tail)) return false;
-  ck_pr_fence_load(); /* slot read after the p_tail snapshot */
-  mailbox_env *slot = &mb->slots[c & r->mask];
-  TSAN_ACQUIRE(slot);
-  *out = *slot;
-  TSAN_RELEASE(slot);
-  ck_pr_fence_store(); /* slot read before producers may reuse it */
-  ck_pr_store_uint(&r->c_head, c + 1);
-  return true;
+  mailbox_env *slot = next_slot(mb);
+  if (!slot) return false;
+  TSAN_ACQUIRE(slot); /* C1: we have seen its commit */
+  bool taken = ck_ring_dequeue_mpsc_env(mb->ring, mb->slots, out);
+  TSAN_RELEASE(slot); /* C2: our read before the slot's next producer */
+  return taken;
 }
 #else
 static bool pop_ring(mailbox *mb, mailbox_env *out) {
@@ -138,7 +177,9 @@ static void take_overflow(mailbox *mb) {
     n->next = mb->ovf_free;
     mb->ovf_free = n;
   }
-  ck_pr_fence_store(); /* release: queue emptied before senders see 0 */
+  /* release, pairs with the acquire in mailbox_try_push: the moves above,
+   * and the empty ring pop_overflow read, come before a sender reads 0 */
+  ck_pr_fence_release();
   ck_pr_store_32(&mb->ovf_count, 0);
 }
 
@@ -158,7 +199,8 @@ static bool pop_own(mailbox *mb, mailbox_env *out, bool *drained) {
 static bool pop_overflow(mailbox *mb, mailbox_env *out, bool *drained) {
   ovf_lock_take(mb);
   /* Rule 2: under the lock, an overflow message's predecessors from the
-   * same sender are visible in the ring; take those first. */
+   * same sender are visible in the ring (the sender committed them before
+   * it took the lock to append); take those first. */
   if (pop_ring(mb, out)) {
     pthread_spin_unlock(&mb->ovf_lock);
     return true;

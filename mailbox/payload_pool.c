@@ -1,17 +1,21 @@
 /*
  * payload_pool.c — size-classed free lists of payload blocks (see header).
  *
- * Each class is a singly linked list behind a tiny test-and-set lock built
- * on C11 atomics, not a lock-free Treiber stack (ck_stack): that stack's
- * pop reads the `next` field of a node another thread may be pushing
- * again — harmless with the generation counter, but a data race in the C11
- * model, which ThreadSanitizer rightly flags. The critical sections are
- * two pointer moves, so the lock is held for nanoseconds.
+ * Each class is a singly linked list behind the overflow queue's kind of
+ * lock (mailbox.c): a spinlock taken with backoff_wait, so a preempted
+ * holder still gets the CPU; its lock and unlock carry the ordering. Not a
+ * lock-free Treiber stack (ck_stack): that stack's pop reads the `next`
+ * field of a node another thread may be pushing again — harmless with the
+ * generation counter, but a data race in the C11 model, which
+ * ThreadSanitizer rightly flags. The critical sections are two pointer
+ * moves, so the lock is held for nanoseconds.
  */
 #include "mailbox/payload_pool.h"
 
-#include <sched.h>
+#include <pthread.h>
 #include <stdlib.h>
+
+#include "mailbox/backoff.h"
 
 #define POOL_CLASSES 4
 static const size_t class_bytes[POOL_CLASSES] = {256, 4096, 65536, 1u << 20};
@@ -24,8 +28,8 @@ typedef struct pool_block {
 } __attribute__((aligned(16))) pool_block;
 
 struct free_list {
-  uint32_t locked; /* atomic test-and-set lock */
-  pool_block *head;
+  pthread_spinlock_t lock;
+  pool_block *head;             /* under lock */
 } __attribute__((aligned(64))); /* one cache line per class */
 
 struct payload_pool {
@@ -36,7 +40,7 @@ payload_pool *payload_pool_create(void) {
   payload_pool *p = aligned_alloc(64, sizeof(*p));
   if (!p) return NULL;
   for (int i = 0; i < POOL_CLASSES; i++) {
-    p->free[i].locked = 0;
+    pthread_spin_init(&p->free[i].lock, PTHREAD_PROCESS_PRIVATE);
     p->free[i].head = NULL;
   }
   return p;
@@ -49,24 +53,21 @@ void payload_pool_destroy(payload_pool *p) {
       next = b->next;
       free(b);
     }
+    pthread_spin_destroy(&p->free[i].lock);
   }
   free(p);
 }
 
+/* Taking the lock acquires: the list as the previous holder left it is
+ * visible to us. */
 static void list_lock(struct free_list *l) {
-  /* acquire: the list as the previous holder left it is visible to us */
-  for (unsigned i = 0; __atomic_exchange_n(&l->locked, 1, __ATOMIC_ACQUIRE); i++) {
-    while (__atomic_load_n(&l->locked, __ATOMIC_RELAXED)) {
-      if (++i % 64 == 0) sched_yield(); /* the holder may be preempted */
-      __builtin_ia32_pause();
-    }
-  }
+  for (unsigned i = 0; pthread_spin_trylock(&l->lock) != 0; i++) backoff_wait(i, 0);
 }
 
+/* Releases: our list updates (and the block contents written by the last
+ * user, before it returned the block) happen before the next holder. */
 static void list_unlock(struct free_list *l) {
-  /* release: our list updates (and the block contents written by the last
-   * user, before it returned the block) happen before the next holder */
-  __atomic_store_n(&l->locked, 0, __ATOMIC_RELEASE);
+  pthread_spin_unlock(&l->lock);
 }
 
 static uint32_t class_of(size_t len) {

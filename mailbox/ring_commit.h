@@ -20,7 +20,10 @@
 static inline void ring_commit(ck_ring_t *r, unsigned int ticket) {
   /* never sleeps: the earlier producer is mid-copy, only preemption delays it */
   for (unsigned int i = 0; ck_pr_load_uint(&r->p_tail) != ticket; i++) backoff_wait(i, 0);
-  ck_pr_fence_store(); /* slot contents before the new p_tail (release) */
+  /* store fence, as ck's commit: the slot was only stored to, so ordering
+   * those stores before the new p_tail is all the consumer's load fence
+   * after reading p_tail pairs with */
+  ck_pr_fence_store();
   ck_pr_store_uint(&r->p_tail, ticket + 1);
 }
 

@@ -44,7 +44,7 @@ static int check_header(const char *path, const void *map, size_t bytes) {
             bytes);
     return -1;
   }
-  /* acquire: the runtime stores the magic last, after a store fence */
+  /* load fence: the runtime stores the magic last, after a store fence */
   uint64_t magic = load64(&h->magic);
   ck_pr_fence_load();
   if (magic != KVA_STATS_MAGIC) {
@@ -238,7 +238,7 @@ static void fill_row(kvi_row *r, const stats_slot *sl, uint64_t prev, double sec
   r->depth = ring_depth(&sl->ring);
   r->peak_depth = load64(&sl->peak_depth);
   r->dequeued = load64(&sl->dequeued);
-  /* acquire: the consumer stores enqueued before dequeued */
+  /* load fence: the consumer stores enqueued, a store fence, then dequeued */
   ck_pr_fence_load();
   r->enqueued = load64(&sl->enqueued);
   r->rate = seconds > 0 && r->dequeued >= prev ? (double)(r->dequeued - prev) / seconds : 0;
@@ -254,7 +254,7 @@ void kvi_sample(kvi_segment *s, double seconds) {
   s->nrows = 0;
   for (uint32_t i = 0; i < n; i++) {
     const stats_slot *sl = &s->slots[i];
-    /* acquire: name and kind are written before the slot shows as live */
+    /* load fence: name and kind are stored, a store fence, then the state */
     if (load32(&sl->state) == STATS_SLOT_FREE) continue;
     ck_pr_fence_load();
     fill_row(&s->rows[s->nrows++], sl, s->prev_dequeued[i], seconds, kvi_stale(s));
