@@ -1,6 +1,7 @@
 /*
  * pool.c — the L1 host pool: the region (mmap, NUMA binding, huge pages,
- * pinning) and a boundary-tag allocator with segregated free lists.
+ * pinning; a memfd other processes can map when shared) and a boundary-tag
+ * allocator with segregated free lists.
  *
  * Metadata, all indexed by unit number and all outside the region:
  *   head[i]    at the first unit of a block: its size in units, | POOL_FREE
@@ -23,6 +24,7 @@
 #include "l1/pool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <numa.h>
 #include <numaif.h>
 #include <sched.h>
@@ -421,9 +423,26 @@ static void pool_bind(pool *p, uint64_t bytes) {
   p->node = -1;
 }
 
-/* Maps `bytes` of address space aligned to p->unit: over-maps by one unit when
- * the unit is larger than a page and trims both ends. */
-static int pool_map(pool *p, uint64_t bytes, char *err, size_t errlen) {
+/* A memfd of `bytes` for a shared region (sealed against shrinking, so a
+ * process that maps it can never fault past its end). */
+static int pool_memfd(uint64_t bytes, char *err, size_t errlen) {
+  int fd = memfd_create("kvact-l1", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return pool_err(KVA_ENOMEM, err, errlen, "l1 pool: memfd_create failed: %s", strerror(errno));
+  if (ftruncate(fd, (off_t)bytes) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    int rc = pool_err(KVA_ENOMEM, err, errlen, "l1 pool: sizing the shared region failed: %s",
+                      strerror(errno));
+    close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+/* Maps `bytes` aligned to p->unit: reserves one unit more than needed when
+ * the unit is larger than a page, maps the region (anonymous, or the memfd
+ * with MAP_FIXED) at the aligned address inside, and trims both ends. */
+static int pool_map(pool *p, uint64_t bytes, int shared, char *err, size_t errlen) {
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
   uint64_t extra = p->unit > page ? p->unit : 0;
   uint8_t *m = mmap(NULL, bytes + extra, PROT_READ | PROT_WRITE,
@@ -437,6 +456,13 @@ static int pool_map(pool *p, uint64_t bytes, char *err, size_t errlen) {
   if (before) munmap(m, before);
   if (after) munmap(base + bytes, after);
   p->base = base;
+  if (!shared) return 0;
+  int fd = pool_memfd(bytes, err, errlen);
+  if (fd < 0) return fd;
+  p->fd = fd;
+  if (mmap(base, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+    return pool_err(KVA_ENOMEM, err, errlen, "l1 pool: mmap of the shared region failed: %s",
+                    strerror(errno));
   return 0;
 }
 
@@ -498,7 +524,7 @@ static void pool_prefault(pool *p, uint64_t bytes) {
 static int pool_setup(pool *p, const pool_opts *o, char *err, size_t errlen) {
   uint64_t bytes = pool_capacity(p);
   int rc = pool_meta_init(p, err, errlen);
-  if (rc == 0) rc = pool_map(p, bytes, err, errlen);
+  if (rc == 0) rc = pool_map(p, bytes, o->shared, err, errlen);
   if (rc) return rc;
   if (o->hugepages && madvise(p->base, bytes, MADV_HUGEPAGE) != 0)
     LOG_WARN("l1 pool: madvise(MADV_HUGEPAGE) failed (%s); using normal pages", strerror(errno));
@@ -518,7 +544,7 @@ int pool_create(const pool_opts *o, pool **out, char *err, size_t errlen) {
   if (units == 0) return o->size_bytes >> shift ? KVA_ENOMEM : KVA_EINVAL;
   pool *p = calloc(1, sizeof(*p));
   if (!p) return pool_err(KVA_ENOMEM, err, errlen, "l1 pool: out of memory");
-  *p = (pool){.unit = UINT64_C(1) << shift, .shift = shift, .units = units, .node = node};
+  *p = (pool){.unit = UINT64_C(1) << shift, .shift = shift, .units = units, .node = node, .fd = -1};
   rc = pool_setup(p, o, err, errlen);
   if (rc) {
     pool_destroy(p);
@@ -533,8 +559,18 @@ void pool_destroy(pool *p) {
   if (!p) return;
   if (p->pinned) host_unpin(p->base);
   if (p->base) munmap(p->base, pool_capacity(p));
+  if (p->fd >= 0) close(p->fd);
   free(p->head);
   free(p->marks);
   pool_plan_release(p);
   free(p);
+}
+
+int pool_fd(const pool *p) {
+  return p->fd;
+}
+
+uint64_t pool_offset_of(const pool *p, const void *ptr) {
+  uintptr_t a = (uintptr_t)ptr, b = (uintptr_t)p->base;
+  return a >= b && a - b < pool_capacity(p) ? (uint64_t)(a - b) : UINT64_MAX;
 }

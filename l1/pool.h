@@ -32,6 +32,7 @@ typedef struct pool_opts {
   int hugepages;          /* 1 = madvise(MADV_HUGEPAGE) */
   int prefault;           /* 1 = fault every page in at creation */
   int pinned;             /* 1 = must pin, 0 = never, -1 = auto (when CUDA is present) */
+  int shared;             /* 1 = the region is a memfd other processes can map (pool_fd) */
 } pool_opts;
 
 /* Creates the pool; *out = NULL and a negative KVA_E* on failure with the
@@ -99,6 +100,12 @@ uint64_t pool_used(const pool *p);     /* bytes in allocated blocks */
 uint64_t pool_free_bytes(const pool *p);
 int pool_is_pinned(const pool *p);
 int pool_numa_node(const pool *p); /* node the region is bound to, -1 if none */
+/* A shared pool's memfd (mmap it MAP_SHARED, length pool_capacity, offset
+ * 0, to see the same bytes at the same offsets from pool_base), or -1 for
+ * a private pool. The pool owns it: dup it to keep it past pool_destroy. */
+int pool_fd(const pool *p);
+/* Offset of ptr in the region, or UINT64_MAX when it lies outside. */
+uint64_t pool_offset_of(const pool *p, const void *ptr);
 void *pool_base(const pool *p);
 
 /* Walks every block and list and checks the accounting: boundary tags agree,

@@ -49,6 +49,7 @@ struct pool {
   uint64_t used_units;          /* units in allocated blocks */
   uint64_t live;                /* allocated blocks */
   int pinned;                   /* the region is cudaHostRegister'ed */
+  int fd;                       /* a shared region's memfd, -1 for a private one */
   int node;                     /* NUMA node the region is bound to, or -1 */
   pool_plan plan;               /* the room plan of a demand eviction */
 };

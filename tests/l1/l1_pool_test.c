@@ -395,6 +395,41 @@ START_TEST(prefault_makes_every_page_resident) {
 }
 END_TEST
 
+/* ---- shared pools (multi-process mode) ------------------------------------ */
+
+START_TEST(a_shared_pool_is_a_memfd_another_mapping_sees) {
+  pool_opts o = small_opts(16 * MIB, 4096);
+  pool *priv = must_create(o);
+  ck_assert_int_eq(pool_fd(priv), -1);
+  pool_destroy(priv);
+  o.shared = 1;
+  o.prefault = 1;
+  pool *p = must_create(o);
+  int fd = pool_fd(p);
+  ck_assert_int_ge(fd, 0);
+  uint8_t *b = pool_alloc(p, 3 * MIB);
+  ck_assert_ptr_nonnull(b);
+  uint64_t off = pool_offset_of(p, b);
+  ck_assert_uint_lt(off, pool_capacity(p));
+  ck_assert_uint_eq(pool_offset_of(p, (uint8_t *)pool_base(p) + pool_capacity(p)), UINT64_MAX);
+  ck_assert_uint_eq(pool_offset_of(p, (uint8_t *)pool_base(p) - 1), UINT64_MAX);
+  int keep = dup(fd);
+  size_t cap = pool_capacity(p);
+  uint8_t *other = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_SHARED, keep, 0);
+  ck_assert_ptr_ne(other, MAP_FAILED);
+  memset(b, 0x5a, 3 * MIB);
+  for (uint64_t i = 0; i < 3 * MIB; i += 4096) ck_assert_uint_eq(other[off + i], 0x5a);
+  other[off + 7] = 0xa5; /* and back: one region, two mappings */
+  ck_assert_uint_eq(b[7], 0xa5);
+  ck_assert_int_ne(ftruncate(keep, 0), 0); /* sealed: nobody shrinks it under a mapping */
+  assert_consistent(p);
+  pool_destroy(p);
+  ck_assert_uint_eq(other[off + 7], 0xa5); /* a mapping outlives the pool */
+  munmap(other, cap);
+  close(keep);
+}
+END_TEST
+
 /* ---- stress --------------------------------------------------------------- */
 
 /* splitmix64: a seeded, reproducible PRNG. */
@@ -542,6 +577,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(t, numa_node_that_does_not_exist_is_rejected);
   tcase_add_test(t, hugepages_option_gives_a_working_pool);
   tcase_add_test(t, prefault_makes_every_page_resident);
+  tcase_add_test(t, a_shared_pool_is_a_memfd_another_mapping_sees);
   tcase_add_test(t, mixed_sizes_never_overlap_and_keep_the_pool_consistent);
   suite_add_tcase(s, t);
   return s;
