@@ -18,12 +18,15 @@ void kva_log_set(kva_log_fn fn, void *arg, int max_level) {
   pthread_mutex_lock(&log_lock);
   log_fn = fn;
   log_arg = arg;
-  log_max = max_level;
+  __atomic_store_n(&log_max, max_level, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&log_lock);
 }
 
 void kva_log(int level, const char *fmt, ...) {
   static const char *names[] = {"error", "warn", "info", "debug"};
+  /* a message below the level costs one load, not a format and a lock;
+   * the check under the lock decides against a kva_log_set meanwhile */
+  if (level > __atomic_load_n(&log_max, __ATOMIC_RELAXED)) return;
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
