@@ -142,6 +142,7 @@ typedef enum {
   CONFIG_T_ENUM,    /* a string out of `choices` */
   CONFIG_T_PINNED,  /* true, false or "auto" */
   CONFIG_T_DEVICES, /* "all" or an array of integers in [min, max] */
+  CONFIG_T_INTS,    /* an array of integers in [min, max], possibly empty */
   CONFIG_T_ADDRS,   /* a non-empty array of "host:port" strings */
   CONFIG_T_TIERS,   /* the l2 array of tier maps */
 } config_type;

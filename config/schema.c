@@ -170,6 +170,22 @@ static const config_key keys[] = {
      .doc = "CUDA devices to serve: \"all\" or an array of ordinals."},
     INT(NULL, "gpu.streams", 1, 64, "2", 0,
         "CUDA streams per device; copy threads of the host device (KVA_DEVICE_HOST)."),
+    /* multi-process mode (docs/multiprocess.md) */
+    STR(NULL, "server.socket", "",
+        "Serve engine processes on this Unix socket (kvactd sets it); \"\" = embedded only."),
+    INT(NULL, "server.socket_mode", 0, 511, "384", 0,
+        "File mode of the socket, as a number (384 = 0600)."),
+    INT(NULL, "server.max_clients", 1, 4096, "64", 0, "Connections served at once."),
+    {.path = "server.allowed_uids",
+     .type = CONFIG_T_INTS,
+     .min = 0,
+     .max = 4294967294,
+     .def = "[]",
+     .doc = "Peer uids accepted besides the daemon's own (checked with SO_PEERCRED)."},
+    STR(NULL, "client.socket", "",
+        "Use the kvactd on this Unix socket instead of storage actors of this process."),
+    INT(NULL, "client.timeout_ms", 1, MAX_MS, "5000", 0,
+        "The longest a storage call waits for the daemon."),
 };
 
 size_t config_schema_count(void) {

@@ -94,6 +94,8 @@ static const char *type_name(const config_key *k) {
     return "boolean or \"auto\"";
   case CONFIG_T_DEVICES:
     return "\"all\" or array of integers";
+  case CONFIG_T_INTS:
+    return "array of integers";
   case CONFIG_T_ADDRS:
     return "array of \"host:port\"";
   case CONFIG_T_TIERS:
@@ -138,6 +140,9 @@ static void allowed(const config_key *k, const config_doc_lists *lists, char *bu
   case CONFIG_T_DEVICES:
     snprintf(buf, cap, "\"all\", or ordinals %lld..%llu", (long long)k->min,
              (unsigned long long)k->max);
+    return;
+  case CONFIG_T_INTS:
+    snprintf(buf, cap, "integers %lld..%llu", (long long)k->min, (unsigned long long)k->max);
     return;
   case CONFIG_T_ADDRS:
     snprintf(buf, cap, "at least one; port 1..65535");

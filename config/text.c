@@ -44,6 +44,7 @@ static mode mode_of(const config_key *k) {
     return MODE_PINNED;
   case CONFIG_T_DEVICES:
     return MODE_DEVICES;
+  case CONFIG_T_INTS:
   case CONFIG_T_ADDRS:
   case CONFIG_T_TIERS:
     return MODE_JSON;

@@ -114,6 +114,18 @@ static int check_devices(const config_key *k, const config_value *v, config_path
   return KVA_OK;
 }
 
+static int check_ints(const config_key *k, const config_value *v, config_path *p, char *err,
+                      size_t errlen) {
+  if (v->kind != CONFIG_ARRAY) return wrong_type(p, "array of integers", v, err, errlen);
+  for (size_t i = 0; i < v->as.array.len; i++) {
+    config_path_index(p, i);
+    int rc = check_int(k, &v->as.array.items[i], p, err, errlen);
+    if (rc) return rc;
+    config_path_pop(p);
+  }
+  return KVA_OK;
+}
+
 /* "host:port": the port after the last ':' (so "[::1]:6379" works). */
 static int is_host_port(const config_value *v) {
   if (v->kind != CONFIG_STR || memchr(v->as.str.ptr, 0, v->as.str.len)) return 0;
@@ -159,6 +171,8 @@ int config_validate_leaf(const config_key *k, const config_value *v, config_path
     return check_pinned(v, p, err, errlen);
   case CONFIG_T_DEVICES:
     return check_devices(k, v, p, err, errlen);
+  case CONFIG_T_INTS:
+    return check_ints(k, v, p, err, errlen);
   case CONFIG_T_ADDRS:
     return check_addrs(v, p, err, errlen);
   case CONFIG_T_TIERS:
