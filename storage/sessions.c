@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "actors/runtime_internal.h"
+#include "client/connection.h"
 #include "common/key.h"
 #include "storage/storage_internal.h"
 
@@ -132,6 +133,16 @@ static int call_l1(kva_storage *s, session *ss, void *arg) {
 
 int storage_call(kva_storage *s, uint32_t type, l1_req *r) {
   return storage_with_session(s, call_l1, &(call_args){type, r});
+}
+
+static int remote(kva_storage *s, session *ss, void *arg) {
+  client_call *c = arg;
+  int rc = session_ask(ss, s->l1, CL_CALL, c, -1); /* answered within client.timeout_ms */
+  return rc == KVA_OK ? c->result : rc;
+}
+
+int storage_remote(kva_storage *s, client_call *c) {
+  return storage_with_session(s, remote, c);
 }
 
 int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n) {

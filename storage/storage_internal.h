@@ -57,6 +57,7 @@ struct kva_storage {
   pthread_mutex_t lock; /* the session lists */
   session *free_head, *free_tail, *all;
   uint32_t nsessions;
+  struct client_conn *client; /* client.socket: the daemon's storage, through l1 */
 };
 
 /* The session of a handle's table index, or NULL (any index is safe). */
@@ -88,6 +89,10 @@ int storage_tier_stats(kva_storage *s, session *ss, uint32_t t, kva_l2_stats *ou
  * nobody read. */
 int storage_start_l2(kva_storage *s, const kva_config *c);
 void storage_drain(kva_storage *s);
+/* A call across the daemon's tiers (client mode): one CL_CALL to the
+ * connection; returns the call's result. */
+struct client_call;
+int storage_remote(kva_storage *s, struct client_call *c);
 /* Validation shared by the calls. */
 int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n);
 
