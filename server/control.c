@@ -33,10 +33,9 @@ static void *control_main(void *arg) {
   kva_port *port = arg;
   for (;;) {
     kva_msg m;
-    if (kva_port_recv(port, &m, NULL, 0, -1) != KVA_OK || m.type == SRV_CTL_QUIT) return NULL;
-    if (m.type != SRV_CTL_JOB || m.len != sizeof(ctl_job *)) continue;
-    ctl_job *j;
-    memcpy(&j, m.data, sizeof(j));
+    ctl_job *j = NULL;
+    if (kva_port_recv(port, &m, &j, sizeof(j), -1) != KVA_OK || m.type == SRV_CTL_QUIT) return NULL;
+    if (m.type != SRV_CTL_JOB || m.len != sizeof(j)) continue;
     run_job(j);
     kva_send(m.from, SRV_CTL_DONE, NULL, 0, NULL, m.tag);
   }

@@ -79,7 +79,8 @@ struct srv_session {
   size_t nslots, slots_cap;
   uint32_t *free_ids;
   size_t nfree, free_cap;
-  uint32_t busy;
+  uint32_t busy, reads_busy; /* slots in flight; of them, READs */
+  bool releasing;            /* a release of the ledger is in flight */
   ledger led;
   uint64_t requests; /* atomic */
   uint64_t wl, rl, pins; /* atomic copies of the ledger's totals */
@@ -175,20 +176,22 @@ static proto_span *spans_of(srv_session *ss, slot *s, uint32_t n, bool ok) {
 
 static void send_l1(srv_session *ss, slot *s, uint32_t type);
 
-/* Gives the ledger back, one request at a time; stops the actor when it
- * is empty and nothing is in flight. */
+/* Gives the ledger back, one request at a time, while the requests still
+ * in flight finish (what they take joins the ledger; a READ in flight,
+ * which can release locks, is waited for); stops the actor once the
+ * ledger is empty and nothing is in flight. */
 static void release_step(srv_session *ss) {
-  if (ss->busy) return;
+  if (ss->releasing || ss->reads_busy) return;
   ledger *l = &ss->led;
   slot *s = l->n ? slot_take(ss) : NULL;
+  if (l->n && !s) return; /* MAX_BUSY in flight: the next reply calls again */
   if (s && !slot_room(s, l->n)) {
+    LOG_ERROR("kvactd: out of memory releasing the locks of pid %d; they stay", (int)ss->pid);
     slot_put(ss, s);
+    ledger_free(l);
     s = NULL;
   }
-  if (l->n && !s) {
-    LOG_ERROR("kvactd: out of memory releasing the locks of pid %d; they stay", (int)ss->pid);
-    ledger_free(l);
-  }
+  if (!s && ss->busy) return;
   if (!s) {
     LOG_INFO("kvactd: client pid %d uid %u disconnected (%s): released %lu write reservations, "
              "%lu read locks, %lu pins",
@@ -228,6 +231,7 @@ static void release_step(srv_session *ss) {
     ss->rel_p += n;
   }
   publish_totals(ss);
+  ss->releasing = true;
   s->req = (l1_req){.keys = s->keys,
                     .n = n,
                     .readers = readers,
@@ -256,6 +260,8 @@ static void send_l1(srv_session *ss, slot *s, uint32_t type) {
   l1_req *r = &s->req;
   if (kva_send(ss->sv->s->l1, type, &r, sizeof(r), ss->self, s->index) == KVA_OK) return;
   /* the L1 manager is gone: kvactd is stopping and nothing is held any more */
+  if (s->state == SL_RELEASE) ss->releasing = false;
+  if (type == L1_READ && s->state == SL_L1) ss->reads_busy--;
   slot_put(ss, s);
   if (s->state != SL_RELEASE && s->state != SL_READ_FAIL) reply_result(ss, s->ptype, s->id, KVA_ESHUTDOWN);
   if (ss->closing) release_step(ss);
@@ -272,6 +278,7 @@ static uint32_t pick_writes(srv_session *ss, slot *s) {
     s->sub[m] = s->keys[i];
     s->ids[m] = e->write_id;
     s->pos[m++] = i;
+    ledger_set_write(&ss->led, e, 0); /* released by this request, whatever comes first */
   }
   return m;
 }
@@ -286,6 +293,10 @@ static uint32_t pick_held(srv_session *ss, slot *s, bool pins) {
     if (!e || (pins ? e->pins == 0 : e->reads < s->readers)) continue;
     s->sub[m] = s->keys[i];
     s->pos[m++] = i;
+    if (pins) /* released by this request, whatever comes first */
+      ledger_add_pins(&ss->led, e, -1);
+    else
+      ledger_add_reads(&ss->led, e, -(int64_t)s->readers);
   }
   return m;
 }
@@ -305,10 +316,15 @@ static void start_read(srv_session *ss, slot *s) {
   }
   if (all) {
     s->req = (l1_req){.keys = s->keys, .n = s->n_client, .bufs = s->bufs};
+    ss->reads_busy++;
     send_l1(ss, s, L1_READ);
     return;
   }
   s->state = SL_READ_FAIL;
+  for (uint32_t j = 0; j < m; j++) {
+    ledger_entry *e = ledger_find(&ss->led, &s->sub[j]);
+    if (e) ledger_add_reads(&ss->led, e, -1);
+  }
   if (m == 0) {
     proto_rep rep = {.type = P_READ, .result = KVA_KEY_NOT_READABLE, .n = s->n_client,
                      .spans = spans_of(ss, s, s->n_client, false)};
@@ -508,11 +524,8 @@ static void on_l1_reply(srv_session *ss, slot *s) {
   proto_rep rep = {.type = s->ptype, .result = r->result, .n = s->n_client, .status = s->status};
   switch (s->state == SL_RELEASE || s->state == SL_READ_FAIL ? 0 : s->ptype) {
   case 0:
+    if (s->state == SL_RELEASE) ss->releasing = false;
     if (s->state == SL_READ_FAIL) {
-      for (size_t i = 0; i < r->n; i++) {
-        ledger_entry *e = ledger_find(l, &r->keys[i]);
-        if (e) ledger_add_reads(l, e, -1);
-      }
       rep = (proto_rep){.type = P_READ, .result = KVA_KEY_NOT_READABLE, .n = s->n_client};
       rep.spans = spans_of(ss, s, s->n_client, false);
     }
@@ -535,8 +548,8 @@ static void on_l1_reply(srv_session *ss, slot *s) {
       int st = s->sub_status[j];
       s->status[s->pos[j]] = st;
       rep.result += st == KVA_OK;
-      ledger_entry *e = ledger_find(l, &r->keys[j]);
-      if (e && (st == KVA_OK || st == KVA_KEY_NOT_EXIST)) ledger_set_write(l, e, 0);
+      ledger_entry *e = st == KVA_KEY_WRONG_STATE ? ledger_get(l, &r->keys[j]) : NULL;
+      if (e) ledger_set_write(l, e, s->ids[j]); /* not released: still ours */
     }
     break;
   case P_PREFETCH:
@@ -548,24 +561,13 @@ static void on_l1_reply(srv_session *ss, slot *s) {
     latency_observe(&ss->sv->prefetch_latency, now_ns() - s->t0_ns);
     break;
   case P_READ:
+    ss->reads_busy--;
     if (r->result != KVA_OK) /* the manager released one lock of each key holding one */
       for (size_t i = 0; i < r->n; i++) {
         ledger_entry *e = ledger_find(l, &r->keys[i]);
         if (e) ledger_add_reads(l, e, -1);
       }
     rep.spans = spans_of(ss, s, s->n_client, r->result == KVA_OK);
-    break;
-  case P_FINISH_READ:
-    for (size_t j = 0; j < r->n; j++) {
-      ledger_entry *e = ledger_find(l, &r->keys[j]);
-      if (e) ledger_add_reads(l, e, -(int64_t)s->readers);
-    }
-    break;
-  case P_UNPIN:
-    for (size_t j = 0; j < r->n; j++) {
-      ledger_entry *e = ledger_find(l, &r->keys[j]);
-      if (e && s->sub_status[j] == KVA_OK) ledger_add_pins(l, e, -1);
-    }
     break;
   default: break;
   }

@@ -2,6 +2,7 @@
  * sock.c — frames over a nonblocking Unix stream socket (sock.h).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -115,6 +116,13 @@ int wire_fill(int sock, wire_buf *w, int *fd_in) {
 
 int wire_next(wire_buf *w, proto_hdr *h, const uint8_t **payload, char *why, size_t whylen) {
   size_t pending = w->len - w->off;
+  uint8_t magic[4] = {PROTO_MAGIC & 0xff, (PROTO_MAGIC >> 8) & 0xff, (PROTO_MAGIC >> 16) & 0xff,
+                      PROTO_MAGIC >> 24};
+  /* a peer of another protocol is told apart by its first bytes */
+  if (memcmp(w->b + w->off, magic, pending < 4 ? pending : 4) != 0) {
+    if (why && whylen) snprintf(why, whylen, "not a kvact frame");
+    return PROTO_EMAGIC;
+  }
   if (pending < PROTO_HDR_BYTES) return 1;
   int rc = proto_hdr_get(w->b + w->off, h, why, whylen);
   if (rc != PROTO_OK) return rc;
