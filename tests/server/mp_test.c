@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "kvact.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/server/scrape.h"
 #include "tests/support/fixture.h"
 #include "wire/protocol.h"
 
@@ -568,6 +570,124 @@ START_TEST(a_client_without_a_daemon_starts_and_gets_errors) {
 }
 END_TEST
 
+/* ---- kva_kv_* in two processes ------------------------------------------------- */
+
+#define KV_CHUNKS 4
+#define KV_TOKENS 64 /* 4 chunks of 16 */
+
+static void kv_cache(test_cache *c) {
+  cache_init(c, KVA_DEVICE_HOST, KVA_KV_FLASH, KVA_DT_BF16, 2, 8, 16, 2, 64);
+}
+
+static void kv_slots(int64_t *slots) {
+  for (int t = 0; t < KV_TOKENS; t++) slots[t] = KV_TOKENS - 1 - t; /* reversed: not a copy by luck */
+}
+
+static int kv_storer_body(kva_storage *s, int arg, int out_fd) {
+  test_cache c;
+  kv_cache(&c);
+  cache_fill(&c, 42);
+  kva_kv *kv = NULL;
+  if (kva_kv_register(s, &c.d, &kv) != KVA_OK) return 2;
+  kva_key k[KV_CHUNKS];
+  gpu_test_keys(k, 0, KV_CHUNKS);
+  int64_t slots[KV_TOKENS];
+  kv_slots(slots);
+  kva_op *op = NULL;
+  if (kva_kv_store(s, kv, k, KV_CHUNKS, 16, slots, KV_TOKENS, &op) != KVA_OK) return 3;
+  int st = -99;
+  if (kva_op_wait(op, 10000, &st) != KVA_OK || st != KVA_OK) return 4;
+  kva_kv_unregister(kv);
+  cache_free(&c);
+  return 0;
+}
+
+START_TEST(kv_store_in_one_process_and_kv_load_in_another_are_bit_exact) {
+  pid_t d = daemon_start();
+  ck_assert_int_eq(child_status(fork_client(kv_storer_body, 0, -1)), 0);
+  kva_runtime *rt = client_start();
+  kva_storage *s = kva_storage_of(rt);
+  client_wait_up(s);
+  test_cache want, got;
+  kv_cache(&want);
+  cache_fill(&want, 42);
+  kv_cache(&got);
+  kva_kv *kv = NULL;
+  ck_assert_int_eq(kva_kv_register(s, &got.d, &kv), KVA_OK);
+  kva_key k[KV_CHUNKS];
+  gpu_test_keys(k, 0, KV_CHUNKS);
+  ck_assert_uint_eq(gpu_test_prefetch(s, k, KV_CHUNKS), KV_CHUNKS);
+  int64_t slots[KV_TOKENS];
+  kv_slots(slots);
+  kva_op *op = NULL;
+  ck_assert_int_eq(kva_kv_load(s, kv, k, KV_CHUNKS, 16, slots, KV_TOKENS, &op), KVA_OK);
+  ck_assert_int_eq(gpu_test_wait(op), KVA_OK);
+  /* the cache has 8 x 16 = 128 slots; the 64 loaded are the storer's, the
+   * rest stayed zero */
+  for (uint32_t l = 0; l < 2; l++) {
+    for (uint32_t kvh = 0; kvh < 2; kvh++)
+      for (uint64_t slot = 0; slot < 128; slot++) {
+        size_t off = ref_paged_offset(&got, kvh, slot);
+        const uint8_t *g = (const uint8_t *)got.layers[l] + off;
+        const uint8_t *w = (const uint8_t *)want.layers[l] + off;
+        uint8_t zero[256] = {0};
+        ck_assert_msg(memcmp(g, slot < KV_TOKENS ? w : zero, got.row_bytes) == 0,
+                      "layer %u kv %u slot %lu differs", l, kvh, (unsigned long)slot);
+      }
+  }
+  kva_kv_unregister(kv);
+  cache_free(&want);
+  cache_free(&got);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+  ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
+}
+END_TEST
+
+/* ---- metrics ------------------------------------------------------------------- */
+
+START_TEST(the_daemons_metrics_match_its_stats_and_clients) {
+  int port = 20000 + (int)(getpid() % 20000);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "server.metrics_addr=127.0.0.1:%d", port);
+  pid_t d = daemon_start_with(0, 0, addr);
+  kva_runtime *rt = client_start();
+  kva_storage *s = kva_storage_of(rt);
+  client_wait_up(s);
+  write_keys(s, 1, 8, 4096);
+  ck_assert_uint_eq(read_keys(s, 1, 8, 4096), 8);
+  /* one read lock and one pin held while the page is read */
+  kva_key k = fixture_key(1);
+  kva_prefetch *h;
+  size_t hits;
+  ck_assert_int_eq(kva_submit_prefetch(s, &k, 1, NULL, 0, &h), KVA_OK);
+  ck_assert_int_eq(kva_wait_prefetch(s, h, 5000, &hits), KVA_OK);
+  kva_tier_hits th;
+  ck_assert_int_eq(kva_lookup(s, &k, 1, 1, &th), KVA_OK);
+  kva_storage_stats st;
+  ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
+  static char page[1 << 16];
+  scrape_metrics(port, page, sizeof(page));
+  ck_assert_uint_gt(scrape_check_format(page), 10);
+  ck_assert_uint_eq(scrape_u64(page, "kvact_l1_objects"), st.l1_objects);
+  ck_assert_uint_eq(scrape_u64(page, "kvact_l1_hits_total"), st.hits);
+  ck_assert_uint_eq(scrape_u64(page, "kvact_clients_connected"), 1);
+  char sample[160];
+  snprintf(sample, sizeof(sample), "kvact_client_locks{pid=\"%d\",uid=\"%u\",kind=\"read\"}",
+           (int)getpid(), (unsigned)getuid());
+  ck_assert_uint_eq(scrape_u64(page, sample), 1);
+  snprintf(sample, sizeof(sample), "kvact_client_locks{pid=\"%d\",uid=\"%u\",kind=\"pin\"}",
+           (int)getpid(), (unsigned)getuid());
+  ck_assert_uint_eq(scrape_u64(page, sample), 1);
+  ck_assert_uint_ge(scrape_u64(page, "kvact_prefetch_latency_seconds_count"), 9);
+  ck_assert_int_eq(kva_unpin(s, &k, 1), 1);
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+  ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *s = suite_create("mp");
   TCase *tc = tcase_create("mp");
@@ -582,6 +702,8 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, a_client_of_another_protocol_version_is_told_why);
   tcase_add_test(tc, a_peer_of_another_uid_is_refused);
   tcase_add_test(tc, a_client_without_a_daemon_starts_and_gets_errors);
+  tcase_add_test(tc, kv_store_in_one_process_and_kv_load_in_another_are_bit_exact);
+  tcase_add_test(tc, the_daemons_metrics_match_its_stats_and_clients);
   suite_add_tcase(s, tc);
   return s;
 }
