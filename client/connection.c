@@ -506,7 +506,7 @@ static void on_readable(client_conn *c) {
     proto_hdr h;
     const uint8_t *p;
     char why[128];
-    int f;
+    int f = 1;
     while (c->fd >= 0 && (f = wire_next(&c->in, &h, &p, why, sizeof(why))) == PROTO_OK) {
       if (c->state == HELLO)
         on_welcome(c, &h, p);

@@ -488,7 +488,7 @@ static void on_readable(srv_session *ss) {
     proto_hdr h;
     const uint8_t *p;
     char why[128];
-    int f;
+    int f = 1;
     while (!ss->closing && (f = wire_next(&ss->in, &h, &p, why, sizeof(why))) == PROTO_OK)
       on_frame(ss, &h, p);
     if (ss->closing) return;
