@@ -193,7 +193,7 @@ static int zmq_round_trips(void *s, size_t n, uint64_t *lat) {
 
 /* The empty request that ends the server, and its answer. */
 static int zmq_stop(void *s) {
-  uint8_t rep[MP_RTT_REP_BYTES];
+  uint8_t rep[MP_RTT_REP_BYTES] = {0};
   return zmq_send(s, rep, 0, 0) == 0 && zmq_recv(s, rep, sizeof(rep), 0) >= 0 ? 0 : -1;
 }
 
