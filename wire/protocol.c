@@ -1,12 +1,13 @@
 /*
  * protocol.c — the frames of multi-process mode (protocol.h): the header,
  * the requests (protocol_reply.c: the replies) and the decoders' refusals.
- * The encoders cannot write a frame their decoders refuse; the decoders
- * trust nothing but the header's len, which proto_hdr_get bounded.
+ * The encoders refuse only what cannot be framed (the callers validated
+ * the rest); the decoders trust nothing but the header's len, which
+ * proto_hdr_get bounded, and check every field.
  *
  * Each payload is described once, as the list of its fields in wire order
- * (req_fields); one function per field sizes it, writes it and reads it
- * back, so the encoder and the decoder cannot disagree on the layout.
+ * (req_fields), which the sizer, the encoder and the decoder all walk, so
+ * they cannot disagree on the layout.
  */
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,8 +22,11 @@
 /* The largest request (PREFETCH: 12 bytes, a layout, keys) fits the limit. */
 _Static_assert(12u + PROTO_LAYOUT_BYTES + PROTO_MAX_KEYS * PROTO_KEY_BYTES <= PROTO_MAX_PAYLOAD,
                "PROTO_MAX_PAYLOAD too small for PROTO_MAX_KEYS keys");
-_Static_assert(sizeof(((kva_key *)0)->model) == 64 && sizeof(((kva_key *)0)->hash) == 32,
-               "PROTO_KEY_BYTES is model[64], 4 + 4 + 1, hash[32]");
+_Static_assert(PROTO_KEY_BYTES ==
+                   sizeof(((kva_key *)0)->model) + 4 + 4 + 1 + sizeof(((kva_key *)0)->hash),
+               "a key is model, kv_rank, group, hash_len, hash");
+_Static_assert(PROTO_LAYOUT_BYTES == 4 + 4 * (4 + 4 + 6 * 8), "a layout is ntensors, 4 tensors");
+
 /* ---- refusals -------------------------------------------------------- */
 
 static const char *const type_names[P_TYPE_END] = {

@@ -1,9 +1,10 @@
 /*
  * protocol_reply.c — the replies of multi-process mode (protocol.h), as
  * protocol.c does the requests: each reply's payload after its i32 result
- * is the list of its fields (rep_fields), each sized, written and read by
- * one function; a decoded reply is checked against the request it answers
- * (its type, its number of keys) and the pool its spans point into.
+ * is the list of its fields (rep_fields) that the sizer, the encoder and
+ * the decoder all walk; a decoded reply is checked against the request it
+ * answers (its type, its number of keys) and the pool its spans point
+ * into.
  */
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,9 +1,9 @@
 /*
  * wire_internal.h — what the two halves of the codec (protocol.c: the
  * header and requests; protocol_reply.c: replies) share: little-endian
- * integers written byte by byte (the wire's byte order on any host;
- * compilers turn each into one load or store), the cursors payloads are
- * written and read with, and the decoders' refusals.
+ * integers written byte by byte (the wire's byte order on any host, and
+ * optimizing compilers merge the bytes into plain loads and stores), the
+ * cursors payloads are written and read with, and the decoders' refusals.
  */
 #ifndef KVA_WIRE_INTERNAL_H
 #define KVA_WIRE_INTERNAL_H
