@@ -11,6 +11,7 @@
  * L1_* (l1_req *), CL_CALL       | down: answered at once (KVA_ESHUTDOWN,
  *   (client_call *)              | misses); up: one frame to the daemon, the
  *                                | request kept in a slot named by the id
+ * (stop)                         | P_BYE, close: the daemon releases at once
  * KVA_MSG_FD_READY (socket)      | flush output; read frames: P_WELCOME maps
  *                                | the pool; a reply fills its request and
  *                                | answers L1_REPLY to its sender; the late
@@ -388,6 +389,8 @@ static void on_request(client_conn *c, const kva_msg *m) {
 static void undo(client_conn *c, slot *s, uint16_t ptype, uint32_t n) {
   proto_req q = {.type = ptype, .n = n, .keys = s->keys, .readers = s->readers};
   s->state = SLOT_RELEASE;
+  s->ptype = ptype; /* its reply is checked as this request's */
+  s->n = n;
   s->id = (++c->seq << 16) | (uint64_t)(s - c->slots);
   s->deadline_ns = UINT64_MAX;
   if (n == 0 || !queue_frame(c, &q, s->id)) {
@@ -576,7 +579,14 @@ static void receive(kva_actor *self, void *state, const kva_msg *m) {
 
 static void on_stop(kva_actor *self, void *state) {
   client_conn *c = state;
-  if (c->fd >= 0) close(c->fd);
+  if (c->fd >= 0) { /* the runtime shuts down: an orderly end, whatever is queued */
+    uint8_t bye[PROTO_HDR_BYTES];
+    proto_hdr_put(bye, P_BYE, 0, 0);
+    c->out.off = c->out.len = 0;
+    if (send(c->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(bye))
+      LOG_WARN("client: could not say goodbye to kvactd; it keeps this process's locks until it exits");
+    close(c->fd);
+  }
   if (c->fd_in >= 0) close(c->fd_in);
   unmap(&c->pool);
   for (size_t i = 0; i < c->nold; i++) unmap(&c->old[i]);

@@ -17,17 +17,23 @@
  * SRV_CTL_DONE (tag = slot)      | the same for a control call
  * SRV_CLOSE                      | close (kvactd stops)
  *
- * Closing (docs/invariants.md I-MP-1): the socket is closed, slots still
- * busy are waited for (their locks join the ledger), then every write
- * reservation is aborted by object id (never stored, never readable),
- * every read lock released and every pin dropped; then the actor stops.
+ * KVA_MSG_FD_READY (pidfd)       | a held session's process exited: give back
+ *
+ * Closing (docs/invariants.md I-MP-1, I-MP-4): the socket is closed; every
+ * write reservation is aborted by object id (never stored, never
+ * readable), every read lock released and every pin dropped, also those
+ * of the slots still in flight once they are answered; then the actor
+ * stops. A connection lost in disorder by a live process keeps its ledger
+ * until that process exits.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,10 +77,12 @@ struct srv_session {
   server *sv;
   kva_actor *self;
   int fd;
+  int pidfd; /* the peer process (pidfd_open at accept), or -1 */
   pid_t pid;
   uid_t uid;
   wire_buf in, out;
   bool welcomed, closing;
+  bool held; /* closed in disorder with its process alive: the ledger waits for its exit */
   slot **slots;
   size_t nslots, slots_cap;
   uint32_t *free_ids;
@@ -181,7 +189,7 @@ static void send_l1(srv_session *ss, slot *s, uint32_t type);
  * which can release locks, is waited for); stops the actor once the
  * ledger is empty and nothing is in flight. */
 static void release_step(srv_session *ss) {
-  if (ss->releasing || ss->reads_busy) return;
+  if (ss->releasing || ss->reads_busy || ss->held) return;
   ledger *l = &ss->led;
   slot *s = l->n ? slot_take(ss) : NULL;
   if (l->n && !s) return; /* MAX_BUSY in flight: the next reply calls again */
@@ -240,7 +248,18 @@ static void release_step(srv_session *ss) {
   send_l1(ss, s, type);
 }
 
-static void close_conn(srv_session *ss, const char *why) {
+static bool peer_alive(const srv_session *ss) {
+  struct pollfd p = {.fd = ss->pidfd, .events = POLLIN};
+  return ss->pidfd >= 0 && poll(&p, 1, 0) == 0; /* readable once it has exited */
+}
+
+/* Ends the connection. In order (P_BYE, kvactd stopping) or with the peer
+ * process gone, the ledger is given back now. In disorder (EOF without
+ * P_BYE, an error, a bad frame) while the process lives, its threads may
+ * still be writing or reading buffers it was given: the ledger is kept
+ * until the process exits (docs/invariants.md I-MP-4), so no buffer is
+ * ever reused under it. */
+static void close_conn_as(srv_session *ss, const char *why, bool orderly) {
   if (ss->closing) return;
   ss->closing = true;
   snprintf(ss->why, sizeof(ss->why), "%s", why);
@@ -251,6 +270,26 @@ static void close_conn(srv_session *ss, const char *why) {
   }
   wire_buf_free(&ss->in);
   wire_buf_free(&ss->out);
+  if (!orderly && (ss->led.n || ss->busy) && peer_alive(ss) &&
+      kva_watch_fd(ss->self, ss->pidfd, EPOLLIN, 1) == KVA_OK) {
+    ss->held = true;
+    LOG_WARN("kvactd: client pid %d lost its connection (%s) but lives: its locks are kept until "
+             "it exits",
+             (int)ss->pid, why);
+    return;
+  }
+  release_step(ss);
+}
+
+static void close_conn(srv_session *ss, const char *why) {
+  close_conn_as(ss, why, false);
+}
+
+/* The held session's process exited (or kvactd stops): give back. */
+static void unhold(srv_session *ss) {
+  if (!ss->held) return;
+  ss->held = false;
+  kva_unwatch_fd(ss->self, ss->pidfd);
   release_step(ss);
 }
 
@@ -461,6 +500,11 @@ static void on_frame(srv_session *ss, const proto_hdr *h, const uint8_t *p) {
     close_conn(ss, msg);
     return;
   }
+  if (q.type == P_BYE) {
+    slot_put(ss, s);
+    close_conn_as(ss, "goodbye", true);
+    return;
+  }
   if (!ss->welcomed || q.type == P_HELLO) {
     slot_put(ss, s);
     if (!ss->welcomed && q.type == P_HELLO)
@@ -620,6 +664,11 @@ static void receive(kva_actor *self, void *state, const kva_msg *m) {
   case KVA_MSG_FD_READY: {
     kva_fd_event ev;
     memcpy(&ev, m->data, sizeof(ev));
+    if (ss->held && ev.fd == ss->pidfd) {
+      snprintf(ss->why + strlen(ss->why), sizeof(ss->why) - strlen(ss->why), ", then exited");
+      unhold(ss);
+      break;
+    }
     if (ss->fd < 0 || ev.fd != ss->fd) break;
     if (ev.events & EPOLLOUT) {
       int rc = wire_flush(ss->fd, &ss->out, -1);
@@ -634,7 +683,10 @@ static void receive(kva_actor *self, void *state, const kva_msg *m) {
   case SRV_CTL_DONE:
     if (s && s->state == SL_CTL) on_ctl_done(ss, s);
     break;
-  case SRV_CLOSE: close_conn(ss, "kvactd is stopping"); break;
+  case SRV_CLOSE:
+    close_conn_as(ss, "kvactd is stopping", true);
+    unhold(ss);
+    break;
   default: break;
   }
 }
@@ -642,6 +694,7 @@ static void receive(kva_actor *self, void *state, const kva_msg *m) {
 static void on_stop(kva_actor *self, void *state) {
   srv_session *ss = state;
   if (ss->fd >= 0) close(ss->fd);
+  if (ss->pidfd >= 0) close(ss->pidfd);
   for (size_t i = 0; i < ss->nslots; i++) {
     slot *s = ss->slots[i];
     free(s->keys);
@@ -668,6 +721,7 @@ int session_spawn(server *sv, int fd, pid_t pid, uid_t uid) {
   srv_session *ss = calloc(1, sizeof(*ss));
   if (!ss) return KVA_ENOMEM;
   *ss = (srv_session){.sv = sv, .fd = fd, .pid = pid, .uid = uid};
+  ss->pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* -1 on old kernels: released at once */
   ss->self = kva_spawn(sv->rt, &behavior, ss, NULL);
   if (!ss->self) {
     free(ss);

@@ -50,6 +50,7 @@ static const char *const type_names[P_TYPE_END] = {
     [P_BYPASSED] = "BYPASSED",
     [P_L2_CONTAINS] = "L2_CONTAINS",
     [P_TIER_STATS] = "TIER_STATS",
+    [P_BYE] = "BYE",
 };
 
 const char *wire_type_name(uint16_t type) {
@@ -191,6 +192,7 @@ static const uint8_t req_fields[P_TYPE_END][6] = {
     [P_BYPASSED] = {RF_TIER},
     [P_L2_CONTAINS] = {RF_TIER, RF_KEY},
     [P_TIER_STATS] = {RF_TIER},
+    [P_BYE] = {RF_END},
 };
 
 /* Bytes of field f of r, or 0 when r cannot have it. */

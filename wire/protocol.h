@@ -42,6 +42,7 @@
  *   P_BYPASSED       tier
  *   P_L2_CONTAINS    tier, key
  *   P_TIER_STATS     tier
+ *   P_BYE            (empty; never answered: the client closes after it)
  *
  * Reply payloads (type | P_REPLY) start with i32 result (the call's
  * return value). A negative result ends the payload, except for MEMCHECK,
@@ -110,6 +111,7 @@ enum {
   P_BYPASSED,
   P_L2_CONTAINS,
   P_TIER_STATS,
+  P_BYE,      /* the client is done: its connection ends in order (no reply) */
   P_TYPE_END, /* requests are 1 .. P_TYPE_END - 1 */
   P_REFUSED = 0x7fff,
   P_REPLY = 0x8000,
