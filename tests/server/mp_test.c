@@ -196,10 +196,17 @@ static void teardown(void) {
 }
 
 /* A child process's body, then _exit with its result (0 = ok). */
-static pid_t fork_client(int (*body)(kva_storage *s, int arg, int out_fd), int arg, int out_fd) {
+/* Forks a client process that starts its runtime once a byte arrives on
+ * gate_fd (-1: at once). Children are forked while this process has no
+ * thread (a fork of a threaded process may inherit a held lock), so a
+ * test that needs a runtime of its own forks its children first. */
+static pid_t fork_client_gated(int (*body)(kva_storage *s, int arg, int out_fd), int arg,
+                               int out_fd, int gate_fd) {
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
+    char go;
+    if (gate_fd >= 0 && read(gate_fd, &go, 1) != 1) _exit(9);
     kva_runtime *rt = client_start();
     client_wait_up(kva_storage_of(rt));
     int rc = body(kva_storage_of(rt), arg, out_fd);
@@ -207,6 +214,10 @@ static pid_t fork_client(int (*body)(kva_storage *s, int arg, int out_fd), int a
     _exit(rc);
   }
   return pid;
+}
+
+static pid_t fork_client(int (*body)(kva_storage *s, int arg, int out_fd), int arg, int out_fd) {
+  return fork_client_gated(body, arg, out_fd, -1);
 }
 
 static int child_status(pid_t pid) {
@@ -283,6 +294,10 @@ static int holder_body(kva_storage *s, int base, int out_fd) {
 
 START_TEST(a_killed_client_leaves_no_lock_and_loses_nothing) {
   pid_t d = daemon_start_with(100000, 0, NULL); /* the mock tier answers in 0.1 s */
+  int p[2], gate[2];
+  ck_assert_int_eq(pipe(p), 0);
+  ck_assert_int_eq(pipe(gate), 0);
+  pid_t c = fork_client_gated(holder_body, 9000, p[1], gate[0]);
   kva_runtime *rt = client_start();
   kva_storage *s = kva_storage_of(rt);
   client_wait_up(s);
@@ -302,9 +317,7 @@ START_TEST(a_killed_client_leaves_no_lock_and_loses_nothing) {
   ck_assert_int_eq(kva_wait_prefetch(s, h, 5000, &hits), KVA_OK);
   ck_assert_uint_eq(hits, 1);
 
-  int p[2];
-  ck_assert_int_eq(pipe(p), 0);
-  pid_t c = fork_client(holder_body, 9000, p[1]);
+  ck_assert_int_eq(write(gate[1], "g", 1), 1);
   char ready = 0;
   ck_assert_int_eq(read(p[0], &ready, 1), 1);
   ck_assert_int_eq(ready, 'r');
