@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "actors/gauges.h"
 #include "actors/log.h"
 #include "common/array.h"
 #include "l1/l1_manager.h"
@@ -110,6 +111,9 @@ static void publish_totals(srv_session *ss) {
   __atomic_store_n(&ss->wl, ss->led.writes, __ATOMIC_RELAXED);
   __atomic_store_n(&ss->rl, ss->led.reads, __ATOMIC_RELAXED);
   __atomic_store_n(&ss->pins, ss->led.pins, __ATOMIC_RELAXED);
+  actor_stats_gauge(ss->self, 1, ss->led.writes); /* kvinspect's, named at welcome */
+  actor_stats_gauge(ss->self, 2, ss->led.reads);
+  actor_stats_gauge(ss->self, 3, ss->led.pins);
 }
 
 /* ---- slots ----------------------------------------------------------------- */
@@ -475,6 +479,9 @@ static void welcome(srv_session *ss, const proto_req *q) {
     return;
   }
   ss->welcomed = true;
+  char label[KVA_STATS_LABEL];
+  snprintf(label, sizeof(label), "pid %d uid %u", (int)ss->pid, (unsigned)ss->uid);
+  actor_stats_label(ss->self, label, "requests write_locks read_locks pins");
   LOG_INFO("kvactd: client pid %d uid %u connected (its pid says %u)", (int)ss->pid,
            (unsigned)ss->uid, q->pid);
 }
@@ -513,7 +520,7 @@ static void on_frame(srv_session *ss, const proto_hdr *h, const uint8_t *p) {
       close_conn(ss, ss->welcomed ? "a second hello" : "a request before the hello");
     return;
   }
-  __atomic_add_fetch(&ss->requests, 1, __ATOMIC_RELAXED);
+  actor_stats_gauge(ss->self, 0, __atomic_add_fetch(&ss->requests, 1, __ATOMIC_RELAXED));
   s->state = SL_L1;
   s->ptype = q.type;
   s->id = h->id;
