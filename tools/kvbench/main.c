@@ -39,7 +39,7 @@ static void usage(FILE *f) {
              "  --redis-addr H:P  redis: use this server (default: start a redis-server\n"
              "                    on a free loopback port, stopped at the end)\n"
              "  --redis-objects N redis: objects per pass, each size (64)\n"
-             "  --mp-iters N      mp: single-key round trips per rep (200000); each\n"
+             "  --mp-iters N      mp: single-key round trips per rep (50000); each\n"
              "                    batch client makes N / 10 + 1\n"
              "  --quick           small sizes (a smoke run, figures meaningless)\n");
 }
@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
                   .rtt_samples = 100000,
                   .disk_chunks = 64,
                   .redis_objects = 64,
-                  .mp_iters = 200000};
+                  .mp_iters = 50000};
   const char *suite = "runtime";
   static const struct option opts[] = {
       {"suite", 1, 0, 's'},         {"reps", 1, 0, 'r'},     {"workers", 1, 0, 'w'},

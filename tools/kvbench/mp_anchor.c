@@ -6,8 +6,7 @@
  *
  * Every server is a forked child that answers each request with a reply
  * of fixed size and exits when its client closes (unix) or sends an empty
- * message (zmq). Children leave with _exit: the parent's stdio buffers are
- * flushed before each fork and must not be flushed twice. Latencies are
+ * message (zmq); the batch's clients race through mp_race. Latencies are
  * kept in an array allocated before the clock starts and sorted after.
  */
 #include <errno.h>
@@ -16,14 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/mp_anchor.h"
-
-#define MAX_CLIENTS 64
 
 static int fail(const char *what) {
   fprintf(stderr, "kvbench: mp anchor: %s: %s\n", what, strerror(errno));
@@ -55,27 +51,6 @@ static int send_full(int fd, const uint8_t *b, size_t n) {
       return -1;
   }
   return 0;
-}
-
-/* 0 when the child exited with status 0. */
-static int reap(pid_t pid) {
-  int st;
-  while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Percentiles of lat[0..n) (sorted here) and the rate over total_ns. */
-static void rtt_finish(uint64_t *lat, size_t n, uint64_t total_ns, rtt_result *out) {
-  qsort(lat, n, sizeof(*lat), cmp_u64);
-  out->p50_us = (double)lat[n / 2] / 1e3;
-  out->p99_us = (double)lat[n * 99 / 100] / 1e3;
-  out->rate_per_s = (double)n / ((double)total_ns / 1e9);
 }
 
 /* ---- raw AF_UNIX stream ---------------------------------------------------- */
@@ -129,9 +104,9 @@ int anchor_unix_rtt(size_t iters, rtt_result *out) {
   if (rc == 0) rc = unix_round_trips(fd, MP_RTT_REQ_BYTES, MP_RTT_REP_BYTES, iters, lat);
   uint64_t ns = bench_now_ns() - t0;
   if (fd >= 0) close(fd);
-  if (srv >= 0 && reap(srv) != 0) rc = -1;
+  if (srv >= 0 && mp_reap(srv) != 0) rc = -1;
   if (rc == 0)
-    rtt_finish(lat, iters, ns, out);
+    mp_rtt_finish(lat, iters, ns, out);
   else
     fprintf(stderr, "kvbench: mp anchor: unix round trips failed\n");
   free(lat);
@@ -171,7 +146,7 @@ static pid_t zmq_server_start(const char *endpoint) {
   close(p[1]);
   char c = 0;
   if (pid >= 0 && (read(p[0], &c, 1) != 1 || c != 'r')) {
-    reap(pid);
+    mp_reap(pid);
     pid = -1;
     errno = EADDRNOTAVAIL;
   }
@@ -224,8 +199,8 @@ int anchor_zmq_rtt(size_t iters, rtt_result *out) {
   uint64_t *lat = iters ? malloc(iters * sizeof(*lat)) : NULL, ns = 0;
   pid_t srv = lat ? zmq_server_start(endpoint) : -1;
   int rc = srv < 0 ? -1 : zmq_client(endpoint, iters, lat, &ns);
-  if (srv >= 0 && reap(srv) != 0) rc = -1;
-  if (rc == 0) rtt_finish(lat, iters, ns, out);
+  if (srv >= 0 && mp_reap(srv) != 0) rc = -1;
+  if (rc == 0) mp_rtt_finish(lat, iters, ns, out);
   free(lat);
   unlink(path);
   return rc;
@@ -233,96 +208,29 @@ int anchor_zmq_rtt(size_t iters, rtt_result *out) {
 
 /* ---- batched round trips from several client processes --------------------- */
 
-/* A client child: its own server, a warm-up, 'r' on ready_w ('x' if
- * either failed), then one byte from go_r (end of stream: abandon), the
- * round trips, and the clock when they ended (CLOCK_MONOTONIC is the same
- * in every process) on ready_w: 8 bytes, one write (atomic on a pipe). */
-static _Noreturn void batch_client(int ready_w, int go_r, size_t iters) {
+/* A racing client (mp_race): its own server, a warm-up, then `*iters`
+ * timed round trips. */
+static int batch_client(int rank, void *arg, int ready_w, int go_r) {
+  size_t iters = *(const size_t *)arg;
   int fd = -1;
+  (void)rank;
   pid_t srv = unix_server_start(MP_BATCH_REQ_BYTES, MP_BATCH_REP_BYTES, &fd);
   int ok = srv >= 0 &&
            unix_round_trips(fd, MP_BATCH_REQ_BYTES, MP_BATCH_REP_BYTES, MP_WARMUP, NULL) == 0;
-  char go;
-  if (write(ready_w, ok ? "r" : "x", 1) != 1) ok = 0;
-  ok = ok && read(go_r, &go, 1) == 1 &&
+  ok = mp_client_ready(ready_w, go_r, ok) &&
        unix_round_trips(fd, MP_BATCH_REQ_BYTES, MP_BATCH_REP_BYTES, iters, NULL) == 0;
-  uint64_t end = bench_now_ns();
-  if (ok) ok = write(ready_w, &end, sizeof(end)) == (ssize_t)sizeof(end);
+  ok = mp_client_done(ready_w, ok);
   if (fd >= 0) close(fd);
-  if (srv >= 0 && reap(srv) != 0) ok = 0;
-  _exit(ok ? 0 : 1);
-}
-
-/* Forks the clients; how many started. */
-static int batch_fork(int n, const int ready[2], const int go[2], size_t iters, pid_t *pids) {
-  fflush(NULL);
-  for (int i = 0; i < n; i++) {
-    pids[i] = fork();
-    if (pids[i] < 0) {
-      fail("fork");
-      return i;
-    }
-    if (pids[i] == 0) {
-      close(ready[0]);
-      close(go[1]);
-      batch_client(ready[1], go[0], iters);
-    }
-  }
-  return n;
-}
-
-/* Exactly n bytes from a pipe; -1 when every writer is gone first. */
-static int read_pipe(int fd, void *b, size_t n) {
-  for (size_t got = 0; got < n;) {
-    ssize_t r = read(fd, (char *)b + got, n - got);
-    if (r > 0)
-      got += (size_t)r;
-    else if (r == 0 || errno != EINTR)
-      return -1;
-  }
-  return 0;
-}
-
-/* Starts the clients at once: when all are ready, the clock, then one go
- * byte each; the latest end they report, or 0 when one failed. */
-static uint64_t batch_race(int clients, int ready_r, int go_w, uint64_t *t0) {
-  static const char go_bytes[MAX_CLIENTS];
-  char said[MAX_CLIENTS];
-  uint64_t ends[MAX_CLIENTS], last = 0;
-  if (read_pipe(ready_r, said, (size_t)clients) != 0) return 0;
-  if (memchr(said, 'x', (size_t)clients)) return 0;
-  *t0 = bench_now_ns();
-  if (write(go_w, go_bytes, (size_t)clients) != clients) return 0;
-  if (read_pipe(ready_r, ends, (size_t)clients * sizeof(ends[0])) != 0) return 0;
-  for (int i = 0; i < clients; i++) last = ends[i] > last ? ends[i] : last;
-  return last;
+  if (srv >= 0 && mp_reap(srv) != 0) ok = 0;
+  return ok ? 0 : 1;
 }
 
 int anchor_unix_batch(int clients, size_t iters, double *keyops_per_s) {
-  int ready[2], go[2];
-  pid_t pids[MAX_CLIENTS];
-  if (clients < 1 || clients > MAX_CLIENTS || !iters) {
-    fprintf(stderr, "kvbench: mp anchor: batch of %d clients, %zu round trips\n", clients, iters);
+  uint64_t ns;
+  if (!iters || mp_race(clients, batch_client, &iters, &ns) != 0) {
+    fprintf(stderr, "kvbench: mp anchor: a batch of %d clients failed\n", clients);
     return -1;
   }
-  if (pipe(ready) != 0) return fail("pipe");
-  if (pipe(go) != 0) {
-    close(ready[0]);
-    close(ready[1]);
-    return fail("pipe");
-  }
-  int started = batch_fork(clients, ready, go, iters, pids);
-  close(ready[1]);
-  close(go[0]);
-  uint64_t t0 = 0, end = started == clients ? batch_race(clients, ready[0], go[1], &t0) : 0;
-  close(go[1]); /* without their go bytes, clients still waiting give up */
-  close(ready[0]);
-  int ok = end > t0;
-  for (int i = 0; i < started; i++) ok &= reap(pids[i]) == 0;
-  if (!ok) {
-    fprintf(stderr, "kvbench: mp anchor: a batch client failed\n");
-    return -1;
-  }
-  *keyops_per_s = (double)clients * (double)iters * MP_BATCH_KEYS / ((double)(end - t0) / 1e9);
+  *keyops_per_s = (double)clients * (double)iters * MP_BATCH_KEYS / ((double)ns / 1e9);
   return 0;
 }

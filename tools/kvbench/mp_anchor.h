@@ -20,6 +20,8 @@
 
 #include <stddef.h>
 
+#include "tools/kvbench/mp_proc.h"
+
 #define MP_HDR_BYTES 24u
 #define MP_KEY_BYTES 105u
 #define MP_LAYOUT_BYTES 228u
@@ -32,11 +34,6 @@
 #define MP_BATCH_REP_BYTES (MP_HDR_BYTES + 8u + MP_BATCH_KEYS * 4u)
 /* Round trips before the clock starts (connections, caches, page faults). */
 #define MP_WARMUP 1000u
-
-typedef struct rtt_result {
-  double rate_per_s; /* round trips per second, one at a time */
-  double p50_us, p99_us;
-} rtt_result;
 
 /* Round trips of MP_RTT_REQ_BYTES / MP_RTT_REP_BYTES, `iters` of them
  * timed one by one after MP_WARMUP: 0, or -1 when a socket, fork or
