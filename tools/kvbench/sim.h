@@ -32,7 +32,7 @@ typedef struct sim_opts {
   uint64_t seed;
   double prefill_tps, duration_s;
   int json;
-  const char *svg; /* the chart's path */
+  const char *svg;    /* the chart's path */
   int clients;        /* --clients: engine processes (0 = this process alone) */
   const char *socket; /* --socket: a running kvactd's (NULL: --clients starts one) */
   int proc;           /* this engine process's index: its conversations' seeds */

@@ -35,7 +35,8 @@
 
 /* What an engine process writes back, then `nsamples` TTFTs (seconds). */
 typedef struct sim_proc_figs {
-  uint64_t turns, chunks, hit_chunks, wrong_bytes, errors, nsamples;
+  uint64_t turns, chunks, hit_chunks, stored_chunks, wrong_bytes, errors, nsamples;
+  double store_s; /* in kva_kv_store until its op is waited for */
 } sim_proc_figs;
 
 /* A mode's figures, every process together. */
@@ -174,7 +175,7 @@ static int client_wait_up(kva_storage *s) {
 static kva_runtime *engine_runtime(const sim_clients_run *r, int client, int i, int device) {
   kva_config *c = sim_config(r->file, r->sets, r->nsets, device);
   kva_runtime *rt = NULL;
-  int rc = !c ? KVA_ENOMEM
+  int rc = !c       ? KVA_ENOMEM
            : client ? kva_config_set(c, "client.socket", r->socket)
                     : embedded_share(c, i, r->o->clients);
   if (rc == KVA_OK) rc = kva_runtime_start(c, &rt);
@@ -203,8 +204,10 @@ static void engine_child(const sim_clients_run *r, int client, int i, int out, i
   char ch;
   if (!rt || write_all(out, "R", 1) || read(go, &ch, 1) != 0) _exit(1);
   int rc = sim_run(&o, kva_storage_of(rt), &st) < 0;
-  sim_proc_figs f = {st.turns, st.chunks, st.hit_chunks, st.wrong_bytes, st.errors, st.nsamples};
-  if (!rc) rc = write_all(out, &f, sizeof f) || write_all(out, st.ttft_s, f.nsamples * sizeof(double));
+  sim_proc_figs f = {st.turns,       st.chunks, st.hit_chunks, st.stored_chunks,
+                     st.wrong_bytes, st.errors, st.nsamples,   st.store_s};
+  if (!rc)
+    rc = write_all(out, &f, sizeof f) || write_all(out, st.ttft_s, f.nsamples * sizeof(double));
   kva_runtime_shutdown(rt);
   _exit(rc);
 }
@@ -225,6 +228,8 @@ static int collect(int fd, sim_mode_figs *m) {
   m->sum.turns += f.turns;
   m->sum.chunks += f.chunks;
   m->sum.hit_chunks += f.hit_chunks;
+  m->sum.stored_chunks += f.stored_chunks;
+  m->sum.store_s += f.store_s;
   m->sum.wrong_bytes += f.wrong_bytes;
   m->sum.errors += f.errors;
   return 0;
@@ -284,12 +289,18 @@ static double hit_ratio(const sim_mode_figs *m) {
   return m->sum.chunks ? (double)m->sum.hit_chunks / (double)m->sum.chunks : 0;
 }
 
-static void print_row(int n, const char *mode, sim_mode_figs *m, double *p50, double *p99) {
+/* Store throughput: every process's kva_kv_store bytes over their time in
+ * it, as the single-process report has it. */
+static void print_row(const sim_opts *o, const char *mode, sim_mode_figs *m, double *p50,
+                      double *p99) {
+  kva_layout l = sim_layout(o->model);
+  double bytes = (double)m->sum.stored_chunks * (double)kva_layout_bytes(&l);
   *p50 = 1e3 * sim_pct(m->ttft, m->n, 50);
   *p99 = 1e3 * sim_pct(m->ttft, m->n, 99);
   printf("clients=%d  mode=%-8s  hit_ratio=%.3f  ttft_p50_ms=%.2f  ttft_p99_ms=%.2f  "
-         "requests=%llu  wrong_bytes=%llu  errors=%llu  failed_processes=%d\n",
-         n, mode, hit_ratio(m), *p50, *p99, (unsigned long long)m->sum.turns,
+         "requests=%llu  store_gbs=%.2f  wrong_bytes=%llu  errors=%llu  failed_processes=%d\n",
+         o->clients, mode, hit_ratio(m), *p50, *p99, (unsigned long long)m->sum.turns,
+         m->sum.store_s > 0 ? bytes / m->sum.store_s / 1e9 : 0,
          (unsigned long long)m->sum.wrong_bytes, (unsigned long long)m->sum.errors, m->failed);
 }
 
@@ -300,8 +311,8 @@ static int bad(const sim_mode_figs *m) {
 int sim_clients(const sim_opts *o, const char *file, char **sets, int nsets) {
   char path[108];
   snprintf(path, sizeof path, "/tmp/kvbench-sim-%d.sock", (int)getpid());
-  sim_clients_run r = {.o = o, .file = file, .socket = o->socket ? o->socket : path,
-                       .sets = sets, .nsets = nsets};
+  sim_clients_run r = {
+      .o = o, .file = file, .socket = o->socket ? o->socket : path, .sets = sets, .nsets = nsets};
   kva_config *c = sim_config(file, sets, nsets, KVA_DEVICE_HOST); /* checked once, here */
   if (!c) return 1;
   kva_config_free(c);
@@ -316,8 +327,8 @@ int sim_clients(const sim_opts *o, const char *file, char **sets, int nsets) {
           o->clients);
   run_mode(&r, 0, &m[1]);
   double p50[2], p99[2];
-  print_row(o->clients, "kvactd", &m[0], &p50[0], &p99[0]);
-  print_row(o->clients, "embedded", &m[1], &p50[1], &p99[1]);
+  print_row(o, "kvactd", &m[0], &p50[0], &p99[0]);
+  print_row(o, "embedded", &m[1], &p50[1], &p99[1]);
   printf("measure=sim-clients N=%d hit_ratio_kvactd=%.3f hit_ratio_embedded=%.3f "
          "ttft_p50_kvactd=%.2f ttft_p50_embedded=%.2f ttft_p99_kvactd=%.2f "
          "ttft_p99_embedded=%.2f\n",

@@ -96,12 +96,13 @@ kva_config *sim_config(const char *file, char **sets, int nsets, int device) {
 
 static int sim_parse(int argc, char **argv, sim_opts *o, const char **cfg, char **sets,
                      int *nsets) {
-  static const struct option opts[] = {
-      {"model", 1, 0, 'm'},   {"conversations", 1, 0, 'c'}, {"threads", 1, 0, 't'},
-      {"prompts", 1, 0, 'p'}, {"prefill-tps", 1, 0, 'P'},   {"duration", 1, 0, 'd'},
-      {"seed", 1, 0, 's'},    {"config", 1, 0, 'C'},        {"json", 0, 0, 'j'},
-      {"svg", 1, 0, 'S'},     {"help", 0, 0, 'H'},          {"clients", 1, 0, 'N'},
-      {"socket", 1, 0, 'U'},  {0, 0, 0, 0}};
+  static const struct option opts[] = {{"model", 1, 0, 'm'},       {"conversations", 1, 0, 'c'},
+                                       {"threads", 1, 0, 't'},     {"prompts", 1, 0, 'p'},
+                                       {"prefill-tps", 1, 0, 'P'}, {"duration", 1, 0, 'd'},
+                                       {"seed", 1, 0, 's'},        {"config", 1, 0, 'C'},
+                                       {"json", 0, 0, 'j'},        {"svg", 1, 0, 'S'},
+                                       {"help", 0, 0, 'H'},        {"clients", 1, 0, 'N'},
+                                       {"socket", 1, 0, 'U'},      {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
     switch (c) {
