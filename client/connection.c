@@ -21,6 +21,7 @@
  *                                | connection, failing what was in flight
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,8 @@ typedef struct mapping {
   void *base;
   uint64_t bytes;
   int pinned;
+  pthread_t populate; /* fills the page tables in the background */
+  bool populating;
 } mapping;
 
 struct client_conn {
@@ -172,8 +175,37 @@ static void retry_later(client_conn *c) {
   c->retry_ms = c->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : c->retry_ms * 2;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Maps every page of the pool into this process's page tables, as the
+ * daemon's l1.prefault does for its own mapping, so the engine's first
+ * write of each page does not fault. Off the actor: a large pool takes
+ * seconds. Without MADV_POPULATE_WRITE pages fault in on first use. */
+typedef struct span_arg {
+  void *base;
+  uint64_t bytes;
+} span_arg;
+
+static void *populate_main(void *arg) {
+  span_arg a = *(span_arg *)arg;
+  free(arg);
+  madvise(a.base, a.bytes, MADV_POPULATE_WRITE);
+  return NULL;
+}
+
+static void populate(mapping *m) {
+  span_arg *a = malloc(sizeof(*a));
+  if (!a) return;
+  *a = (span_arg){m->base, m->bytes};
+  m->populating = pthread_create(&m->populate, NULL, populate_main, a) == 0;
+  if (!m->populating) free(a);
+}
+
 static void unmap(mapping *m) {
   if (!m->base) return;
+  if (m->populating) pthread_join(m->populate, NULL);
   if (m->pinned) host_unpin(m->base);
   munmap(m->base, m->bytes);
   *m = (mapping){0};
@@ -277,6 +309,7 @@ static void on_welcome(client_conn *c, const proto_hdr *h, const uint8_t *p) {
     return;
   }
   c->pool = (mapping){.base = base, .bytes = rep.pool_bytes};
+  populate(&c->pool);
   /* the copy actors of a CUDA client DMA into this mapping */
   c->pool.pinned = host_pin_available() && host_pin(base, rep.pool_bytes) == KVA_OK;
   c->state = UP;
