@@ -1,32 +1,33 @@
 /*
- * connection.c — a client's connection actor (connection.h).
+ * connection.c — a client's connection to kvactd (connection.h).
+ *
+ * Callers do not hand their requests to a thread: client_conn_send, under
+ * the connection's lock, puts the request in a slot named by the frame id
+ * and writes the frame to the socket from the caller's own thread. One
+ * reader thread per connection owns the rest: connect and hello (with
+ * back-off from 20 ms to 1 s while the daemon is away), the welcome and
+ * its pool mapping, the replies (each fills its request and rings its
+ * sender's port with L1_REPLY), the late reply of an abandoned request
+ * (undone: P_ABORT_WRITE / P_FINISH_READ / P_UNPIN), the deadlines
+ * (client.timeout_ms: KVA_ETIMEDOUT, misses for prefetches and lookups),
+ * and the output the socket could not take at once. A round trip so
+ * wakes the daemon and then one thread here, not three.
  *
  * Message (type)                 | Action
  * -------------------------------|--------------------------------------------
- * CL_CONNECT, KVA_MSG_TIMER      | connect, send P_HELLO (retry: back-off
- *   (tag TIMER_RETRY)            | from 20 ms to 1 s while the daemon is away)
- * KVA_MSG_TIMER (TIMER_SWEEP)    | answer requests past client.timeout_ms
- *                                | (KVA_ETIMEDOUT / misses); a hello that
- *                                | got no welcome in time drops the socket
- * L1_* (l1_req *), CL_CALL       | down: answered at once (KVA_ESHUTDOWN,
- *   (client_call *)              | misses); up: one frame to the daemon, the
- *                                | request kept in a slot named by the id
- * (stop)                         | P_BYE, close: the daemon releases at once
- * KVA_MSG_FD_READY (socket)      | flush output; read frames: P_WELCOME maps
- *                                | the pool; a reply fills its request and
- *                                | answers L1_REPLY to its sender; the late
- *                                | reply of an abandoned request is undone
- *                                | (P_ABORT_WRITE / P_FINISH_READ / P_UNPIN);
- *                                | EOF, an error or a bad frame drops the
- *                                | connection, failing what was in flight
+ * L1_* (l1_req *), CL_CALL       | client_conn_send (the copy actors' ends
+ *   (client_call *)              | of kva_kv_* come this way)
+ * (stop)                         | the reader stops; P_BYE, close: the daemon
+ *                                | releases at once
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -40,12 +41,11 @@
 #include "l1/l1_manager.h"
 #include "wire/sock.h"
 
-#define MAX_SLOTS 32768u           /* requests in flight (sessions + copy actors' ends) */
+#define MAX_SLOTS 32768u             /* requests in flight (sessions + copy actors' ends) */
 #define OUT_LIMIT ((size_t)64 << 20) /* bytes queued for a daemon that does not read */
 #define RETRY_MIN_MS 20
 #define RETRY_MAX_MS 1000
 
-enum { TIMER_RETRY = 1, TIMER_SWEEP = 2, FD_TAG = 3 };
 enum { DOWN, HELLO, UP };
 enum { SLOT_FREE, SLOT_CALLER, SLOT_ABANDONED, SLOT_RELEASE };
 
@@ -67,6 +67,11 @@ typedef struct slot {
   uint32_t next_free;
 } slot;
 
+typedef struct reply_to {
+  kva_actor *to;
+  uint64_t tag;
+} reply_to;
+
 typedef struct mapping {
   void *base;
   uint64_t bytes;
@@ -79,20 +84,29 @@ struct client_conn {
   kva_actor *self;
   struct sockaddr_un addr;
   int timeout_ms;
+  pthread_mutex_t lock; /* all below but the reader's own */
   int fd, state;
   uint32_t up; /* atomic: state == UP */
-  uint64_t hello_deadline_ns;
+  uint64_t hello_deadline_ns, retry_at_ns;
   int retry_ms;
-  bool refused_logged;
+  bool refused_logged, stop;
   mapping pool; /* the current connection's */
   mapping *old;
   size_t nold, old_cap;
-  wire_buf in, out;
-  int fd_in; /* the memfd that came with P_WELCOME */
+  wire_buf out;
   slot *slots;
   uint32_t free_head, nused; /* free list (UINT32_MAX = empty), slots ever used */
   uint32_t inflight;
   uint64_t seq;
+  reply_to *ans; /* answers to deliver (by the reader, out of the lock) */
+  size_t nans, ans_cap;
+  /* the reader thread's own */
+  reply_to *deliv;
+  size_t deliv_cap;
+  pthread_t reader;
+  int wake_fd; /* eventfd: output waits, or stop */
+  wire_buf in;
+  int fd_in; /* the memfd that came with P_WELCOME */
   int32_t *status; /* decode scratch, PROTO_MAX_KEYS each */
   proto_span *spans;
   char text[PROTO_MAX_TEXT + 1];
@@ -102,6 +116,12 @@ static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void wake_reader(client_conn *c) {
+  uint64_t one = 1;
+  if (write(c->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+    LOG_ERROR("client: cannot wake the reader: %s", strerror(errno));
 }
 
 /* ---- answering the sender ------------------------------------------------ */
@@ -135,8 +155,28 @@ static void fail_outputs(slot *s, int err) {
     snprintf(r->report, r->report_len, "kvactd: %s", kva_strerror(err));
 }
 
+/* Answers are delivered by the reader once it has let go of the lock: a
+ * send to a full actor mailbox waits, and must not wait holding it. */
 static void answer(client_conn *c, slot *s) {
-  kva_send(s->from, L1_REPLY, NULL, 0, c->self, s->tag);
+  if (ARRAY_GROW(c->ans, &c->ans_cap, c->nans + 1)) {
+    c->ans[c->nans++] = (reply_to){s->from, s->tag};
+    return;
+  }
+  kva_send(s->from, L1_REPLY, NULL, 0, c->self, s->tag); /* out of memory: at once */
+}
+
+/* The reader, lock held: sends the queued answers without it. */
+static void deliver(client_conn *c) {
+  while (c->nans) {
+    size_t n = c->nans;
+    if (!ARRAY_GROW(c->deliv, &c->deliv_cap, n)) return; /* the next turn tries again */
+    memcpy(c->deliv, c->ans, n * sizeof(*c->ans));
+    c->nans = 0;
+    pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < n; i++)
+      kva_send(c->deliv[i].to, L1_REPLY, NULL, 0, c->self, c->deliv[i].tag);
+    pthread_mutex_lock(&c->lock);
+  }
 }
 
 /* ---- slots ----------------------------------------------------------------- */
@@ -168,26 +208,21 @@ static void slot_put(client_conn *c, slot *s) {
   c->inflight--;
 }
 
-/* ---- the socket ------------------------------------------------------------ */
-
-static void retry_later(client_conn *c) {
-  kva_timer(c->self, (uint64_t)c->retry_ms * 1000000u, 0, TIMER_RETRY);
-  c->retry_ms = c->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : c->retry_ms * 2;
-}
+/* ---- the socket (under the lock) --------------------------------------------- */
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
-/* Maps every page of the pool into this process's page tables, as the
- * daemon's l1.prefault does for its own mapping, so the engine's first
- * write of each page does not fault. Off the actor: a large pool takes
- * seconds. Without MADV_POPULATE_WRITE pages fault in on first use. */
 typedef struct span_arg {
   void *base;
   uint64_t bytes;
 } span_arg;
 
+/* Maps every page of the pool into this process's page tables, as the
+ * daemon's l1.prefault does for its own mapping, so the engine's first
+ * write of each page does not fault. In the background: a large pool
+ * takes seconds. Without MADV_POPULATE_WRITE pages fault in on first use. */
 static void *populate_main(void *arg) {
   span_arg a = *(span_arg *)arg;
   free(arg);
@@ -211,12 +246,16 @@ static void unmap(mapping *m) {
   *m = (mapping){0};
 }
 
+static void retry_later(client_conn *c) {
+  c->retry_at_ns = now_ns() + (uint64_t)c->retry_ms * 1000000u;
+  c->retry_ms = c->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : c->retry_ms * 2;
+}
+
 /* Ends the connection: what was in flight fails (the daemon releases its
  * locks), the pool stays mapped for the buffers still held. */
 static void drop(client_conn *c, const char *why) {
   if (c->fd < 0) return;
   if (c->state == UP) LOG_WARN("client: lost kvactd at %s: %s", c->addr.sun_path, why);
-  kva_unwatch_fd(c->self, c->fd);
   close(c->fd);
   c->fd = -1;
   if (c->fd_in >= 0) close(c->fd_in);
@@ -254,13 +293,17 @@ static bool queue_frame(client_conn *c, const proto_req *q, uint64_t id) {
   return true;
 }
 
+/* Writes what the socket takes; the rest waits for the reader's POLLOUT. */
 static void flush(client_conn *c) {
+  if (c->fd < 0 || c->out.off == c->out.len) return;
   int rc = wire_flush(c->fd, &c->out, -1);
-  if (rc < 0) drop(c, strerror(-rc));
+  if (rc < 0)
+    drop(c, strerror(-rc));
+  else if (rc == 1)
+    wake_reader(c);
 }
 
 static void try_connect(client_conn *c) {
-  if (c->fd >= 0) return;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, (struct sockaddr *)&c->addr, sizeof(c->addr)) != 0) {
     if (fd >= 0) close(fd);
@@ -268,12 +311,6 @@ static void try_connect(client_conn *c) {
     return;
   }
   c->fd = fd;
-  if (kva_watch_fd(c->self, fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP, FD_TAG) != KVA_OK) {
-    close(fd);
-    c->fd = -1;
-    retry_later(c);
-    return;
-  }
   c->state = HELLO;
   c->hello_deadline_ns = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
   proto_req hello = {.type = P_HELLO, .pid = (uint32_t)getpid()};
@@ -302,7 +339,7 @@ static void on_welcome(client_conn *c, const proto_hdr *h, const uint8_t *p) {
   void *base = c->fd_in >= 0 && rep.pool_bytes
                    ? mmap(NULL, rep.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd_in, 0)
                    : MAP_FAILED;
-  close(c->fd_in);
+  if (c->fd_in >= 0) close(c->fd_in);
   c->fd_in = -1;
   if (base == MAP_FAILED) {
     drop(c, "cannot map the daemon's pool");
@@ -371,51 +408,64 @@ static bool keep_keys(slot *s, const kva_key *k, size_t n) {
   return true;
 }
 
-static void on_request(client_conn *c, const kva_msg *m) {
-  slot tmp = {.kind = m->type, .from = m->from, .tag = m->tag};
-  proto_req q;
-  int rc;
-  if (m->type == CL_CALL) {
-    memcpy(&tmp.c, m->data, sizeof(tmp.c));
-    q = tmp.c->req;
-    tmp.ptype = q.type;
-    rc = KVA_OK;
-  } else {
-    memcpy(&tmp.r, m->data, sizeof(tmp.r));
-    tmp.ptype = ptype_of(m->type);
-    rc = tmp.ptype ? req_of(tmp.ptype, tmp.r, &q) : KVA_ENOTSUP;
+/* A request into a slot and onto the socket, under the lock. */
+static int start_request(client_conn *c, slot *tmp, const proto_req *q) {
+  if (c->state == DOWN) return KVA_ESHUTDOWN;
+  slot *s = slot_take(c);
+  if (!s) return KVA_EAGAIN;
+  bool locks = takes_locks(tmp->ptype) && (tmp->ptype != P_LOOKUP || q->flag);
+  if (locks && !keep_keys(s, q->keys, q->n)) {
+    slot_put(c, s);
+    return KVA_ENOMEM;
   }
-  if (rc == KVA_OK && c->state == DOWN) rc = KVA_ESHUTDOWN;
-  slot *s = rc == KVA_OK ? slot_take(c) : NULL;
-  if (rc == KVA_OK && !s) rc = KVA_EAGAIN;
-  bool locks = takes_locks(tmp.ptype) && (tmp.ptype != P_LOOKUP || q.flag);
-  if (rc == KVA_OK && locks && !keep_keys(s, q.keys, q.n)) rc = KVA_ENOMEM;
-  if (rc == KVA_OK && !queue_frame(c, &q, s->id)) rc = KVA_EAGAIN;
-  if (rc != KVA_OK) {
-    if (s) slot_put(c, s);
-    fail_outputs(&tmp, rc);
-    answer(c, &tmp);
-    return;
+  if (!queue_frame(c, q, s->id)) {
+    slot_put(c, s);
+    return KVA_EAGAIN;
   }
   uint64_t id = s->id;
   uint32_t n = locks ? s->n : 0;
   *s = (slot){.id = id,
               .state = SLOT_CALLER,
-              .kind = tmp.kind,
-              .ptype = tmp.ptype,
-              .from = tmp.from,
-              .tag = tmp.tag,
-              .r = tmp.r,
-              .c = tmp.c,
+              .kind = tmp->kind,
+              .ptype = tmp->ptype,
+              .from = tmp->from,
+              .tag = tmp->tag,
+              .r = tmp->r,
+              .c = tmp->c,
               .deadline_ns = now_ns() + (uint64_t)c->timeout_ms * 1000000u,
               .keys = s->keys,
               .keys_cap = s->keys_cap,
               .n = n,
-              .readers = q.readers};
-  if (c->state == UP || c->state == HELLO) flush(c);
+              .readers = q->readers};
+  flush(c);
+  return KVA_OK;
 }
 
-/* ---- replies --------------------------------------------------------------- */
+int client_conn_send(client_conn *c, uint32_t type, const void *payload, kva_actor *from,
+                     uint64_t tag) {
+  slot tmp = {.kind = type, .from = from, .tag = tag};
+  proto_req q;
+  int rc = KVA_OK;
+  if (type == CL_CALL) {
+    tmp.c = (client_call *)payload;
+    q = tmp.c->req;
+    tmp.ptype = q.type;
+  } else {
+    tmp.r = (l1_req *)payload;
+    tmp.ptype = ptype_of(type);
+    rc = tmp.ptype ? req_of(tmp.ptype, tmp.r, &q) : KVA_ENOTSUP;
+  }
+  pthread_mutex_lock(&c->lock);
+  if (rc == KVA_OK) rc = start_request(c, &tmp, &q);
+  if (rc != KVA_OK) fail_outputs(&tmp, rc);
+  bool others = c->nans > 0; /* a drop on this thread failed other requests */
+  pthread_mutex_unlock(&c->lock);
+  if (others) wake_reader(c);
+  if (rc != KVA_OK) kva_send(from, L1_REPLY, NULL, 0, c->self, tag);
+  return KVA_OK;
+}
+
+/* ---- replies (the reader, under the lock) ------------------------------------ */
 
 /* Sends our own request undoing what a late reply locked (the slot turns
  * into that request; its reply only frees it). */
@@ -554,16 +604,19 @@ static void on_readable(client_conn *c) {
       drop(c, why);
       return;
     }
-    if (rc == 0 || rc < 0) {
+    if (rc <= 0) {
       drop(c, rc == 0 ? "the daemon closed the connection" : strerror(-rc));
       return;
     }
-    if (rc == 1) return;
+    if (rc == 1) {
+      flush(c); /* the undos of late replies */
+      return;
+    }
   }
 }
 
-/* ---- deadlines ------------------------------------------------------------- */
-
+/* Requests past their deadline are answered; their replies, if they come,
+ * are undone. A hello that got no welcome in time drops the socket. */
 static void sweep(client_conn *c) {
   uint64_t now = now_ns();
   if (c->state == HELLO && now > c->hello_deadline_ns) {
@@ -577,63 +630,96 @@ static void sweep(client_conn *c) {
     answer(c, s);
     s->r = NULL;
     s->c = NULL;
-    s->state = SLOT_ABANDONED; /* its reply, if it comes, is undone */
+    s->state = SLOT_ABANDONED;
   }
 }
 
-/* ---- the actor ------------------------------------------------------------- */
+/* ---- the reader thread ------------------------------------------------------- */
+
+static void *reader_main(void *arg) {
+  client_conn *c = arg;
+  int sweep_ms = c->timeout_ms / 8 < 2 ? 2 : c->timeout_ms / 8 > 100 ? 100 : c->timeout_ms / 8;
+  pthread_mutex_lock(&c->lock);
+  while (!c->stop) {
+    if (c->fd < 0 && now_ns() >= c->retry_at_ns) try_connect(c);
+    deliver(c);
+    int fd = c->fd;
+    struct pollfd pf[2] = {{.fd = c->wake_fd, .events = POLLIN},
+                           {.fd = fd,
+                            .events = (short)(POLLIN | (c->out.off < c->out.len ? POLLOUT : 0))}};
+    int timeout = sweep_ms;
+    if (c->fd < 0) {
+      uint64_t now = now_ns();
+      int retry = c->retry_at_ns > now ? (int)((c->retry_at_ns - now) / 1000000u) + 1 : 0;
+      if (retry < timeout) timeout = retry;
+    }
+    pthread_mutex_unlock(&c->lock);
+    int n = poll(pf, fd >= 0 ? 2 : 1, timeout);
+    pthread_mutex_lock(&c->lock);
+    if (n > 0 && (pf[0].revents & POLLIN)) {
+      uint64_t v;
+      if (read(c->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) break;
+    }
+    if (fd >= 0 && fd == c->fd && n > 0) { /* a drop meanwhile closed it */
+      if (pf[1].revents & POLLOUT) flush(c);
+      if (c->fd >= 0 && (pf[1].revents & (POLLIN | POLLERR | POLLHUP))) on_readable(c);
+    }
+    sweep(c);
+    deliver(c);
+  }
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+/* ---- the actor --------------------------------------------------------------- */
 
 static void receive(kva_actor *self, void *state, const kva_msg *m) {
-  client_conn *c = state;
-  switch (m->type) {
-  case CL_CONNECT: { /* the first message: the deadline sweep starts here */
-    int ms = c->timeout_ms / 8 < 2 ? 2 : c->timeout_ms / 8 > 100 ? 100 : c->timeout_ms / 8;
-    kva_timer(self, (uint64_t)ms * 1000000u, (uint64_t)ms * 1000000u, TIMER_SWEEP);
-    try_connect(c);
-    break;
-  }
-  case KVA_MSG_TIMER:
-    if (m->tag == TIMER_RETRY)
-      try_connect(c);
-    else
-      sweep(c);
-    break;
-  case KVA_MSG_FD_READY: {
-    kva_fd_event ev;
-    memcpy(&ev, m->data, sizeof(ev));
-    if (ev.fd != c->fd) break;
-    if (ev.events & EPOLLOUT) flush(c);
-    if (c->fd >= 0 && (ev.events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) on_readable(c);
-    break;
-  }
-  default: on_request(c, m); break;
-  }
+  void *payload = NULL;
+  if (m->len == sizeof(payload)) memcpy(&payload, m->data, sizeof(payload));
+  client_conn_send(state, m->type, payload, m->from, m->tag);
 }
 
 static void on_stop(kva_actor *self, void *state) {
   client_conn *c = state;
+  pthread_mutex_lock(&c->lock);
+  c->stop = true;
+  pthread_mutex_unlock(&c->lock);
+  wake_reader(c);
+  pthread_join(c->reader, NULL);
   if (c->fd >= 0) { /* the runtime shuts down: an orderly end, whatever is queued */
     uint8_t bye[PROTO_HDR_BYTES];
     proto_hdr_put(bye, P_BYE, 0, 0);
-    c->out.off = c->out.len = 0;
     if (send(c->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(bye))
       LOG_WARN("client: could not say goodbye to kvactd; it keeps this process's locks until it exits");
     close(c->fd);
   }
   if (c->fd_in >= 0) close(c->fd_in);
+  close(c->wake_fd);
   unmap(&c->pool);
   for (size_t i = 0; i < c->nold; i++) unmap(&c->old[i]);
   for (uint32_t i = 0; i < c->nused; i++) free(c->slots[i].keys);
   free(c->old);
+  free(c->ans);
+  free(c->deliv);
   free(c->slots);
   free(c->status);
   free(c->spans);
   wire_buf_free(&c->in);
   wire_buf_free(&c->out);
+  pthread_mutex_destroy(&c->lock);
   free(c);
 }
 
 static const kva_behavior behavior = {"client_conn", receive, on_stop};
+
+static void conn_free(client_conn *c) {
+  if (c->wake_fd >= 0) close(c->wake_fd);
+  free(c->slots);
+  free(c->status);
+  free(c->spans);
+  pthread_mutex_destroy(&c->lock);
+  free(c);
+}
 
 client_conn *client_conn_spawn(kva_runtime *rt, const char *path, int timeout_ms) {
   client_conn *c = calloc(1, sizeof(*c));
@@ -647,18 +733,33 @@ client_conn *client_conn_spawn(kva_runtime *rt, const char *path, int timeout_ms
   c->fd = c->fd_in = -1;
   c->retry_ms = RETRY_MIN_MS;
   c->free_head = UINT32_MAX;
+  pthread_mutex_init(&c->lock, NULL);
+  c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   c->slots = calloc(MAX_SLOTS, sizeof(*c->slots));
   c->status = malloc(PROTO_MAX_KEYS * sizeof(*c->status));
   c->spans = malloc(PROTO_MAX_KEYS * sizeof(*c->spans));
-  if (c->slots && c->status && c->spans) c->self = kva_spawn(rt, &behavior, c, NULL);
-  if (!c->self) {
-    free(c->slots);
-    free(c->status);
-    free(c->spans);
-    free(c);
+  if (c->wake_fd < 0 || !c->slots || !c->status || !c->spans) {
+    conn_free(c);
     return NULL;
   }
-  kva_send(c->self, CL_CONNECT, NULL, 0, NULL, 0);
+  /* the first connect, here: a daemon that is up serves the first call */
+  try_connect(c);
+  if (pthread_create(&c->reader, NULL, reader_main, c) != 0) {
+    if (c->fd >= 0) close(c->fd);
+    conn_free(c);
+    return NULL;
+  }
+  c->self = kva_spawn(rt, &behavior, c, NULL);
+  if (!c->self) {
+    pthread_mutex_lock(&c->lock);
+    c->stop = true;
+    pthread_mutex_unlock(&c->lock);
+    wake_reader(c);
+    pthread_join(c->reader, NULL);
+    if (c->fd >= 0) close(c->fd);
+    conn_free(c);
+    return NULL;
+  }
   return c;
 }
 

@@ -1,11 +1,13 @@
 /*
- * connection.h — a client's connection to kvactd (client.socket), as one
- * actor that speaks the L1 manager's messages (l1/l1_manager.h).
+ * connection.h — a client's connection to kvactd (client.socket), which
+ * speaks the L1 manager's messages (l1/l1_manager.h).
  *
  * The storage facade of a client process sends its L1 requests here
  * instead of to an L1 manager: the same l1_req payload, answered with
  * L1_REPLY and the same tag once the daemon's reply has been written into
- * the request. The copy actors of kva_kv_* do the same. Calls that span
+ * the request. The facade calls client_conn_send from the caller's thread
+ * (the frame goes out at once); the copy actors of kva_kv_* send the same
+ * messages to client_conn_actor. Calls that span
  * the daemon's tiers (lookup, flush, bypass, tier stats ...) come as
  * CL_CALL with a client_call. Every request is answered within
  * client.timeout_ms: a daemon that is down (never started, killed,
@@ -46,6 +48,12 @@ typedef struct client_conn client_conn;
  * long for a Unix socket address. */
 client_conn *client_conn_spawn(kva_runtime *rt, const char *path, int timeout_ms);
 kva_actor *client_conn_actor(client_conn *c);
+/* What a message of type with payload (l1_req * or client_call *) to the
+ * actor does, from any thread: the request goes to the daemon, and
+ * L1_REPLY with tag comes to from (a port or an actor) exactly once.
+ * Always KVA_OK (a refused request is answered with its error). */
+int client_conn_send(client_conn *c, uint32_t type, const void *payload, kva_actor *from,
+                     uint64_t tag);
 /* 1 while connected and welcomed by a daemon (a hint: it can change at
  * once). */
 int client_conn_up(const client_conn *c);

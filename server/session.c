@@ -382,6 +382,18 @@ static void start_read(srv_session *ss, slot *s) {
   send_l1(ss, s, L1_FINISH_READ);
 }
 
+/* Lookups start on the L1 manager: with no tier to walk (none, or
+ * frozen) that is the whole answer, pins included; without a pin, an L1
+ * that holds every key is too. Anything else goes to a control thread
+ * (kva_lookup's walk of the tiers). */
+static bool tiers_walked(const kva_storage *st) {
+  return st->tiers.n > 0 && !l2_frozen(&st->tiers);
+}
+
+static bool lookup_starts_in_l1(const kva_storage *st, const proto_req *q) {
+  return !tiers_walked(st) || !q->flag;
+}
+
 static void start_l1(srv_session *ss, slot *s, const proto_req *q) {
   kva_storage *st = ss->sv->s;
   uint32_t m;
@@ -419,6 +431,10 @@ static void start_l1(srv_session *ss, slot *s, const proto_req *q) {
     send_l1(ss, s, L1_PREFETCH);
     return;
   case P_READ: start_read(ss, s); return;
+  case P_LOOKUP:
+    s->req = (l1_req){.keys = s->keys, .n = q->n, .pin = (int)q->flag};
+    send_l1(ss, s, L1_LOOKUP);
+    return;
   case P_FINISH_READ:
     if ((m = pick_held(ss, s, false)) == 0) break;
     s->req = (l1_req){.keys = s->sub, .n = m, .readers = q->readers, .status = s->sub_status};
@@ -527,7 +543,7 @@ static void on_frame(srv_session *ss, const proto_hdr *h, const uint8_t *p) {
   s->n_client = q.n;
   s->readers = q.readers;
   s->flag = q.flag;
-  if (is_ctl(q.type))
+  if (is_ctl(q.type) && !(q.type == P_LOOKUP && lookup_starts_in_l1(ss->sv->s, &q)))
     start_ctl(ss, s, &q);
   else
     start_l1(ss, s, &q);
@@ -568,6 +584,20 @@ static void on_readable(srv_session *ss) {
 
 /* ---- replies from the L1 manager and the control threads --------------------- */
 
+static void start_ctl(srv_session *ss, slot *s, const proto_req *q);
+
+/* An L1 lookup's answer as kva_lookup gives it: L1's hits, then every
+ * tier (up to the report's room) with none. */
+static void lookup_of_l1(const kva_storage *st, size_t hits, kva_tier_hits *out) {
+  memset(out, 0, sizeof(*out));
+  strcpy(out->tier[0].name, "L1");
+  out->tier[0].hits = out->total = hits;
+  out->ntiers = 1;
+  const uint32_t room = (uint32_t)(sizeof(out->tier) / sizeof(out->tier[0]));
+  for (uint32_t t = 0; t < st->tiers.n && out->ntiers < room; t++)
+    memcpy(out->tier[out->ntiers++].name, st->tiers.t[t].name, sizeof(out->tier[0].name));
+}
+
 /* What the reply of slot s tells the ledger, then its frame. */
 static void on_l1_reply(srv_session *ss, slot *s) {
   ledger *l = &ss->led;
@@ -602,6 +632,21 @@ static void on_l1_reply(srv_session *ss, slot *s) {
       ledger_entry *e = st == KVA_KEY_WRONG_STATE ? ledger_get(l, &r->keys[j]) : NULL;
       if (e) ledger_set_write(l, e, s->ids[j]); /* not released: still ours */
     }
+    break;
+  case P_LOOKUP:
+    if (r->result == KVA_OK && r->hits < r->n && tiers_walked(ss->sv->s) && !ss->closing) {
+      /* L1 misses some: the tiers are walked by kva_lookup */
+      proto_req q = {.type = P_LOOKUP, .n = s->n_client, .flag = s->flag};
+      start_ctl(ss, s, &q);
+      return;
+    }
+    if (r->result == KVA_OK && r->pin) /* the L1 hits are pinned, one pin each */
+      for (size_t i = 0; i < r->hits; i++) {
+        ledger_entry *e = ledger_get(l, &s->keys[i]);
+        if (e) ledger_add_pins(l, e, 1);
+      }
+    lookup_of_l1(ss->sv->s, r->result == KVA_OK ? r->hits : 0, &s->job.lookup);
+    rep.lookup = &s->job.lookup;
     break;
   case P_PREFETCH:
     rep.hits = r->result == KVA_OK ? r->hits : 0;

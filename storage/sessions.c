@@ -100,9 +100,16 @@ int session_await(session *ss, int timeout_ms) {
   }
 }
 
+int session_send(session *ss, kva_actor *to, uint32_t type, const void *ptr) {
+  kva_storage *s = ss->s;
+  if (s->client && to == s->l1) /* a client's: the frame leaves from this thread */
+    return client_conn_send(s->client, type, ptr, kva_port_actor(ss->port), ss->tag);
+  return kva_send(to, type, &ptr, ptr ? sizeof(ptr) : 0, kva_port_actor(ss->port), ss->tag);
+}
+
 int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int timeout_ms) {
   ss->tag++;
-  int rc = kva_send(to, type, &ptr, ptr ? sizeof(ptr) : 0, kva_port_actor(ss->port), ss->tag);
+  int rc = session_send(ss, to, type, ptr);
   return rc == KVA_OK ? session_await(ss, timeout_ms) : rc;
 }
 

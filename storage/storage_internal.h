@@ -78,6 +78,9 @@ void storage_leave(kva_storage *s);
 int storage_with_session(kva_storage *s, int (*fn)(kva_storage *, session *, void *), void *arg);
 /* Sends a request to the L1 manager and waits for its reply. */
 int storage_call(kva_storage *s, uint32_t type, l1_req *r);
+/* Sends `type` with payload &ptr to `to` from the session's port, tag
+ * ss->tag (to a client's connection, by client_conn_send). */
+int session_send(session *ss, kva_actor *to, uint32_t type, const void *ptr);
 /* Sends `type` with payload &ptr to `to` from the session's port and waits
  * for the reply (any type, same tag). */
 int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int timeout_ms);

@@ -781,6 +781,64 @@ START_TEST(a_live_process_keeps_its_locks_until_it_exits) {
 }
 END_TEST
 
+/* ---- lookups ------------------------------------------------------------------------ */
+
+START_TEST(lookups_from_l1_and_through_the_tiers_answer_as_in_process) {
+  pid_t d = daemon_start();
+  kva_runtime *rt = client_start();
+  kva_storage *s = kva_storage_of(rt);
+  client_wait_up(s);
+  write_batch(s, 1, 5, 4096);
+  ck_assert_int_eq(kva_flush(s, 900), KVA_OK);
+  kva_key k[6];
+  int st[6];
+  for (int i = 0; i < 6; i++) k[i] = fixture_key(1 + i);
+  ck_assert_int_eq(kva_delete(s, &k[4], 1, 0, st), 1); /* key 5: in the mock tier only */
+  kva_tier_hits th;
+  /* all in L1: answered by the L1 manager, the tier listed with none */
+  ck_assert_int_eq(kva_lookup(s, k, 4, 0, &th), KVA_OK);
+  ck_assert_uint_eq(th.total, 4);
+  ck_assert_uint_eq(th.ntiers, 2);
+  ck_assert_str_eq(th.tier[0].name, "L1");
+  ck_assert_uint_eq(th.tier[0].hits, 4);
+  ck_assert_uint_eq(th.tier[1].hits, 0);
+  /* past L1: the tier walk finds key 5, key 6 is nowhere */
+  ck_assert_int_eq(kva_lookup(s, k, 6, 0, &th), KVA_OK);
+  ck_assert_uint_eq(th.total, 5);
+  ck_assert_uint_eq(th.tier[0].hits, 4);
+  ck_assert_uint_eq(th.tier[1].hits, 1);
+  /* pinned through the walk: the L1 hits get one pin each */
+  ck_assert_int_eq(kva_lookup(s, k, 6, 1, &th), KVA_OK);
+  ck_assert_uint_eq(th.total, 5);
+  ck_assert_int_eq(kva_unpin(s, k, 4), 4);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+  ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
+}
+END_TEST
+
+START_TEST(a_daemon_without_tiers_pins_its_l1_hits) {
+  pid_t d = daemon_start_with(0, 0, "l2=[]");
+  kva_runtime *rt = client_start();
+  kva_storage *s = kva_storage_of(rt);
+  client_wait_up(s);
+  write_batch(s, 1, 3, 4096);
+  kva_key k[4];
+  for (int i = 0; i < 4; i++) k[i] = fixture_key(1 + i);
+  kva_tier_hits th;
+  ck_assert_int_eq(kva_lookup(s, k, 4, 1, &th), KVA_OK);
+  ck_assert_uint_eq(th.total, 3);
+  ck_assert_uint_eq(th.ntiers, 1);
+  char report[256];
+  ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO); /* three pins held */
+  ck_assert_int_eq(kva_unpin(s, k, 4), 3);                          /* key 4 was never pinned */
+  ck_assert_int_eq(kva_unpin(s, k, 3), 0);                          /* nor twice */
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+  ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
+}
+END_TEST
+
 /* ---- metrics ------------------------------------------------------------------- */
 
 START_TEST(the_daemons_metrics_match_its_stats_and_clients) {
@@ -843,6 +901,8 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, the_daemons_metrics_match_its_stats_and_clients);
   tcase_add_test(tc, calls_to_a_stopped_daemon_time_out_and_late_locks_are_given_back);
   tcase_add_test(tc, a_live_process_keeps_its_locks_until_it_exits);
+  tcase_add_test(tc, lookups_from_l1_and_through_the_tiers_answer_as_in_process);
+  tcase_add_test(tc, a_daemon_without_tiers_pins_its_l1_hits);
   suite_add_tcase(s, tc);
   return s;
 }
