@@ -19,7 +19,9 @@
 
 #include "kvact.h"
 #include "tools/kvbench/bench.h"
+#include "tools/kvbench/malloc_count.h"
 #include "tools/kvbench/mp_anchor.h"
+#include "tools/kvbench/malloc_count.h"
 #include "tools/kvbench/mp_kvact.h"
 
 #define MiB (1024ull * 1024ull)
@@ -172,6 +174,7 @@ typedef struct rtt_arg {
 
 typedef struct rtt_out {
   rtt_result trip, release;
+  double mallocs;
 } rtt_out;
 
 /* n prefetch + release pairs of k; with trip, each one's nanoseconds. */
@@ -213,7 +216,9 @@ static int rtt_body(const void *arg, void *out) {
   kva_storage *s = rt ? kva_storage_of(rt) : NULL;
   if (rc == 0 && !put_keys(s, &k, 1, &l)) rc = -1;
   if (rc == 0) rc = rtt_loop(s, &k, &l, MP_WARMUP, NULL, NULL);
+  uint64_t m0 = malloc_count();
   if (rc == 0) rc = rtt_loop(s, &k, &l, a->iters, trip, release);
+  o->mallocs = (double)(malloc_count() - m0) / (double)a->iters;
   if (rc == 0 && !drop_keys(s, &k, 1)) rc = -1;
   if (rc == 0) {
     mp_rtt_finish(trip, a->iters, sum(trip, a->iters), &o->trip);
@@ -225,7 +230,8 @@ static int rtt_body(const void *arg, void *out) {
   return rc;
 }
 
-int kvact_rtt(const mp_daemon *d, size_t iters, rtt_result *trip, rtt_result *release) {
+int kvact_rtt(const mp_daemon *d, size_t iters, rtt_result *trip, rtt_result *release,
+              double *mallocs) {
   rtt_arg a = {d->path, iters};
   rtt_out o;
   if (!iters || in_child(rtt_body, &a, &o, sizeof(o)) != 0) {
@@ -234,6 +240,7 @@ int kvact_rtt(const mp_daemon *d, size_t iters, rtt_result *trip, rtt_result *re
   }
   *trip = o.trip;
   *release = o.release;
+  *mallocs = o.mallocs;
   return 0;
 }
 

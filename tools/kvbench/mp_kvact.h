@@ -32,7 +32,10 @@ int mp_daemon_stop(mp_daemon *d);
 /* One resident key, `iters` times (after MP_WARMUP) kva_submit_prefetch +
  * kva_wait_prefetch timed in *trip, then kva_finish_read_prefetched timed
  * apart in *release (a second round trip). 0 or -1. */
-int kvact_rtt(const mp_daemon *d, size_t iters, rtt_result *trip, rtt_result *release);
+/* *mallocs: heap allocations per round trip (prefetch and release) in the
+ * client process, its threads included. */
+int kvact_rtt(const mp_daemon *d, size_t iters, rtt_result *trip, rtt_result *release,
+              double *mallocs);
 
 /* `clients` client processes at once, each `iters` calls on its own 64
  * resident keys: kva_lookup (pin 0) or, with touch, kva_touch; key-ops per

@@ -60,9 +60,11 @@ static int anchor_rep(int (*anchor)(size_t, rtt_result *), size_t iters, rtt_rep
   return 0;
 }
 
+static double rtt_mallocs[MAX_REPS]; /* per round trip, in the client process */
+
 static int kvact_rep(const mp_daemon *d, size_t iters, rtt_reps *trip, rtt_reps *release, int r) {
   rtt_result t, l;
-  if (kvact_rtt(d, iters, &t, &l) != 0) return -1;
+  if (kvact_rtt(d, iters, &t, &l, &rtt_mallocs[r]) != 0) return -1;
   rtt_keep(&t, trip, r);
   rtt_keep(&l, release, r);
   return 0;
@@ -81,9 +83,10 @@ static void print_kvact_rtt(rtt_reps *trip, rtt_reps *release, double raw, doubl
   print_rtt("kvact", trip, reps);
   double rate = bench_median(trip->rate, reps);
   printf(" release_p50_us=%.2f release_p99_us=%.2f ratio_raw=%.2f target=>=%.1f ok=%s "
-         "ratio_zmq=%.2f target=>=%.0f ok=%s\n",
+         "ratio_zmq=%.2f target=>=%.0f ok=%s mallocs_per_call=%.4f\n",
          bench_median(release->p50, reps), bench_median(release->p99, reps), rate / raw, RTT_VS_RAW,
-         ok(rate / raw, RTT_VS_RAW), rate / zmq, RTT_VS_ZMQ, ok(rate / zmq, RTT_VS_ZMQ));
+         ok(rate / raw, RTT_VS_RAW), rate / zmq, RTT_VS_ZMQ, ok(rate / zmq, RTT_VS_ZMQ),
+         bench_median(rtt_mallocs, reps) / 2);
 }
 
 static int bench_rtt(const bench_opts *o, const mp_daemon *d, int reps) {
