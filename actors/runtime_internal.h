@@ -82,6 +82,7 @@ struct kva_runtime {
 
   det_state *det; /* deterministic mode (det.c), NULL otherwise */
   void *storage;  /* the storage facade (root), NULL without storage actors */
+  void *server;   /* kvactd's listener (server/), NULL unless server.socket */
   poller *poll;   /* epoll thread, fd watches, timers (poller.c) */
 
   pthread_mutex_t mute_lock; /* parked list and every actor's parked_on */

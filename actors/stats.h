@@ -9,6 +9,9 @@
  * c_head is exact at any instant with zero cost to the hot path) and
  * counters written only by the actor's consumer. Readers in other
  * processes see torn-free 32/64-bit values but no cross-field snapshot.
+ * An actor may also publish its own label and gauges there (actors/gauges.h):
+ * the label and the gauges' names change under label_seq, a sequence lock
+ * (odd while they are being written).
  *
  * The segment is /dev/shm/kvact.<pid>.<n> (mode 0600), created at runtime
  * start and unlinked at shutdown. A process killed before its shutdown
@@ -27,9 +30,12 @@
 #include "actors/trace.h"
 
 #define KVA_STATS_MAGIC 0x3153544341564b00ull /* "\0KVACTS1" */
-#define KVA_STATS_VERSION 3u                  /* 2: the trace ring; 3: the owner */
-#define KVA_STATS_HIST 32                     /* receive-time buckets: [2^i, 2^(i+1)) ns */
+#define KVA_STATS_VERSION 4u /* 2: the trace ring; 3: the owner; 4: the actor's gauges */
+#define KVA_STATS_HIST 32    /* receive-time buckets: [2^i, 2^(i+1)) ns */
 #define KVA_STATS_NAME 48
+#define KVA_STATS_LABEL 32       /* an instance label: "pid 1234 uid 0" */
+#define KVA_STATS_GAUGE_NAMES 64 /* the gauges' names, separated by spaces */
+#define KVA_STATS_GAUGES 4
 
 enum { STATS_SLOT_FREE = 0, STATS_SLOT_LIVE = 1, STATS_SLOT_STOPPED = 2 };
 enum { STATS_KIND_ACTOR = 0, STATS_KIND_PINNED = 1, STATS_KIND_PORT = 2 };
@@ -70,6 +76,12 @@ typedef struct stats_slot {
   uint64_t turns;         /* scheduler turns (batches) */
   uint64_t recv_ns_total; /* time spent in receive */
   uint64_t hist[KVA_STATS_HIST];
+  /* the actor's own (actors/gauges.h), written only from its receive */
+  uint32_t label_seq; /* atomic: odd while the two strings change */
+  uint32_t label_pad;
+  char label[KVA_STATS_LABEL];             /* its instance; "" = none */
+  char gauge_names[KVA_STATS_GAUGE_NAMES]; /* one name per gauge, by spaces */
+  uint64_t gauge[KVA_STATS_GAUGES];        /* gauge 0 counts up; the others are levels */
 } stats_slot;
 
 typedef struct stats_segment stats_segment;

@@ -16,6 +16,8 @@
  *   352..383   the prefetch controller       l2/prefetch_controller.h
  *   384..415   the prober                    l2/prober.h
  *   512..543   the copy actors               gpu/copy_actor.h
+ *   544..559   a client's connection         client/connection.h
+ *   560..591   kvactd's listener and sessions server/server_internal.h
  *   1024..     users' actors                 kvact.h (KVA_MSG_USER)
  */
 #ifndef KVA_COMMON_MSG_IDS_H
@@ -34,6 +36,9 @@ enum {
   MSG_PROBE_END = 416,
   MSG_COPY_BASE = 512,
   MSG_COPY_END = 544,
+  MSG_CLIENT_BASE = 544,
+  MSG_SERVER_BASE = 560,
+  MSG_SERVER_END = 592,
 };
 
 /* Whether first..last lies inside [base, end). */
@@ -44,6 +49,6 @@ enum {
 _Static_assert((int)KVA_L2_DONE < (int)KVA_L2_ADAPTER_MSG &&
                    (int)KVA_L2_ADAPTER_MSG_END <= (int)MSG_SC_BASE,
                "the L2 protocol and the adapters' own ids below the store controller's");
-_Static_assert((int)MSG_COPY_END <= (int)KVA_MSG_USER, "internal ids below the users' ids");
+_Static_assert((int)MSG_SERVER_END <= (int)KVA_MSG_USER, "internal ids below the users' ids");
 
 #endif

@@ -395,7 +395,8 @@ l1_manager *l1_manager_spawn(kva_runtime *rt, const l1_manager_opts *o, char *er
                   .numa_node = o->numa_node,
                   .hugepages = o->hugepages,
                   .prefault = o->prefault,
-                  .pinned = o->pinned};
+                  .pinned = o->pinned,
+                  .shared = o->shared};
   if (pool_create(&po, &m->pool, err, errlen) != KVA_OK || object_table_init(&m->t) != KVA_OK) {
     pool_destroy(m->pool);
     object_table_destroy(&m->t);
@@ -416,6 +417,10 @@ l1_manager *l1_manager_spawn(kva_runtime *rt, const l1_manager_opts *o, char *er
 
 kva_actor *l1_manager_actor(l1_manager *m) {
   return m->self;
+}
+
+const pool *l1_manager_pool(const l1_manager *m) {
+  return m->pool;
 }
 void l1_manager_set_evictor(l1_manager *m, kva_actor *evictor) {
   m->evictor = evictor;

@@ -113,9 +113,14 @@ typedef struct l1_handoff {
 typedef struct l1_manager_opts {
   uint64_t size_bytes, reserve_bytes, align_bytes;
   int numa_node, pinned, hugepages, prefault;
+  int shared; /* the pool is a memfd kvactd's clients map (l1/pool.h) */
 } l1_manager_opts;
 l1_manager *l1_manager_spawn(kva_runtime *rt, const l1_manager_opts *o, char *err, size_t errlen);
 kva_actor *l1_manager_actor(l1_manager *m);
+/* The manager's pool, for what only reads its constants (pool_fd,
+ * pool_base, pool_capacity, pool_offset_of): kvactd's sessions. */
+typedef struct pool pool;
+const pool *l1_manager_pool(const l1_manager *m);
 /* The eviction controller the manager notifies: set once, before the first
  * message is sent to the manager (the send publishes it). */
 void l1_manager_set_evictor(l1_manager *m, kva_actor *evictor);

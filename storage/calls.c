@@ -76,7 +76,7 @@ static int memcheck_tiers(kva_storage *s, session *ss, void *arg) {
 int kva_memcheck(kva_storage *s, char *report, size_t len) {
   if (!s || (len && !report)) return KVA_EINVAL;
   l1_req r = {.report = report, .report_len = len};
-  int rc = storage_call(s, L1_MEMCHECK, &r);
+  int rc = storage_call(s, L1_MEMCHECK, &r); /* a client's: the daemon's, tiers too */
   if (rc != KVA_OK || s->tiers.n == 0) return rc;
   return storage_with_session(s, memcheck_tiers, &(memcheck_args){report, len});
 }
@@ -85,7 +85,7 @@ int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out) {
   if (!s || !out) return KVA_EINVAL;
   l1_req r = {.stats = out};
   int rc = storage_call(s, L1_STATS, &r);
-  if (rc != KVA_OK) return rc;
+  if (rc != KVA_OK || s->client) return rc; /* a client's: the daemon's, L2 too */
   const l2_tiers *t = &s->tiers;
   out->l2_store_tasks = __atomic_load_n(&t->store_tasks, __ATOMIC_RELAXED);
   out->l2_stored_keys = __atomic_load_n(&t->stored_keys, __ATOMIC_RELAXED);

@@ -2,6 +2,7 @@
  * lifecycle.c — the storage manager's life with the runtime: start and
  * shutdown (the sessions its calls borrow are in sessions.c).
  *
+ * A client's storage (client.socket) is the connection actor alone.
  * Start: the L1 manager, then the eviction controller (newer actors stop
  * first, so the controller is gone before the manager frees the pool).
  * Shutdown: refuse new calls, wait for the calls already past that check
@@ -15,10 +16,12 @@
 
 #include "actors/log.h"
 #include "actors/runtime_internal.h"
+#include "client/connection.h"
 #include "config/config_internal.h"
 #include "gpu/copy_actor.h"
 #include "l1/eviction_controller.h"
 #include "common/key.h"
+#include "storage/storage.h"
 #include "storage/storage_internal.h"
 
 /* l1_manager_opts.pinned takes l1.pinned as config_bool_auto reads it. */
@@ -33,7 +36,8 @@ static int start_l1(kva_storage *s, const kva_config *c) {
                        .numa_node = (int)config_i64(c, "l1.numa_node"),
                        .pinned = config_bool_auto(c, "l1.pinned"),
                        .hugepages = config_bool(c, "l1.hugepages"),
-                       .prefault = config_bool(c, "l1.prefault")};
+                       .prefault = config_bool(c, "l1.prefault"),
+                       .shared = config_str(c, "server.socket")[0] != 0};
   s->l1m = l1_manager_spawn(s->rt, &o, err, sizeof(err));
   if (!s->l1m) {
     LOG_ERROR("storage: %s", err[0] ? err : "cannot start the L1 manager");
@@ -58,13 +62,38 @@ static int start_evictor(kva_storage *s, const kva_config *c) {
   return KVA_OK;
 }
 
-static void storage_free(kva_storage *s);
+/* A client's storage: no actor of its own but the connection, which
+ * stands where the L1 manager would (client/connection.h). */
+static int start_client(kva_storage *s, const kva_config *c) {
+  if (s->rt->workers == 0) {
+    LOG_ERROR("storage: client.socket needs scheduler threads (runtime.workers > 0)");
+    return KVA_ECONFIG;
+  }
+  s->client = client_conn_spawn(s->rt, config_str(c, "client.socket"),
+                                (int)config_i64(c, "client.timeout_ms"));
+  if (!s->client) {
+    LOG_ERROR("storage: cannot start the connection to %s (path too long, or out of memory)",
+              config_str(c, "client.socket"));
+    return KVA_ECONFIG;
+  }
+  s->l1 = client_conn_actor(s->client);
+  return KVA_OK;
+}
 
-static int storage_start(kva_runtime *rt, kva_storage **out) {
+int storage_open(kva_runtime *rt, kva_storage **out) {
   kva_storage *s = calloc(1, sizeof(*s));
   if (!s) return KVA_ENOMEM;
   s->rt = rt;
   pthread_mutex_init(&s->lock, NULL);
+  if (storage_is_client(rt->cfg)) {
+    int rc = start_client(s, rt->cfg);
+    if (rc != KVA_OK) {
+      storage_free(s);
+      return rc;
+    }
+    *out = s;
+    return KVA_OK;
+  }
   int rc = start_l1(s, rt->cfg);
   if (rc == KVA_OK) rc = start_evictor(s, rt->cfg);
   if (rc == KVA_OK) rc = storage_start_l2(s, rt->cfg);
@@ -92,8 +121,12 @@ void storage_leave(kva_storage *s) {
   __atomic_sub_fetch(&s->inflight, 1, __ATOMIC_RELEASE);
 }
 
+int storage_is_client(const kva_config *c) {
+  return config_str(c, "client.socket")[0] != 0;
+}
+
 /* Refuses new calls, waits for those running. */
-static void storage_close(kva_storage *s) {
+void storage_close(kva_storage *s) {
   __atomic_store_n(&s->closed, 1, __ATOMIC_SEQ_CST);
   while (__atomic_load_n(&s->inflight, __ATOMIC_SEQ_CST)) sched_yield();
   storage_drain(s);
@@ -101,7 +134,7 @@ static void storage_close(kva_storage *s) {
 }
 
 /* After the runtime has stopped the actors. */
-static void storage_free(kva_storage *s) {
+void storage_free(kva_storage *s) {
   for (session *ss = s->all, *next; ss; ss = next) {
     next = ss->next_all;
     session_forget(ss);
@@ -111,34 +144,4 @@ static void storage_free(kva_storage *s) {
   prober_free(s->prober);
   pthread_mutex_destroy(&s->lock);
   free(s);
-}
-
-/* ---- the runtime with its storage --------------------------------------- */
-
-int kva_runtime_start(const kva_config *cfg, kva_runtime **out) {
-  int rc = runtime_create(cfg, out);
-  if (rc != KVA_OK) return rc;
-  kva_runtime *rt = *out;
-  if (config_i64(rt->cfg, "l1.size_bytes") == 0) return KVA_OK;
-  kva_storage *s = NULL;
-  rc = storage_start(rt, &s);
-  if (rc != KVA_OK) {
-    runtime_destroy(rt);
-    *out = NULL;
-    return rc;
-  }
-  rt->storage = s;
-  return KVA_OK;
-}
-
-void kva_runtime_shutdown(kva_runtime *rt) {
-  if (!rt) return;
-  kva_storage *s = rt->storage;
-  if (s) storage_close(s);
-  runtime_destroy(rt);
-  if (s) storage_free(s);
-}
-
-kva_storage *kva_storage_of(kva_runtime *rt) {
-  return rt ? rt->storage : NULL;
 }

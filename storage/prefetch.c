@@ -58,8 +58,7 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
                        .l2 = l && s->prefetcher && !l2_frozen(&s->tiers)};
     ss->tag++;
     __atomic_store_n(&ss->state, SESSION_PREFETCH, __ATOMIC_RELEASE);
-    l1_req *r = &ss->req;
-    rc = kva_send(s->l1, L1_PREFETCH, &r, sizeof(r), kva_port_actor(ss->port), ss->tag);
+    rc = session_send(ss, s->l1, L1_PREFETCH, &ss->req);
   }
   if (rc == KVA_OK)
     *h = handle_of(ss);

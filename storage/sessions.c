@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "actors/runtime_internal.h"
+#include "client/connection.h"
 #include "common/key.h"
 #include "storage/storage_internal.h"
 
@@ -99,9 +100,16 @@ int session_await(session *ss, int timeout_ms) {
   }
 }
 
+int session_send(session *ss, kva_actor *to, uint32_t type, const void *ptr) {
+  kva_storage *s = ss->s;
+  if (s->client && to == s->l1) /* a client's: the frame leaves from this thread */
+    return client_conn_send(s->client, type, ptr, kva_port_actor(ss->port), ss->tag);
+  return kva_send(to, type, &ptr, ptr ? sizeof(ptr) : 0, kva_port_actor(ss->port), ss->tag);
+}
+
 int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int timeout_ms) {
   ss->tag++;
-  int rc = kva_send(to, type, &ptr, ptr ? sizeof(ptr) : 0, kva_port_actor(ss->port), ss->tag);
+  int rc = session_send(ss, to, type, ptr);
   return rc == KVA_OK ? session_await(ss, timeout_ms) : rc;
 }
 
@@ -132,6 +140,16 @@ static int call_l1(kva_storage *s, session *ss, void *arg) {
 
 int storage_call(kva_storage *s, uint32_t type, l1_req *r) {
   return storage_with_session(s, call_l1, &(call_args){type, r});
+}
+
+static int remote(kva_storage *s, session *ss, void *arg) {
+  client_call *c = arg;
+  int rc = session_ask(ss, s->l1, CL_CALL, c, -1); /* answered within client.timeout_ms */
+  return rc == KVA_OK ? c->result : rc;
+}
+
+int storage_remote(kva_storage *s, client_call *c) {
+  return storage_with_session(s, remote, c);
 }
 
 int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n) {

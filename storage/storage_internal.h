@@ -57,6 +57,7 @@ struct kva_storage {
   pthread_mutex_t lock; /* the session lists */
   session *free_head, *free_tail, *all;
   uint32_t nsessions;
+  struct client_conn *client; /* client.socket: the daemon's storage, through l1 */
 };
 
 /* The session of a handle's table index, or NULL (any index is safe). */
@@ -77,6 +78,9 @@ void storage_leave(kva_storage *s);
 int storage_with_session(kva_storage *s, int (*fn)(kva_storage *, session *, void *), void *arg);
 /* Sends a request to the L1 manager and waits for its reply. */
 int storage_call(kva_storage *s, uint32_t type, l1_req *r);
+/* Sends `type` with payload &ptr to `to` from the session's port, tag
+ * ss->tag (to a client's connection, by client_conn_send). */
+int session_send(session *ss, kva_actor *to, uint32_t type, const void *ptr);
 /* Sends `type` with payload &ptr to `to` from the session's port and waits
  * for the reply (any type, same tag). */
 int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int timeout_ms);
@@ -88,6 +92,10 @@ int storage_tier_stats(kva_storage *s, session *ss, uint32_t t, kva_l2_stats *ou
  * nobody read. */
 int storage_start_l2(kva_storage *s, const kva_config *c);
 void storage_drain(kva_storage *s);
+/* A call across the daemon's tiers (client mode): one CL_CALL to the
+ * connection; returns the call's result. */
+struct client_call;
+int storage_remote(kva_storage *s, struct client_call *c);
 /* Validation shared by the calls. */
 int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n);
 

@@ -3,11 +3,13 @@
  * features; docs/invariants.md I-FA-2, I-L2-7): kva_lookup
  * (get_block_mapping) and pins, freeze, bypass, kva_flush, kva_l2_contains
  * and kva_l2_get_tier_stats. Each is a short sequence of requests from one
- * borrowed session: to the L1 manager, then tier by tier.
+ * borrowed session: to the L1 manager, then tier by tier. In a client
+ * (client.socket) each is one CL_CALL: the daemon walks its own tiers.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/connection.h"
 #include "common/key.h"
 #include "l2/store_controller.h"
 #include "storage/storage_internal.h"
@@ -80,6 +82,11 @@ int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hit
   int rc = storage_check_keys(s, k, n);
   if (rc != KVA_OK) return rc;
   if (!out) return KVA_EINVAL;
+  if (s->client) {
+    client_call c = {.req = {.type = P_LOOKUP, .n = (uint32_t)n, .flag = pin != 0, .keys = k},
+                     .lookup = out};
+    return n > PROTO_MAX_KEYS ? KVA_EINVAL : storage_remote(s, &c);
+  }
   lookup_args a = {k, n, pin != 0, out};
   return storage_with_session(s, do_lookup, &a);
 }
@@ -91,13 +98,25 @@ int kva_unpin(kva_storage *s, const kva_key *k, size_t n) {
   return storage_call(s, L1_UNPIN, &r);
 }
 
+/* A call naming a tier, in a client. */
+static int remote_tier_call(kva_storage *s, uint16_t type, const char *tier, int on,
+                            const kva_key *k, kva_l2_tier_stats *ts) {
+  if (!tier || strlen(tier) >= PROTO_TIER_BYTES) return KVA_EINVAL;
+  client_call c = {.req = {.type = type, .flag = on != 0, .n = k ? 1 : 0, .keys = k},
+                   .tier_stats = ts};
+  strcpy(c.req.tier, tier);
+  return storage_remote(s, &c);
+}
+
 int kva_set_freeze(kva_storage *s, int on) {
   if (!s) return KVA_EINVAL;
+  if (s->client) return storage_remote(s, &(client_call){.req = {.type = P_FREEZE, .flag = on != 0}});
   __atomic_store_n(&s->tiers.frozen, on != 0, __ATOMIC_RELAXED);
   return KVA_OK;
 }
 
 int kva_set_tier_bypass(kva_storage *s, const char *tier, int on) {
+  if (s && s->client) return remote_tier_call(s, P_SET_BYPASS, tier, on, NULL, NULL);
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0) return KVA_EINVAL;
   __atomic_store_n(&s->tiers.t[t].bypass_manual, on != 0, __ATOMIC_RELAXED);
@@ -106,6 +125,7 @@ int kva_set_tier_bypass(kva_storage *s, const char *tier, int on) {
 }
 
 int kva_tier_bypassed(kva_storage *s, const char *tier) {
+  if (s && s->client) return remote_tier_call(s, P_BYPASSED, tier, 0, NULL, NULL);
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0) return KVA_EINVAL;
   return !l2_usable(&s->tiers, (uint32_t)t);
@@ -117,6 +137,8 @@ static int do_flush(kva_storage *s, session *ss, void *arg) {
 
 int kva_flush(kva_storage *s, int timeout_ms) {
   if (!s) return KVA_EINVAL;
+  if (s->client) /* waits for the daemon at most client.timeout_ms, like every call */
+    return storage_remote(s, &(client_call){.req = {.type = P_FLUSH, .timeout_ms = timeout_ms}});
   if (!s->store) return KVA_OK;
   int t = timeout_ms < 0 ? -1 : timeout_ms;
   return storage_with_session(s, do_flush, &t);
@@ -137,6 +159,8 @@ static int do_contains(kva_storage *s, session *ss, void *arg) {
 }
 
 int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k) {
+  if (s && s->client)
+    return k && key_valid(k) ? remote_tier_call(s, P_L2_CONTAINS, tier, 0, k, NULL) : KVA_EINVAL;
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !k || !key_valid(k)) return KVA_EINVAL;
   contains_args a = {(uint32_t)t, k};
@@ -161,6 +185,7 @@ static int do_tier_stats(kva_storage *s, session *ss, void *arg) {
 }
 
 int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out) {
+  if (s && s->client) return out ? remote_tier_call(s, P_TIER_STATS, tier, 0, NULL, out) : KVA_EINVAL;
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !out) return KVA_EINVAL;
   const l2_tier *lt = &s->tiers.t[t];

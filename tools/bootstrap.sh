@@ -19,6 +19,10 @@ packages=(
   libcaf-dev        # C++ Actor Framework: anchor benchmark
   fio               # disk anchor benchmark
   clang             # libFuzzer target
+  libmicrohttpd-dev # kvactd's Prometheus metrics endpoint
+  libzmq3-dev       # ZeroMQ REQ/REP: anchor of the multi-process benchmark
+  curl              # kvactd tests scrape the metrics endpoint
+  python3-pytest python3-numpy python3-torch  # the Python package (issue 17)
 )
 
 missing=()

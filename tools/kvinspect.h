@@ -28,6 +28,13 @@ typedef struct kvi_row {
   uint64_t overflowed;   /* messages that went to the overflow queue */
   uint64_t backpressure; /* sends that had to wait or overflow */
   uint64_t turns;        /* scheduler turns */
+  /* the actor's own label and gauges (actors/gauges.h); label "" = none */
+  char label[KVA_STATS_LABEL];
+  /* the gauges' names, copies: qsort moves rows, so no pointers into one */
+  char gauge_name[KVA_STATS_GAUGES][KVA_STATS_GAUGE_NAMES];
+  unsigned ngauges; /* named gauges: the ones shown */
+  uint64_t gauge[KVA_STATS_GAUGES];
+  double gauge0_rate; /* gauge 0 (a counter) per second over the last interval */
 } kvi_row;
 
 /* One mapped segment /dev/shm/kvact.<pid>.<n> (read-only unless traced). */
@@ -38,6 +45,7 @@ typedef struct kvi_segment {
   const stats_slot *slots; /* hdr + header_bytes */
   size_t bytes;            /* mapping length */
   uint64_t *prev_dequeued; /* max_slots counters of the previous sample */
+  uint64_t *prev_gauge0;   /* max_slots gauge 0s of the previous sample */
   kvi_row *rows;           /* max_slots rows; nrows filled by kvi_sample */
   uint32_t nrows;
   double uptime_s; /* since the runtime created the segment */
@@ -59,7 +67,8 @@ int kvi_segment_count(int pid);
  * to stderr and returns -1. */
 int kvi_open_all(int pid, kvi_segment **out, int *count, int writable);
 void kvi_close_all(kvi_segment *segs, int count);
-/* Remembers every slot's dequeued counter (the start of an interval). */
+/* Remembers every slot's dequeued counter and gauge 0 (the start of an
+ * interval). */
 void kvi_mark(kvi_segment *s);
 /* Fills s->rows from the slots, rates over `seconds` since kvi_mark. */
 void kvi_sample(kvi_segment *s, double seconds);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "actors/gauges.h"
 #include "common/array.h"
 #include "tools/kvinspect.h"
 
@@ -100,8 +101,9 @@ static int map_one(kvi_segment *s, int pid, int writable) {
   s->owner = stats_owner_state(s->hdr, pid);
   s->slots = (const stats_slot *)((const char *)map + s->hdr->header_bytes);
   s->prev_dequeued = calloc(s->hdr->max_slots + 1, sizeof(uint64_t));
+  s->prev_gauge0 = calloc(s->hdr->max_slots + 1, sizeof(uint64_t));
   s->rows = calloc(s->hdr->max_slots + 1, sizeof(kvi_row));
-  if (!s->prev_dequeued || !s->rows) {
+  if (!s->prev_dequeued || !s->prev_gauge0 || !s->rows) {
     fprintf(stderr, "kvinspect: out of memory\n");
     return -1;
   }
@@ -185,6 +187,7 @@ void kvi_close_all(kvi_segment *segs, int count) {
   for (int i = 0; i < count; i++) {
     if (segs[i].hdr) munmap((void *)segs[i].hdr, segs[i].bytes);
     free(segs[i].prev_dequeued);
+    free(segs[i].prev_gauge0);
     free(segs[i].rows);
   }
   free(segs);
@@ -198,7 +201,10 @@ static uint32_t slot_count(const kvi_segment *s) {
 
 void kvi_mark(kvi_segment *s) {
   uint32_t n = slot_count(s);
-  for (uint32_t i = 0; i < n; i++) s->prev_dequeued[i] = load64(&s->slots[i].dequeued);
+  for (uint32_t i = 0; i < n; i++) {
+    s->prev_dequeued[i] = load64(&s->slots[i].dequeued);
+    s->prev_gauge0[i] = load64(&s->slots[i].gauge[0]);
+  }
 }
 
 /* Upper bound in ns of the bucket holding quantile q (permille) of the
@@ -230,6 +236,27 @@ static uint64_t ring_depth(const ck_ring_t *r) {
   return depth > size ? size : depth;
 }
 
+static double rate_of(uint64_t now, uint64_t prev, double seconds) {
+  return seconds > 0 && now >= prev ? (double)(now - prev) / seconds : 0;
+}
+
+/* The actor's label and its named gauges (gauges.h); none without a label. */
+static void fill_gauges(kvi_row *r, const stats_slot *sl, uint64_t prev0, double seconds) {
+  stats_label_copy c;
+  r->ngauges = 0;
+  if (!stats_label_read(sl, &c) || !c.label[0]) {
+    r->label[0] = '\0';
+    return;
+  }
+  memcpy(r->label, c.label, sizeof(r->label));
+  char *save = NULL;
+  for (char *w = strtok_r(c.gauge_names, " ", &save); w && r->ngauges < KVA_STATS_GAUGES;
+       w = strtok_r(NULL, " ", &save))
+    memcpy(r->gauge_name[r->ngauges++], w, strlen(w) + 1); /* w is shorter than the array */
+  for (unsigned i = 0; i < KVA_STATS_GAUGES; i++) r->gauge[i] = load64(&sl->gauge[i]);
+  r->gauge0_rate = rate_of(r->gauge[0], prev0, seconds);
+}
+
 static void fill_row(kvi_row *r, const stats_slot *sl, uint64_t prev, double seconds, int stale) {
   memcpy(r->name, sl->name, sizeof(r->name));
   r->name[sizeof(r->name) - 1] = '\0';
@@ -241,7 +268,7 @@ static void fill_row(kvi_row *r, const stats_slot *sl, uint64_t prev, double sec
   /* load fence: the consumer stores enqueued, a store fence, then dequeued */
   ck_pr_fence_load();
   r->enqueued = load64(&sl->enqueued);
-  r->rate = seconds > 0 && r->dequeued >= prev ? (double)(r->dequeued - prev) / seconds : 0;
+  r->rate = rate_of(r->dequeued, prev, seconds);
   r->p50_ns = hist_quantile(sl->hist, 500);
   r->p99_ns = hist_quantile(sl->hist, 990);
   r->overflowed = load64(&sl->overflowed);
@@ -257,7 +284,9 @@ void kvi_sample(kvi_segment *s, double seconds) {
     /* load fence: name and kind are stored, a store fence, then the state */
     if (load32(&sl->state) == STATS_SLOT_FREE) continue;
     ck_pr_fence_load();
-    fill_row(&s->rows[s->nrows++], sl, s->prev_dequeued[i], seconds, kvi_stale(s));
+    kvi_row *r = &s->rows[s->nrows++];
+    fill_row(r, sl, s->prev_dequeued[i], seconds, kvi_stale(s));
+    fill_gauges(r, sl, s->prev_gauge0[i], seconds);
   }
   uint64_t start = s->hdr->start_ns;
   struct timespec ts;

@@ -42,12 +42,24 @@ static const char *stale_note(const kvi_segment *s) {
   return "";
 }
 
+/* Under a labelled actor's row: "  pid 1234 uid 0: requests 57 (12/s),
+ * write_locks 1, read_locks 2, pins 3" (gauge 0 with its rate). */
+static void show_gauges(const kvi_row *r) {
+  printf("  %s", r->label);
+  for (unsigned i = 0; i < r->ngauges; i++) {
+    printf("%s %s %llu", i ? "," : ":", r->gauge_name[i], (unsigned long long)r->gauge[i]);
+    if (i == 0) printf(" (%.0f/s)", r->gauge0_rate);
+  }
+  putchar('\n');
+}
+
 static void show_row(const kvi_row *r) {
   char p50[16], p99[16];
   printf("%-24s %-6s %-7s %7llu %7llu %10.0f %8s %8s %9llu %9llu\n", r->name, r->kind, r->state,
          (unsigned long long)r->depth, (unsigned long long)r->peak_depth, r->rate,
          fmt_ns(p50, sizeof(p50), r->p50_ns), fmt_ns(p99, sizeof(p99), r->p99_ns),
          (unsigned long long)r->overflowed, (unsigned long long)r->backpressure);
+  if (r->label[0]) show_gauges(r);
 }
 
 void kvi_show_table(int pid, const kvi_segment *segs, int count, int interval_ms,
@@ -67,7 +79,7 @@ void kvi_show_table(int pid, const kvi_segment *segs, int count, int interval_ms
   fflush(stdout);
 }
 
-static json_t *row_json(const kvi_row *r) {
+static json_t *row_counters_json(const kvi_row *r) {
   return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I}", "name",
                    r->name, "kind", r->kind, "state", r->state, "depth", (json_int_t)r->depth,
                    "peak_depth", (json_int_t)r->peak_depth, "enqueued", (json_int_t)r->enqueued,
@@ -75,6 +87,29 @@ static json_t *row_json(const kvi_row *r) {
                    (json_int_t)r->p50_ns, "recv_p99_ns", (json_int_t)r->p99_ns, "overflowed",
                    (json_int_t)r->overflowed, "backpressure", (json_int_t)r->backpressure, "turns",
                    (json_int_t)r->turns);
+}
+
+/* {"requests": 57, "requests_per_s": 12.0, "write_locks": 1, ...} */
+static json_t *gauges_json(const kvi_row *r) {
+  json_t *g = json_object();
+  for (unsigned i = 0; g && i < r->ngauges; i++) {
+    json_object_set_new(g, r->gauge_name[i], json_integer((json_int_t)r->gauge[i]));
+    if (i > 0) continue;
+    char per_s[KVA_STATS_GAUGE_NAMES + 8];
+    snprintf(per_s, sizeof(per_s), "%s_per_s", r->gauge_name[0]);
+    json_object_set_new(g, per_s, json_real(r->gauge0_rate));
+  }
+  return g;
+}
+
+/* An actor's object; one with a label has "label" and "gauges" as well. */
+static json_t *row_json(const kvi_row *r) {
+  json_t *o = row_counters_json(r);
+  if (o && r->label[0]) {
+    json_object_set_new(o, "label", json_string(r->label));
+    json_object_set_new(o, "gauges", gauges_json(r));
+  }
+  return o;
 }
 
 static json_t *segment_json(const kvi_segment *s) {

@@ -6,7 +6,9 @@
  *
  *   bazel run //tests/fuzz:fuzz_seeds -- "$PWD/tests/fuzz/fuzz_corpus"
  *
- * Also a cluster's replies as raw RESP bytes (fuzz_redis_reply.c).
+ * Also a cluster's replies as raw RESP bytes (fuzz_redis_reply.c), and
+ * frames of multi-process mode written by the protocol's encoders
+ * (fuzz_protocol.c; its case alone: CK_RUN_CASE=protocol, no redis).
  *
  * A Check suite run as a program (not a test): its output depends on the
  * clock (the superblock's created_ns) and the fuzzers keep what they find
@@ -27,6 +29,7 @@
 #include "tests/l2/l2_redis_test.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
+#include "tests/wire/protocol_samples.h"
 
 #define SLOT (2 * DISK_BLOCK)
 #define NSLOTS 6u
@@ -235,6 +238,59 @@ START_TEST(redis_cluster_replies) {
 }
 END_TEST
 
+/* ---- protocol -------------------------------------------------------------- */
+
+/* fuzz_protocol.c's input: [flags 0][expect 0: the frame's own request]
+ * [n: u32][pool_bytes: u64][frame]. */
+static void save_frame(const char *name, uint32_t n, const uint8_t *frame, size_t size) {
+  uint8_t head[1 + 1 + 4 + 8] = {0};
+  uint64_t pool = SAMPLE_POOL_BYTES;
+  memcpy(head + 2, &n, 4);
+  memcpy(head + 6, &pool, 8);
+  ck_assert_uint_gt(size, 0);
+  save("protocol", name, head, sizeof head, frame, size);
+}
+
+/* Requests and replies of most types, small enough for run_fuzz.sh's
+ * max_len; the replies answer requests of n keys. */
+START_TEST(protocol_frames) {
+  static const struct {
+    const char *name;
+    uint16_t type;
+    uint32_t n;
+    int32_t result;
+  } frames[] = {
+      {"hello", P_HELLO, 0, 0},
+      {"reserve-write", P_RESERVE_WRITE, 3, 0},
+      {"prefetch", P_PREFETCH, 2, 0},
+      {"finish-read", P_FINISH_READ, 2, 0},
+      {"l2-contains", P_L2_CONTAINS, 1, 0},
+      {"set-bypass", P_SET_BYPASS, 0, 0},
+      {"flush", P_FLUSH, 0, 0},
+      {"memcheck", P_MEMCHECK, 0, KVA_EIO},
+      {"stats", P_STATS, 0, 0},
+      {"tier-stats", P_TIER_STATS, 0, 0},
+      {"lookup", P_LOOKUP, 3, 0},
+      {"read", P_READ, 3, 0},
+      {"delete", P_DELETE, 2, KVA_EINVAL},
+  };
+  static uint8_t buf[16384];
+  static sample_rep rep;
+  kva_key keys[3] = {sample_key(0), sample_key(1), sample_key(2)};
+  for (size_t i = 0; i < sizeof frames / sizeof frames[0]; i++) {
+    char name[64];
+    proto_req r = sample_req(frames[i].type, keys, frames[i].n ? frames[i].n : 1);
+    snprintf(name, sizeof name, "req-%s", frames[i].name);
+    save_frame(name, 0, buf, proto_req_put(buf, sizeof buf, &r, i + 1));
+    sample_rep_fill(&rep, frames[i].type, frames[i].n, frames[i].result, 40);
+    snprintf(name, sizeof name, "rep-%s", frames[i].name);
+    save_frame(name, frames[i].n, buf, proto_rep_put(buf, sizeof buf, &rep.r, i + 1));
+  }
+  sample_rep_fill(&rep, P_REFUSED, 0, KVA_ECONFIG, 24);
+  save_frame("rep-refused", 0, buf, proto_rep_put(buf, sizeof buf, &rep.r, 99));
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *s = suite_create("fuzz_seeds");
   TCase *tc = tcase_create("seeds");
@@ -243,5 +299,8 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, redis_tier_values);
   tcase_add_test(tc, redis_cluster_replies);
   suite_add_tcase(s, tc);
+  TCase *proto = tcase_create("protocol");
+  tcase_add_test(proto, protocol_frames);
+  suite_add_tcase(s, proto);
   return s;
 }

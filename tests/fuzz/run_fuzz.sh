@@ -32,6 +32,7 @@ for name; do
   case $name in # the largest input each format needs
     disk_recover) max_len=16385 ;; # a flag byte and 64 block heads
     disk_super) max_len=128 ;;
+    protocol) max_len=16398 ;; # 14 bytes of expectations, a frame up to 16 KiB
     *) max_len=8192 ;;
   esac
   dir=$(mktemp -d "$tmp/kvact-fuzz-$name.XXXXXX")

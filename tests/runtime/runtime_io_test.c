@@ -1,6 +1,6 @@
 /*
  * runtime_io_test.c — ports, fd watches, timers, deterministic mode and the
- * stats segment.
+ * stats segment (an actor's own label and gauges too).
  */
 #include <check.h>
 #include <ck_pr.h>
@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "actors/gauges.h"
 #include "actors/stats.h"
 #include "kvact.h"
 #include "tests/support/fixture.h"
@@ -301,6 +302,51 @@ START_TEST(stats_segment_names_actors_and_disappears_at_shutdown) {
 }
 END_TEST
 
+/* Publishes its label and gauge 0 = the message's tag, gauge 3 = 7. */
+static void gauged_receive(kva_actor *self, void *state, const kva_msg *m) {
+  actor_stats_label(self, "pid 42 uid 0", "requests a b c d_is_one_too_many");
+  actor_stats_gauge(self, 0, m->tag);
+  actor_stats_gauge(self, 3, 7);
+  actor_stats_gauge(self, KVA_STATS_GAUGES, 9); /* out of range: ignored */
+}
+
+static const kva_behavior gauged_behavior = {"gauged", gauged_receive, NULL};
+
+START_TEST(an_actor_label_and_gauges_are_read_whole_from_its_slot) {
+  kva_runtime *rt = fixture_runtime(2, NULL);
+  kva_actor *a = kva_spawn(rt, &gauged_behavior, NULL, NULL);
+  kva_send(a, T_DATA, NULL, 0, NULL, 1234);
+  int fd = shm_open(kva_runtime_stats_name(rt), O_RDONLY, 0);
+  ck_assert_int_ge(fd, 0);
+  struct stat stt;
+  fstat(fd, &stt);
+  void *map = mmap(NULL, (size_t)stt.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  ck_assert_ptr_ne(map, MAP_FAILED);
+  const stats_header *h = map;
+  const stats_slot *slots = (const stats_slot *)((const char *)map + h->header_bytes), *sl = NULL;
+  for (uint32_t i = 0; i < h->nslots && i < h->max_slots; i++)
+    if (strcmp(slots[i].name, "gauged") == 0) sl = &slots[i];
+  ck_assert_ptr_nonnull(sl);
+  while (ck_pr_load_64((uint64_t *)&sl->dequeued) < 1) sched_yield();
+  stats_label_copy c;
+  ck_assert(stats_label_read(sl, &c));
+  ck_assert_str_eq(c.label, "pid 42 uid 0");
+  ck_assert_str_eq(c.gauge_names, "requests a b c d_is_one_too_many"); /* kvinspect shows 4 */
+  ck_assert_uint_eq(sl->gauge[0], 1234);
+  ck_assert_uint_eq(sl->gauge[1] + sl->gauge[2], 0);
+  ck_assert_uint_eq(sl->gauge[3], 7);
+  /* a writer caught (or dead) between its two stores: no copy, not a hang */
+  stats_slot torn = *sl;
+  torn.label_seq |= 1;
+  ck_assert(!stats_label_read(&torn, &c));
+  ck_assert_str_eq(c.label, "");
+  ck_assert_str_eq(c.gauge_names, "");
+  munmap(map, (size_t)stt.st_size);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
 /* ---- pinned actors and idle workers ---------------------------------- */
 
 typedef struct pinned_state {
@@ -377,6 +423,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, deterministic_timers_run_on_virtual_time);
   tcase_add_test(tc, threaded_runtime_refuses_deterministic_calls);
   tcase_add_test(tc, stats_segment_names_actors_and_disappears_at_shutdown);
+  tcase_add_test(tc, an_actor_label_and_gauges_are_read_whole_from_its_slot);
   tcase_add_test(tc, stale_segments_of_a_dead_process_with_our_pid_are_reclaimed);
   tcase_add_test(tc, pinned_actor_runs_on_its_own_thread_and_sleeps_on_its_eventfd);
   tcase_add_test(tc, idle_workers_go_to_sleep);

@@ -3,8 +3,9 @@
  * the JSON names the actors with their counts, the table has its header,
  * `kvinspect trace` writes Chrome trace JSON with slices and flows for each
  * actor and leaves tracing off, a dead process's segment is shown with its
- * last counters and marked stale, and each error (no process, no segment,
- * bad segment, usage) exits with its status and reason.
+ * last counters and marked stale, a kvactd session's row shows its client's
+ * pid and the locks it holds, and each error (no process, no segment, bad
+ * segment, usage) exits with its status and reason.
  * Usage: kvinspect_test KVINSPECT
  */
 #include <check.h>
@@ -581,6 +582,146 @@ START_TEST(usage_errors_exit_2) {
 }
 END_TEST
 
+/* ---- a daemon's sessions ------------------------------------------------ */
+
+#define HELD_WRITES 1
+#define HELD_READS 2
+#define HELD_PINS 3
+
+static char sock_path[108];
+
+/* The client's body: locks taken (HELD_WRITES write reservations,
+ * HELD_READS read locks, HELD_PINS pins), a byte to ready_fd, then
+ * lookups that take none, every 2 ms until it is killed. A nonzero return
+ * says which step failed. */
+static int holder(kva_storage *s, int ready_fd) {
+  kva_storage_stats st;
+  int up = 0;
+  for (int i = 0; i < 1000 && !(up = kva_storage_get_stats(s, &st) == KVA_OK); i++) usleep(10000);
+  if (!up) return 2; /* it connects as soon as the daemon listens */
+  enum { STORED = HELD_READS + HELD_PINS };
+  kva_layout l = fixture_layout_bytes(4096);
+  kva_key k[STORED + HELD_WRITES];
+  kva_buf b[STORED + HELD_WRITES];
+  int status[STORED + HELD_WRITES];
+  for (int i = 0; i < STORED + HELD_WRITES; i++) k[i] = fixture_key((uint64_t)i + 1);
+  if (kva_reserve_write(s, k, STORED + HELD_WRITES, &l, KVA_WRITE_NEW, b, status) !=
+      STORED + HELD_WRITES)
+    return 3;
+  if (kva_finish_write(s, k, STORED, status) != STORED) return 4; /* the last stays reserved */
+  kva_prefetch *h;
+  size_t hits = 0;
+  if (kva_submit_prefetch(s, k, HELD_READS, &l, 0, &h) != KVA_OK ||
+      kva_wait_prefetch(s, h, 5000, &hits) != KVA_OK || hits != HELD_READS)
+    return 5;
+  if (kva_read_prefetched(s, k, HELD_READS, b) != KVA_OK) return 6;
+  kva_tier_hits th;
+  if (kva_lookup(s, k + HELD_READS, HELD_PINS, 1, &th) != KVA_OK) return 7;
+  if (write(ready_fd, "r", 1) != 1) return 8;
+  for (;;) {
+    if (kva_lookup(s, k, 1, 0, &th) != KVA_OK) return 9;
+    usleep(2000);
+  }
+}
+
+/* A child that waits for kvactd on sock_path and runs holder() there. */
+static pid_t holder_child(int *ready_fd) {
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    close(p[0]);
+    kva_config *c = kva_config_default();
+    kva_runtime *rt = NULL;
+    if (kva_config_set(c, "client.socket", sock_path) != KVA_OK ||
+        kva_config_set(c, "runtime.workers", "2") != KVA_OK || kva_runtime_start(c, &rt) != KVA_OK)
+      _exit(1);
+    _exit(holder(kva_storage_of(rt), p[1]));
+  }
+  close(p[1]);
+  *ready_fd = p[0];
+  return pid;
+}
+
+/* kvinspect --once --json of this process: the session actor whose label
+ * starts with want, or NULL (*root to be freed). */
+static json_t *find_session(json_t **root, const char *want) {
+  char args[128];
+  snprintf(args, sizeof args, "%d --once --json --interval 100", (int)getpid());
+  ck_assert_int_eq(inspect(args), 0);
+  json_error_t jerr;
+  ck_assert_msg((*root = json_load_file(out_path, 0, &jerr)), "bad JSON (%s)", jerr.text);
+  size_t i, j;
+  json_t *seg, *actor;
+  json_array_foreach(json_object_get(*root, "segments"), i, seg) {
+    json_array_foreach(json_object_get(seg, "actors"), j, actor) {
+      const char *label = json_string_value(json_object_get(actor, "label"));
+      if (label && strncmp(label, want, strlen(want)) == 0) return actor;
+    }
+  }
+  return NULL;
+}
+
+static json_int_t gauge(json_t *actor, const char *name) {
+  json_t *v = json_object_get(json_object_get(actor, "gauges"), name);
+  ck_assert_msg(json_is_integer(v), "gauge %s missing", name);
+  return json_integer_value(v);
+}
+
+START_TEST(a_session_row_shows_its_client_and_the_locks_it_holds) {
+  snprintf(sock_path, sizeof sock_path, "/tmp/kvinspect_test.%d.sock", (int)getpid());
+  int ready_fd;
+  pid_t child = holder_child(&ready_fd); /* forked before this process has threads */
+  char sock_kv[160];
+  snprintf(sock_kv, sizeof sock_kv, "server.socket=%s", sock_path);
+  kva_runtime *rt = fixture_storage(2, 16 << 20, sock_kv, NULL);
+  char c;
+  ssize_t got = read(ready_fd, &c, 1);
+  close(ready_fd);
+  int st = 0;
+  if (got != 1) waitpid(child, &st, 0);
+  ck_assert_msg(got == 1, "the client failed (exit status %d)", WEXITSTATUS(st));
+  char want[64];
+  snprintf(want, sizeof want, "pid %d uid %u", (int)child, (unsigned)getuid());
+  json_t *root, *ss = find_session(&root, want);
+  ck_assert_msg(ss, "no session labelled \"%s\": %s", want, cli_slurp(out_path));
+  ck_assert_str_eq(json_string_value(json_object_get(ss, "name")), "kvactd_session");
+  ck_assert_int_eq(gauge(ss, "write_locks"), HELD_WRITES);
+  ck_assert_int_eq(gauge(ss, "read_locks"), HELD_READS);
+  ck_assert_int_eq(gauge(ss, "pins"), HELD_PINS);
+  ck_assert_int_ge(gauge(ss, "requests"), 5); /* stats, reserve, finish, prefetch..., lookup */
+  double per_s = json_real_value(json_object_get(json_object_get(ss, "gauges"), "requests_per_s"));
+  ck_assert_msg(per_s > 0 && per_s <= 1000, "requests_per_s %f", per_s); /* one per 2 ms or less */
+  json_decref(root);
+  char args[128], line[160];
+  snprintf(args, sizeof args, "%d --once --interval 50", (int)getpid());
+  ck_assert_int_eq(inspect(args), 0);
+  snprintf(line, sizeof line, "  %s: requests ", want);
+  assert_out_has(line);
+  snprintf(line, sizeof line, "/s), write_locks %d, read_locks %d, pins %d\n", HELD_WRITES,
+           HELD_READS, HELD_PINS);
+  assert_out_has(line);
+  reap(child);
+  /* the closed session gave everything back, and its row says so */
+  uint64_t t0 = fixture_now_ns();
+  for (;;) {
+    ss = find_session(&root, want);
+    ck_assert_ptr_nonnull(ss);
+    if (strcmp(json_string_value(json_object_get(ss, "state")), "stopped") == 0) break;
+    ck_assert_msg(fixture_now_ns() - t0 < 10000000000ull, "the session never stopped");
+    json_decref(root);
+  }
+  json_decref(root);
+  ss = find_session(&root, want); /* an interval wholly after the stop */
+  ck_assert_int_eq(gauge(ss, "write_locks") + gauge(ss, "read_locks") + gauge(ss, "pins"), 0);
+  ck_assert(json_real_value(json_object_get(json_object_get(ss, "gauges"), "requests_per_s")) ==
+            0.0);
+  json_decref(root);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   if (!(kvinspect = fixture_arg(1))) {
     fprintf(stderr, "usage: kvinspect_test KVINSPECT\n");
@@ -597,6 +738,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, bad_segments_exit_1_with_the_reason);
   tcase_add_test(tc, a_dead_process_segment_is_shown_as_stale);
   tcase_add_test(tc, a_live_segment_is_not_stale);
+  tcase_add_test(tc, a_session_row_shows_its_client_and_the_locks_it_holds);
   tcase_add_test(tc, trace_has_a_track_slices_and_flows_for_each_actor);
   tcase_add_test(tc, a_killed_recorder_stops_tracing_within_its_lease);
   tcase_add_test(tc, runtime_trace_true_keeps_history_for_seconds_0);

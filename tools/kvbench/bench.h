@@ -25,6 +25,7 @@ typedef struct bench_opts {
   unsigned disk_chunks;   /* disk: 8 MiB objects per pass */
   const char *redis_addr; /* redis: HOST:PORT, NULL = start a redis-server */
   unsigned redis_objects; /* redis: objects per pass and size */
+  uint64_t mp_iters;      /* mp: timed single-key round trips per rep */
 } bench_opts;
 
 int suite_runtime(const bench_opts *o);
@@ -33,6 +34,7 @@ int suite_l2_mock(const bench_opts *o);
 int suite_disk(const bench_opts *o);
 int suite_redis(const bench_opts *o);
 int suite_gpu(const bench_opts *o);
+int suite_mp(const bench_opts *o);
 
 double bench_median(double *v, int n);
 /* A runtime with `workers` workers and an L1 of l1_bytes (0 = no storage);

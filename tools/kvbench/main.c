@@ -2,12 +2,13 @@
  * kvbench — kvact's benchmark driver.
  *
  *   kvbench [--model NAME] [--duration S] [-o key=value] [--json] ...
- *   kvbench --suite runtime|l1|l2-mock|disk|redis|gpu|all [--reps N] [--workers N] [--quick] ...
+ *   kvbench --suite runtime|l1|l2-mock|disk|redis|gpu|mp|all [--reps N] [--workers N] [--quick] ...
  *
  * Without --suite it runs the serving-engine simulation (sim_main.c) on the
  * embedded default config. "all" is runtime, l1 and l2-mock; disk writes a
- * file of a few GB, redis starts a redis-server and gpu moves a few hundred
- * MB of KV cache, so they run only when asked for.
+ * file of a few GB, redis starts a redis-server, gpu moves a few hundred
+ * MB of KV cache and mp forks server processes, so they run only when
+ * asked for.
  */
 #include <getopt.h>
 #include <stdbool.h>
@@ -23,7 +24,7 @@
 static void usage(FILE *f) {
   fprintf(f, "usage: kvbench --suite NAME [options]   (without --suite: the simulation,\n"
              "                                         kvbench --help)\n"
-             "  --suite NAME      runtime | l1 | l2-mock | disk | redis | gpu | all\n"
+             "  --suite NAME      runtime | l1 | l2-mock | disk | redis | gpu | mp | all\n"
              "                    (all = runtime, l1, l2-mock)\n"
              "  --reps N          repetitions per measure, medians reported (5)\n"
              "  --workers N       scheduler threads for kvact and CAF (online CPUs)\n"
@@ -38,6 +39,8 @@ static void usage(FILE *f) {
              "  --redis-addr H:P  redis: use this server (default: start a redis-server\n"
              "                    on a free loopback port, stopped at the end)\n"
              "  --redis-objects N redis: objects per pass, each size (64)\n"
+             "  --mp-iters N      mp: single-key round trips per rep (50000); each\n"
+             "                    batch client makes N / 10 + 1\n"
              "  --quick           small sizes (a smoke run, figures meaningless)\n");
 }
 
@@ -63,6 +66,7 @@ static const struct {
     {"runtime", suite_runtime, true}, {"l1", suite_l1, true},
     {"l2-mock", suite_l2_mock, true}, {"disk", suite_disk, false},
     {"redis", suite_redis, false},    {"gpu", suite_gpu, false},
+    {"mp", suite_mp, false},
 };
 
 /* Whether argv asks for a suite (--suite NAME or --suite=NAME). */
@@ -86,14 +90,15 @@ int main(int argc, char **argv) {
                   .cp_cycles = 4000,
                   .rtt_samples = 100000,
                   .disk_chunks = 64,
-                  .redis_objects = 64};
+                  .redis_objects = 64,
+                  .mp_iters = 50000};
   const char *suite = "runtime";
   static const struct option opts[] = {
-      {"suite", 1, 0, 's'},         {"reps", 1, 0, 'r'},  {"workers", 1, 0, 'w'},
-      {"pingpong", 1, 0, 'p'},      {"fanin", 1, 0, 'f'}, {"ring-hops", 1, 0, 'h'},
-      {"anchors", 1, 0, 'a'},       {"quick", 0, 0, 'q'}, {"disk-file", 1, 0, 'D'},
-      {"disk-chunks", 1, 0, 'C'},   {"help", 0, 0, 'H'},  {"redis-addr", 1, 0, 'R'},
-      {"redis-objects", 1, 0, 'O'}, {0, 0, 0, 0}};
+      {"suite", 1, 0, 's'},         {"reps", 1, 0, 'r'},     {"workers", 1, 0, 'w'},
+      {"pingpong", 1, 0, 'p'},      {"fanin", 1, 0, 'f'},    {"ring-hops", 1, 0, 'h'},
+      {"anchors", 1, 0, 'a'},       {"quick", 0, 0, 'q'},    {"disk-file", 1, 0, 'D'},
+      {"disk-chunks", 1, 0, 'C'},   {"help", 0, 0, 'H'},     {"redis-addr", 1, 0, 'R'},
+      {"redis-objects", 1, 0, 'O'}, {"mp-iters", 1, 0, 'M'}, {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -130,6 +135,9 @@ int main(int argc, char **argv) {
     case 'O':
       o.redis_objects = (unsigned)strtoul(optarg, NULL, 10);
       break;
+    case 'M':
+      o.mp_iters = strtoull(optarg, NULL, 10);
+      break;
     case 'q':
       o.reps = 1;
       o.pingpong = 20000;
@@ -141,6 +149,7 @@ int main(int argc, char **argv) {
       o.rtt_samples = 2000;
       o.disk_chunks = 16;
       o.redis_objects = 8;
+      o.mp_iters = 5000;
       break;
     case 'H':
       usage(stdout);
@@ -151,7 +160,7 @@ int main(int argc, char **argv) {
     }
   }
   if (o.reps < 1 || o.workers < 1 || !o.pingpong || !o.fanin || !o.ring_hops || !o.disk_chunks ||
-      !o.redis_objects) {
+      !o.redis_objects || !o.mp_iters) {
     fprintf(stderr, "kvbench: --reps, --workers and sizes must be positive\n");
     return 2;
   }
@@ -163,7 +172,8 @@ int main(int argc, char **argv) {
     rc |= suites[i].run(&o);
   }
   if (!known) {
-    fprintf(stderr, "kvbench: unknown suite \"%s\" (runtime, l1, l2-mock, disk, redis, gpu, all)\n",
+    fprintf(stderr,
+            "kvbench: unknown suite \"%s\" (runtime, l1, l2-mock, disk, redis, gpu, mp, all)\n",
             suite);
     return 2;
   }

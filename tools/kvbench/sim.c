@@ -457,7 +457,7 @@ static int engines_init(const sim_opts *o, kva_storage *s, sim_stats *st, sim_en
                         .st = st,
                         .layout = l,
                         .chunk_bytes = bytes,
-                        .rng = o->seed * 1000003 + (uint64_t)t + 1,
+                        .rng = o->seed * 1000003 + ((uint64_t)o->proc << 32) + (uint64_t)t + 1,
                         .start_ns = start,
                         .prompts = prompts,
                         .stop = stop};
@@ -512,11 +512,11 @@ double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st) {
     double step = o->duration_s - t < 1 ? o->duration_s - t : 1;
     sleep_s(step);
     t = secs(bench_now_ns() - start);
-    sim_progress(o, st, t, tty);
+    if (!o->quiet) sim_progress(o, st, t, tty);
   }
   __atomic_store_n(&stop, 1, __ATOMIC_RELAXED); /* a flag polled between turns: no ordering */
   for (int t = 0; t < started; t++) pthread_join(e[t].th, NULL);
-  if (tty && ok) fputc('\n', stderr);
+  if (tty && ok && !o->quiet) fputc('\n', stderr);
   double elapsed = secs(bench_now_ns() - start);
   if (e) engines_free(e, o->threads);
   free(e);

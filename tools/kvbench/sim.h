@@ -32,7 +32,11 @@ typedef struct sim_opts {
   uint64_t seed;
   double prefill_tps, duration_s;
   int json;
-  const char *svg; /* the chart's path */
+  const char *svg;    /* the chart's path */
+  int clients;        /* --clients: engine processes (0 = this process alone) */
+  const char *socket; /* --socket: a running kvactd's (NULL: --clients starts one) */
+  int proc;           /* this engine process's index: its conversations' seeds */
+  int quiet;          /* no progress line */
 } sim_opts;
 
 /* Per-second series, one point per second of the run. */
@@ -86,6 +90,13 @@ typedef struct sim_result {
 } sim_result;
 
 int sim_main(int argc, char **argv);
+/* sim_main.c: the config (the embedded default or file, then the -o
+ * settings; sets are left as given) and the engines' device */
+kva_config *sim_config(const char *file, char **sets, int nsets, int device);
+int sim_device(void);
+/* sim_clients.c: --clients (o->clients engine processes against one kvactd,
+ * then as many embedded instances); the exit status */
+int sim_clients(const sim_opts *o, const char *file, char **sets, int nsets);
 /* sim.c */
 kva_layout sim_layout(const sim_model *m);
 const sim_model *sim_model_find(const char *name);

@@ -1,7 +1,7 @@
 /*
  * sim_main.c — kvbench with no --suite: options, the runtime on the
  * embedded default config (or --config FILE, with -o overrides), the
- * simulation, the report.
+ * simulation, the report; --clients goes to sim_clients.c.
  */
 #include <getopt.h>
 #include <stdlib.h>
@@ -28,7 +28,16 @@ void sim_usage(FILE *f) {
              "  -o key=value          config override (repeatable), e.g. -o l2=[]\n"
              "  --json                final report as JSON on stdout\n"
              "  --svg PATH            chart (default kvbench-report.svg in the directory\n"
-             "                        bazel run was called from)\n");
+             "                        bazel run was called from)\n"
+             "  --clients N           N engine processes against one kvactd (started by\n"
+             "                        kvbench on the config, with the whole L1 and disk\n"
+             "                        budget), then N embedded instances with 1/N of\n"
+             "                        l1.size_bytes and of each disk tier's capacity\n"
+             "                        each, on the same seeds: hit ratio and TTFT of\n"
+             "                        both, one table. --conversations is the total,\n"
+             "                        split among the processes; --threads is per\n"
+             "                        process. No --json, no chart\n"
+             "  --socket PATH         with --clients: use the kvactd running there\n");
 }
 
 static const char *default_svg(void) {
@@ -44,7 +53,7 @@ static void log_drop(int level, const char *msg, void *arg) {}
  * registered host memory, else the host device. Asked before the runtime
  * starts, with the library's log lines muted: no GPU is the usual case,
  * and the report says which device the engines used. */
-static int sim_device(void) {
+int sim_device(void) {
   kva_log_set(log_drop, NULL, KVA_LOG_ERROR);
   int cuda = cuda_lib_api() && cuda_device_probe(0) == KVA_OK;
   kva_log_set(NULL, NULL, KVA_LOG_WARN);
@@ -53,8 +62,9 @@ static int sim_device(void) {
 
 /* Loads the config and applies the -o overrides; NULL after saying why.
  * The embedded default gets l1.pinned=true for a CUDA device (its copies
- * read and write the page-locked pool) and l1.prefault=true. */
-static kva_config *sim_config(const char *file, char **sets, int nsets, int device) {
+ * read and write the page-locked pool) and l1.prefault=true. The -o
+ * strings are given back as they came. */
+kva_config *sim_config(const char *file, char **sets, int nsets, int device) {
   kva_config *c = NULL;
   char err[256] = "";
   if (file && kva_config_from_file(file, &c, err, sizeof err) != KVA_OK) {
@@ -74,9 +84,9 @@ static kva_config *sim_config(const char *file, char **sets, int nsets, int devi
     char *eq = strchr(sets[i], '=');
     if (eq) *eq = 0;
     int rc = eq ? kva_config_set_err(c, sets[i], eq + 1, err, sizeof err) : KVA_EINVAL;
+    if (eq) *eq = '=';
     if (rc != KVA_OK) {
-      fprintf(stderr, "kvbench: -o %s%s%s: %s\n", sets[i], eq ? "=" : "", eq ? eq + 1 : "",
-              eq ? err : "want key=value");
+      fprintf(stderr, "kvbench: -o %s: %s\n", sets[i], eq ? err : "want key=value");
       kva_config_free(c);
       return NULL;
     }
@@ -86,11 +96,13 @@ static kva_config *sim_config(const char *file, char **sets, int nsets, int devi
 
 static int sim_parse(int argc, char **argv, sim_opts *o, const char **cfg, char **sets,
                      int *nsets) {
-  static const struct option opts[] = {
-      {"model", 1, 0, 'm'},   {"conversations", 1, 0, 'c'}, {"threads", 1, 0, 't'},
-      {"prompts", 1, 0, 'p'}, {"prefill-tps", 1, 0, 'P'},   {"duration", 1, 0, 'd'},
-      {"seed", 1, 0, 's'},    {"config", 1, 0, 'C'},        {"json", 0, 0, 'j'},
-      {"svg", 1, 0, 'S'},     {"help", 0, 0, 'H'},          {0, 0, 0, 0}};
+  static const struct option opts[] = {{"model", 1, 0, 'm'},       {"conversations", 1, 0, 'c'},
+                                       {"threads", 1, 0, 't'},     {"prompts", 1, 0, 'p'},
+                                       {"prefill-tps", 1, 0, 'P'}, {"duration", 1, 0, 'd'},
+                                       {"seed", 1, 0, 's'},        {"config", 1, 0, 'C'},
+                                       {"json", 0, 0, 'j'},        {"svg", 1, 0, 'S'},
+                                       {"help", 0, 0, 'H'},        {"clients", 1, 0, 'N'},
+                                       {"socket", 1, 0, 'U'},      {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
     switch (c) {
@@ -130,6 +142,12 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char **cfg, char 
     case 'S':
       o->svg = optarg;
       break;
+    case 'N':
+      o->clients = atoi(optarg);
+      break;
+    case 'U':
+      o->socket = optarg;
+      break;
     case 'H':
       sim_usage(stdout);
       return 0;
@@ -141,6 +159,12 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char **cfg, char 
   if (optind < argc || o->conversations < 1 || o->threads < 1 || o->prompts < 1 ||
       !(o->prefill_tps > 0) || !(o->duration_s > 0) || o->duration_s > SIM_MAX_SECONDS) {
     fprintf(stderr, "kvbench: counts, --prefill-tps and --duration must be positive\n");
+    return 2;
+  }
+  if (o->clients < 0 || (o->clients && (o->json || o->conversations < o->clients)) ||
+      (o->socket && !o->clients)) {
+    fprintf(stderr, "kvbench: --clients N wants N <= --conversations and no --json; "
+                    "--socket wants --clients\n");
     return 2;
   }
   if (o->threads > o->conversations) o->threads = o->conversations;
@@ -175,6 +199,11 @@ int sim_main(int argc, char **argv) {
   const char *file = NULL;
   char **sets = calloc((size_t)argc + 1, sizeof(char *));
   int nsets = 0, rc = sets ? sim_parse(argc, argv, &o, &file, sets, &nsets) : 1;
+  if (rc < 0 && o.clients) { /* before any thread of this process */
+    rc = sim_clients(&o, file, sets, nsets);
+    free(sets);
+    return rc;
+  }
   int device = rc < 0 ? sim_device() : KVA_DEVICE_HOST;
   kva_config *c = rc < 0 ? sim_config(file, sets, nsets, device) : NULL;
   kva_runtime *rt = NULL;

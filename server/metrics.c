@@ -1,0 +1,442 @@
+/*
+ * metrics.c — the Prometheus endpoint (metrics.h): the page, rendered from
+ * the facade's stats calls into one caller-sized buffer, and the HTTP
+ * server (libmicrohttpd) that answers it.
+ *
+ * Families are written whole, one after the other (the format wants every
+ * sample of a family together, after its # HELP and # TYPE): per-tier and
+ * per-client families loop over the tiers or clients inside the family.
+ * Every source is read before the first family is written (the histogram,
+ * one family, as it is written), so a page is consistent with itself even
+ * when a scrape whose buffer was too small renders it a second time.
+ *
+ * Threads: libmicrohttpd runs one internal polling thread (no pool), so
+ * every request of one endpoint is answered by that thread alone and
+ * m->size_hint needs no lock.
+ */
+#include "server/metrics.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "storage/storage_internal.h"
+
+/* ---- latency histogram ---------------------------------------------------- */
+
+static const uint64_t bound_ns[LATENCY_BUCKETS - 1] = {50000,    100000,   250000,   500000,
+                                                       1000000,  2500000,  5000000,  10000000,
+                                                       25000000, 50000000, 100000000};
+
+void latency_observe(latency_hist *h, uint64_t ns) {
+  uint32_t i = 0;
+  while (i < LATENCY_BUCKETS - 1 && ns > bound_ns[i]) i++;
+  /* Relaxed, all three: each counter is independent, and the page takes
+   * _count from the buckets' sum, so an observation a scrape sees in one
+   * counter and not yet in another cannot break +Inf == _count. */
+  __atomic_fetch_add(&h->bucket[i], 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&h->count, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&h->sum_ns, ns, __ATOMIC_RELAXED);
+}
+
+/* ---- the page writer: snprintf's contract over many appends ---------------- */
+
+typedef struct page {
+  char *buf;
+  size_t cap, len; /* len counts what would have been written */
+} page;
+
+static void put(page *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(page *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = p->len < p->cap ? p->cap - p->len : 0;
+  int n = vsnprintf(room ? p->buf + p->len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) p->len += (size_t)n;
+}
+
+/* A label value with \, " and newline escaped, as the format requires. */
+static void put_label_value(page *p, const char *v) {
+  for (; *v; v++) {
+    if (*v == '\\' || *v == '"')
+      put(p, "\\%c", *v);
+    else if (*v == '\n')
+      put(p, "\\n");
+    else
+      put(p, "%c", *v);
+  }
+}
+
+static void family(page *p, const char *name, const char *type, const char *help) {
+  put(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* ---- storage counters ------------------------------------------------------- */
+
+typedef struct field {
+  const char *name, *type, *help;
+  size_t off; /* of a uint64_t */
+} field;
+
+#define STAT(n, t, f, h)                                                                           \
+  { "kvact_" n, t, h, offsetof(kva_storage_stats, f) }
+static const field l1_fields[] = {
+    STAT("l1_capacity_bytes", "gauge", l1_capacity_bytes, "Bytes of the L1 pool."),
+    STAT("l1_used_bytes", "gauge", l1_used_bytes, "Bytes of the L1 pool in use."),
+    STAT("l1_objects", "gauge", l1_objects, "Objects in L1."),
+    STAT("l1_write_locked_objects", "gauge", l1_write_locked, "L1 objects reserved for writing."),
+    STAT("l1_read_locked_objects", "gauge", l1_read_locked, "L1 objects held by readers."),
+    STAT("l1_hits_total", "counter", hits, "Keys prefetched that L1 held."),
+    STAT("l1_misses_total", "counter", misses, "Keys prefetched that L1 did not hold."),
+    STAT("l1_out_of_memory_total", "counter", out_of_memory,
+         "Keys refused a reservation for want of room."),
+};
+static const field l2_fields[] = {
+    STAT("l2_store_tasks_total", "counter", l2_store_tasks,
+         "L1 to L2 store tasks run (one per batch, layout and tier)."),
+    STAT("l2_stored_keys_total", "counter", l2_stored_keys, "Keys stored to L2."),
+    STAT("l2_store_failures_total", "counter", l2_store_failures, "L2 store tasks that failed."),
+    STAT("l2_store_skipped_keys_total", "counter", l2_store_skipped,
+         "Keys not stored to L2 (gone from L1 first, frozen, shutdown)."),
+    STAT("l2_prefetches_total", "counter", l2_prefetches, "Prefetches handed to L2."),
+    STAT("l2_loaded_keys_total", "counter", l2_loaded_keys, "Keys loaded from L2."),
+    STAT("l2_load_failures_total", "counter", l2_load_failures, "Keys whose L2 load failed."),
+};
+
+static uint64_t u64_at(const void *base, size_t off) {
+  uint64_t v;
+  memcpy(&v, (const char *)base + off, sizeof(v));
+  return v;
+}
+
+/* The L1 manager counts watermark rounds in `evicted` and demand
+ * evictions inside a reservation in `evicted_on_demand` (l1_admin.c's
+ * l1_evict, l1_write.c's l1_demand_candidates): two disjoint counts. */
+static void put_evictions(page *p, const kva_storage_stats *st) {
+  const char *name = "kvact_l1_evictions_total";
+  family(p, name, "counter", "Objects evicted from L1, by what asked for the room.");
+  put(p, "%s{reason=\"watermark\"} %lu\n", name, (unsigned long)st->evicted);
+  put(p, "%s{reason=\"demand\"} %lu\n", name, (unsigned long)st->evicted_on_demand);
+}
+
+static void put_fields(page *p, const kva_storage_stats *st, const field *f, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    family(p, f[i].name, f[i].type, f[i].help);
+    put(p, "%s %lu\n", f[i].name, (unsigned long)u64_at(st, f[i].off));
+  }
+}
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static void put_storage(page *p, const kva_storage_stats *st) {
+  put_fields(p, st, l1_fields, COUNT(l1_fields));
+  put_evictions(p, st);
+  put_fields(p, st, l2_fields, COUNT(l2_fields));
+}
+
+/* ---- L2 tiers ---------------------------------------------------------------- */
+
+typedef struct tier_view {
+  const char *name;
+  int rc; /* of kva_l2_get_tier_stats: KVA_EIO = adapter unknown, the rest filled */
+  kva_l2_tier_stats st;
+} tier_view;
+
+typedef struct tier_field {
+  field f;
+  int adapter; /* from the adapter's answer: left out when it failed */
+} tier_field;
+
+#define TIER(n, t, f, h, a)                                                                        \
+  { {"kvact_l2_tier_" n, t, h, offsetof(kva_l2_tier_stats, f)}, a }
+static const tier_field tier_fields[] = {
+    TIER("stored_keys_total", "counter", stored_keys, "Keys stored to the tier.", 0),
+    TIER("stored_bytes_total", "counter", stored_bytes, "Bytes stored to the tier.", 0),
+    TIER("loaded_keys_total", "counter", loaded_keys, "Keys loaded from the tier.", 0),
+    TIER("loaded_bytes_total", "counter", loaded_bytes, "Bytes loaded from the tier.", 0),
+    TIER("objects", "gauge", adapter.objects, "Objects the tier holds.", 1),
+    TIER("bytes", "gauge", adapter.bytes, "Bytes the tier holds.", 1),
+    TIER("keys_locked", "gauge", adapter.keys_locked, "Lookup locks the tier holds.", 1),
+    TIER("store_failures_total", "counter", adapter.store_failures,
+         "Store tasks the tier's adapter failed.", 1),
+    TIER("load_failures_total", "counter", adapter.load_failures,
+         "Keys the tier's adapter failed to load.", 1),
+};
+
+static void put_tier_sample(page *p, const char *name, const tier_view *t, uint64_t v) {
+  put(p, "%s{tier=\"", name);
+  put_label_value(p, t->name);
+  put(p, "\"} %lu\n", (unsigned long)v);
+}
+
+static bool tier_has(const tier_view *t, int adapter) {
+  return t->rc == KVA_OK || (t->rc == KVA_EIO && !adapter);
+}
+
+static void put_tiers(page *p, const tier_view *t, uint32_t n) {
+  family(p, "kvact_l2_tier_bypassed", "gauge", "1 while the tier is bypassed, else 0.");
+  for (uint32_t i = 0; i < n; i++)
+    if (tier_has(&t[i], 0)) put_tier_sample(p, "kvact_l2_tier_bypassed", &t[i], t[i].st.bypassed);
+  for (size_t k = 0; k < COUNT(tier_fields); k++) {
+    const tier_field *f = &tier_fields[k];
+    family(p, f->f.name, f->f.type, f->f.help);
+    for (uint32_t i = 0; i < n; i++)
+      if (tier_has(&t[i], f->adapter))
+        put_tier_sample(p, f->f.name, &t[i], u64_at(&t[i].st, f->f.off));
+  }
+}
+
+/* The tiers' names and counts are fixed once the runtime started. */
+static uint32_t read_tiers(kva_storage *s, tier_view *out) {
+  uint32_t n = s->tiers.n;
+  for (uint32_t i = 0; i < n; i++) {
+    out[i].name = s->tiers.t[i].name;
+    out[i].rc = kva_l2_get_tier_stats(s, out[i].name, &out[i].st);
+  }
+  return n;
+}
+
+/* ---- clients ------------------------------------------------------------------- */
+
+static void put_client_labels(page *p, const char *name, const metrics_client *c) {
+  put(p, "%s{pid=\"%u\",uid=\"%u\"", name, c->pid, c->uid);
+}
+
+static void put_clients(page *p, size_t connected, const metrics_client *c, size_t n) {
+  family(p, "kvact_clients_connected", "gauge", "Client processes connected now.");
+  put(p, "kvact_clients_connected %zu\n", connected);
+  const char *req = "kvact_client_requests_total", *locks = "kvact_client_locks";
+  family(p, req, "counter", "Requests of a client since it connected.");
+  for (size_t i = 0; i < n; i++) {
+    put_client_labels(p, req, &c[i]);
+    put(p, "} %lu\n", (unsigned long)c[i].requests);
+  }
+  family(p, locks, "gauge", "Locks a client holds now, by kind.");
+  static const char *const kinds[] = {"write", "read", "pin"};
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t held[] = {c[i].write_locks, c[i].read_locks, c[i].pins};
+    for (size_t k = 0; k < 3; k++) {
+      put_client_labels(p, locks, &c[i]);
+      put(p, ",kind=\"%s\"} %lu\n", kinds[k], (unsigned long)held[k]);
+    }
+  }
+}
+
+/* The callback's clients into a buffer sized by its own count; *list is
+ * NULL (and the result the count alone) when there are none or no memory. */
+static size_t read_clients(const metrics_source *src, metrics_client **list, size_t *n) {
+  *list = NULL;
+  *n = 0;
+  if (!src->clients) return 0;
+  size_t connected = src->clients(src->arg, NULL, 0);
+  if (connected == 0 || !(*list = malloc(connected * sizeof(**list)))) return connected;
+  size_t cap = connected;
+  connected = src->clients(src->arg, *list, cap);
+  *n = connected < cap ? connected : cap; /* some may have connected in between */
+  return connected;
+}
+
+/* ---- prefetch latency ------------------------------------------------------------- */
+
+static void put_histogram(page *p, const latency_hist *h) {
+  const char *name = "kvact_prefetch_latency_seconds";
+  family(p, name, "histogram", "Time from a prefetch's submission to its answer.");
+  uint64_t cum = 0;
+  for (uint32_t i = 0; i < LATENCY_BUCKETS; i++) {
+    cum += __atomic_load_n(&h->bucket[i], __ATOMIC_RELAXED); /* relaxed: see latency_observe */
+    if (i < LATENCY_BUCKETS - 1)
+      put(p, "%s_bucket{le=\"%g\"} %lu\n", name, (double)bound_ns[i] / 1e9, (unsigned long)cum);
+    else
+      put(p, "%s_bucket{le=\"+Inf\"} %lu\n", name, (unsigned long)cum);
+  }
+  uint64_t sum = __atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED);
+  put(p, "%s_sum %.9f\n%s_count %lu\n", name, (double)sum / 1e9, name, (unsigned long)cum);
+}
+
+/* ---- the page ------------------------------------------------------------------------ */
+
+size_t metrics_render(const metrics_source *src, char *buf, size_t cap) {
+  page p = {.buf = buf, .cap = cap};
+  if (cap) buf[0] = '\0';
+  kva_storage_stats st;
+  tier_view tiers[L2_MAX_TIERS];
+  bool have_stats = kva_storage_get_stats(src->s, &st) == KVA_OK;
+  uint32_t ntiers = read_tiers(src->s, tiers);
+  metrics_client *list;
+  size_t nlist, connected = read_clients(src, &list, &nlist);
+  if (have_stats) put_storage(&p, &st);
+  put_tiers(&p, tiers, ntiers);
+  put_clients(&p, connected, list, nlist);
+  free(list);
+  if (src->prefetch) put_histogram(&p, src->prefetch);
+  return p.len;
+}
+
+/* ---- the HTTP server ---------------------------------------------------------------- */
+
+struct metrics {
+  struct MHD_Daemon *d;
+  metrics_source src;
+  int port;
+  size_t size_hint; /* the last page's length: the next buffer's size */
+};
+
+#define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* Renders into a buffer of the last page's size plus slack, grown to the
+ * length asked for when the page outgrew it (clients connected, say), at
+ * most twice; NULL on ENOMEM. */
+static char *render_page(metrics *m, size_t *len) {
+  size_t cap = m->size_hint + m->size_hint / 4 + 4096;
+  for (int tries = 0; tries < 3; tries++) {
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    *len = metrics_render(&m->src, buf, cap);
+    if (*len < cap) {
+      m->size_hint = *len;
+      return buf;
+    }
+    free(buf);
+    cap = *len + *len / 4 + 1;
+  }
+  return NULL;
+}
+
+static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, void *body, size_t len,
+                               enum MHD_ResponseMemoryMode mode) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
+  if (!r) {
+    if (mode == MHD_RESPMEM_MUST_FREE) free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, CONTENT_TYPE);
+  if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  enum MHD_Result rc = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);
+  return rc;
+}
+
+static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, const char *text) {
+  return respond(c, status, (void *)text, strlen(text), MHD_RESPMEM_PERSISTENT);
+}
+
+/* GET (or HEAD) /metrics: the page; anything else: 404 or 405. */
+static enum MHD_Result serve(void *cls, struct MHD_Connection *c, const char *url,
+                             const char *method, const char *version, const char *upload,
+                             size_t *upload_len, void **state) {
+  metrics *m = cls;
+  if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
+    return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
+  if (strcmp(url, "/metrics")) return respond_text(c, MHD_HTTP_NOT_FOUND, "not found\n");
+  size_t len;
+  char *body = render_page(m, &len);
+  if (!body) return respond_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory\n");
+  return respond(c, MHD_HTTP_OK, body, len, MHD_RESPMEM_MUST_FREE);
+}
+
+/* libmicrohttpd's own messages go through the runtime's logger. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  char msg[256];
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  msg[strcspn(msg, "\n")] = '\0';
+  kva_log(KVA_LOG_WARN, "metrics: %s", msg);
+}
+
+/* "host:port" into sa; host "localhost" or an IPv4 literal. */
+static int parse_addr(const char *addr, struct sockaddr_in *sa, char *err, size_t errlen) {
+  const char *colon = strrchr(addr, ':');
+  char host[64], *end;
+  if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof(host)) {
+    snprintf(err, errlen, "metrics address \"%s\": expected host:port", addr);
+    return KVA_EINVAL;
+  }
+  snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+  errno = 0;
+  unsigned long port = strtoul(colon + 1, &end, 10);
+  if (colon[1] < '0' || colon[1] > '9' || *end || errno || port > 65535) {
+    snprintf(err, errlen, "metrics address \"%s\": the port is not 0..65535", addr);
+    return KVA_EINVAL;
+  }
+  *sa = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  const char *ip = strcmp(host, "localhost") ? host : "127.0.0.1";
+  if (inet_pton(AF_INET, ip, &sa->sin_addr) != 1) {
+    snprintf(err, errlen, "metrics address \"%s\": the host is not an IPv4 address or localhost",
+             addr);
+    return KVA_EINVAL;
+  }
+  return KVA_OK;
+}
+
+/* A listening socket bound to sa alone (our own, so a taken port is told
+ * as such); its port into *port. -1 with err set on failure. */
+static int listen_on(const struct sockaddr_in *sa, const char *addr, int *port, char *err,
+                     size_t errlen) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  struct sockaddr_in bound;
+  socklen_t blen = sizeof(bound);
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+      bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) || listen(fd, 64) ||
+      getsockname(fd, (struct sockaddr *)&bound, &blen)) {
+    snprintf(err, errlen, "metrics on %s: %s", addr, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(bound.sin_port);
+  return fd;
+}
+
+/* libmicrohttpd on fd, from its own thread: a few scrapers at once, none
+ * holding a connection idle for long. */
+static struct MHD_Daemon *serve_on(metrics *m, int fd) {
+  return MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0,
+                          NULL, NULL, serve, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                          MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, 16u,
+                          MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+}
+
+metrics *metrics_start(const char *addr, const metrics_source *src, char *err, size_t errlen) {
+  struct sockaddr_in sa;
+  if (!addr || !src || !src->s) {
+    snprintf(err, errlen, "metrics: no address or no storage");
+    return NULL;
+  }
+  if (parse_addr(addr, &sa, err, errlen) != KVA_OK) return NULL;
+  metrics *m = calloc(1, sizeof(*m));
+  if (!m) {
+    snprintf(err, errlen, "metrics: out of memory");
+    return NULL;
+  }
+  m->src = *src;
+  int fd = listen_on(&sa, addr, &m->port, err, errlen);
+  if (fd >= 0 && !(m->d = serve_on(m, fd))) {
+    snprintf(err, errlen, "metrics on %s: the HTTP server did not start", addr);
+    close(fd);
+  }
+  if (!m->d) {
+    free(m);
+    return NULL;
+  }
+  return m;
+}
+
+int metrics_port(const metrics *m) {
+  return m->port;
+}
+
+/* MHD_stop_daemon joins its thread and closes the listening socket. */
+void metrics_stop(metrics *m) {
+  if (!m) return;
+  MHD_stop_daemon(m->d);
+  free(m);
+}

@@ -1,0 +1,390 @@
+/*
+ * protocol_reply_test.c — wire/protocol.h's replies: every reply type,
+ * with a result >= 0 and a negative one, comes back from encode + decode
+ * field for field (what its type and result do not send left untouched),
+ * the bytes lie where protocol.h says, and every malformed reply is
+ * refused with a reason: each truncation, trailing bytes, another number
+ * of entries than keys asked, a reply to another request, spans outside
+ * the pool, texts and tier names out of bounds, a refusal that is no
+ * error. The header and requests: protocol_test.c.
+ */
+#include <check.h>
+#include <string.h>
+
+#include "tests/wire/frame_check.h"
+
+static sample_rep want, got;
+
+/* The reply types: every request type's, and P_REFUSED. */
+static uint16_t reply_type(int i) {
+  return i == P_TYPE_END - P_HELLO ? (uint16_t)P_REFUSED : (uint16_t)(P_HELLO + i);
+}
+#define NREPLY_TYPES (P_TYPE_END - P_HELLO + 1)
+
+/* The request a reply of type t answers in these tests. */
+static uint16_t asked(uint16_t t) {
+  return t == P_REFUSED ? (uint16_t)P_HELLO : t;
+}
+
+static size_t put_sample(uint16_t t, uint32_t n, int32_t result, uint32_t text_len) {
+  sample_rep_fill(&want, t, n, result, text_len);
+  return frame_put_rep(&want.r);
+}
+
+/* ---- round trips ----------------------------------------------------------- */
+
+START_TEST(every_reply_type_round_trips) {
+  int32_t results[] = {0, 5, KVA_EIO};
+  uint32_t ns[] = {0, 3, SAMPLE_MAX_N};
+  uint32_t texts[] = {0, 17, PROTO_MAX_TEXT};
+  for (int i = 0; i < NREPLY_TYPES; i++)
+    for (int r = 0; r < 3; r++)
+      for (int n = 0; n < 3; n++)
+        for (int x = 0; x < 3; x++) {
+          uint16_t t = reply_type(i);
+          if (t == P_REFUSED && results[r] >= 0) continue;
+          sample_rep_fill(&want, t, ns[n], results[r], texts[x]);
+          frame_assert_rep_round_trips(&want, asked(t));
+        }
+}
+END_TEST
+
+START_TEST(memcheck_report_travels_with_a_negative_result) {
+  put_sample(P_MEMCHECK, 0, KVA_EIO, 40);
+  frame_assert_rep_round_trips(&want, P_MEMCHECK);
+}
+END_TEST
+
+START_TEST(a_refusal_answers_any_request) {
+  for (uint16_t t = P_HELLO; t < P_TYPE_END; t++) {
+    sample_rep_fill(&want, P_REFUSED, 2, KVA_ECONFIG, 11);
+    memcpy(want.text, "old version", 11);
+    frame_assert_rep_round_trips(&want, t); /* its r->type becomes P_REFUSED */
+  }
+}
+END_TEST
+
+START_TEST(a_refusal_of_another_version_still_decodes) {
+  size_t size = put_sample(P_REFUSED, 0, KVA_EINVAL, 9);
+  proto_hdr h;
+  frame_buf[4] = PROTO_VERSION + 1;
+  ck_assert_int_eq(proto_hdr_get(frame_buf, &h, NULL, 0), PROTO_EVERSION);
+  ck_assert_uint_eq(h.len, size - PROTO_HDR_BYTES);
+  sample_rep_expect(&got, P_HELLO, 0);
+  ck_assert_int_eq(proto_rep_get(&h, frame_payload(frame_buf), 0, &got.r, NULL, 0), PROTO_OK);
+  ck_assert_uint_eq(got.r.type, P_REFUSED);
+  ck_assert_int_eq(got.r.result, KVA_EINVAL);
+  ck_assert_str_eq(got.text, "abcdefghi");
+}
+END_TEST
+
+START_TEST(text_is_cut_to_the_callers_room) {
+  size_t size = put_sample(P_MEMCHECK, 0, KVA_EIO, 100);
+  sample_rep_expect(&got, P_MEMCHECK, 0);
+  got.r.text_cap = 5;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_OK);
+  ck_assert_str_eq(got.text, "abcd");
+  ck_assert_uint_eq(got.r.text_len, 100);
+  sample_rep_expect(&got, P_MEMCHECK, 0);
+  got.r.text_cap = 0;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_OK);
+  ck_assert_uint_eq((uint8_t)got.text[0], 0xee);
+  got.r.text = NULL;
+  got.r.text_cap = 64;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_OK);
+  ck_assert_uint_eq(got.r.text_len, 100);
+}
+END_TEST
+
+/* ---- bytes --------------------------------------------------------------- */
+
+START_TEST(entries_lie_where_specified) {
+  size_t size = put_sample(P_RESERVE_WRITE, 3, 2, 0);
+  const uint8_t *p = frame_payload(frame_buf);
+  ck_assert_uint_eq(frame_le32(frame_buf + 4) >> 16, P_RESERVE_WRITE | P_REPLY);
+  ck_assert_uint_eq(size, PROTO_HDR_BYTES + 8 + 3 * (4 + 16));
+  ck_assert_uint_eq(frame_le32(p), 2);
+  ck_assert_uint_eq(frame_le32(p + 4), 3);
+  for (uint32_t i = 0; i < 3; i++) {
+    ck_assert_uint_eq(frame_le32(p + 8 + 4 * i), (uint32_t)want.status[i]);
+    ck_assert_uint_eq(frame_le64(p + 20 + 16 * i), want.spans[i].off);
+    ck_assert_uint_eq(frame_le64(p + 28 + 16 * i), want.spans[i].len);
+  }
+  ck_assert_uint_eq(put_sample(P_READ, 3, 0, 0), PROTO_HDR_BYTES + 8 + 3 * 16);
+  ck_assert_uint_eq(put_sample(P_DELETE, 3, 0, 0), PROTO_HDR_BYTES + 8 + 3 * 4);
+  ck_assert_uint_eq(put_sample(P_PREFETCH, 3, 0, 0), PROTO_HDR_BYTES + 12);
+  ck_assert_uint_eq(frame_le64(frame_payload(frame_buf) + 4), want.r.hits);
+}
+END_TEST
+
+START_TEST(stats_lie_in_declaration_order) {
+  uint64_t *f[SAMPLE_STATS_U64], *g[SAMPLE_TIER_STATS_U64];
+  ck_assert_uint_eq(put_sample(P_STATS, 0, 0, 0), PROTO_HDR_BYTES + 4 + 20 * 8 + 8);
+  const uint8_t *p = frame_payload(frame_buf);
+  sample_stats_fields(&want.stats, f);
+  for (uint32_t i = 0; i < SAMPLE_STATS_U64; i++)
+    ck_assert_uint_eq(frame_le64(p + 4 + 8 * i), *f[i]);
+  ck_assert_uint_eq(frame_le32(p + 164), 1);          /* l1_pinned */
+  ck_assert_uint_eq(frame_le32(p + 168), UINT32_MAX); /* l1_numa_node -1 */
+  ck_assert_uint_eq(put_sample(P_TIER_STATS, 0, 0, 0), PROTO_HDR_BYTES + 4 + 4 * 8 + 4 + 10 * 8);
+  sample_tier_stats_fields(&want.tier_stats, g);
+  for (uint32_t i = 0; i < 4; i++) ck_assert_uint_eq(frame_le64(p + 4 + 8 * i), *g[i]);
+  ck_assert_uint_eq(frame_le32(p + 36), 1); /* bypassed */
+  for (uint32_t i = 4; i < SAMPLE_TIER_STATS_U64; i++)
+    ck_assert_uint_eq(frame_le64(p + 40 + 8 * (i - 4)), *g[i]);
+}
+END_TEST
+
+START_TEST(welcome_and_lookup_lie_where_specified) {
+  ck_assert_uint_eq(put_sample(P_HELLO, 0, 0, 0), PROTO_HDR_BYTES + 20);
+  const uint8_t *p = frame_payload(frame_buf);
+  ck_assert_uint_eq(frame_le32(frame_buf + 4) >> 16, P_WELCOME);
+  ck_assert_uint_eq(frame_le64(p + 4), SAMPLE_POOL_BYTES);
+  ck_assert_uint_eq(frame_le32(p + 12), 999);
+  ck_assert_uint_eq(frame_le32(p + 16), PROTO_MAX_KEYS);
+  ck_assert_uint_eq(put_sample(P_LOOKUP, 0, 0, 0), PROTO_HDR_BYTES + 16 + 8 * 40);
+  ck_assert_uint_eq(frame_le64(p + 4), want.lookup.total);
+  ck_assert_uint_eq(frame_le32(p + 12), 8);
+  for (uint32_t i = 0; i < 8; i++) {
+    ck_assert_mem_eq(p + 16 + 40 * i, want.lookup.tier[i].name, 32);
+    ck_assert_uint_eq(frame_le64(p + 48 + 40 * i), want.lookup.tier[i].hits);
+  }
+}
+END_TEST
+
+START_TEST(texts_lie_after_their_length) {
+  uint16_t types[] = {P_MEMCHECK, P_REFUSED};
+  for (int i = 0; i < 2; i++) {
+    ck_assert_uint_eq(put_sample(types[i], 0, KVA_EIO, 5), PROTO_HDR_BYTES + 8 + 5);
+    const uint8_t *p = frame_payload(frame_buf);
+    ck_assert_uint_eq(frame_le32(frame_buf + 4) >> 16,
+                      types[i] == P_REFUSED ? P_REFUSED : P_MEMCHECK | P_REPLY);
+    ck_assert_uint_eq(frame_le32(p), (uint32_t)KVA_EIO);
+    ck_assert_uint_eq(frame_le32(p + 4), 5);
+    ck_assert_mem_eq(p + 8, "abcde", 5);
+  }
+}
+END_TEST
+
+START_TEST(a_negative_result_ends_the_payload) {
+  for (uint16_t t = P_HELLO; t < P_TYPE_END; t++) {
+    if (t == P_MEMCHECK) continue;
+    ck_assert_uint_eq(put_sample(t, 3, KVA_ESHUTDOWN, 9), PROTO_HDR_BYTES + 4);
+    ck_assert_uint_eq(frame_le32(frame_payload(frame_buf)), (uint32_t)KVA_ESHUTDOWN);
+    frame_assert_rep_round_trips(&want, t); /* and every output untouched */
+  }
+}
+END_TEST
+
+START_TEST(reply_encoder_refuses_what_it_cannot_encode) {
+  sample_rep_fill(&want, P_READ, 2, 0, 0);
+  size_t size = proto_rep_size(&want.r);
+  ck_assert_uint_eq(proto_rep_put(frame_buf, size - 1, &want.r, 1), 0);
+  ck_assert_uint_eq(proto_rep_put(frame_buf, size, &want.r, 1), size);
+  proto_rep r = want.r;
+  r.spans = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r.result = -1; /* sends no spans */
+  ck_assert_uint_gt(proto_rep_size(&r), 0);
+  r = want.r;
+  r.n = PROTO_MAX_KEYS + 1;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r = want.r;
+  r.type = P_FINISH_WRITE;
+  r.status = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r.n = 0;
+  ck_assert_uint_gt(proto_rep_size(&r), 0);
+  r = want.r;
+  r.type = P_LOOKUP;
+  r.lookup = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r.lookup = &want.lookup;
+  want.lookup.ntiers = 9;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r = want.r;
+  r.type = P_STATS;
+  r.stats = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r.type = P_TIER_STATS;
+  r.tier_stats = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r = want.r;
+  r.type = P_MEMCHECK;
+  r.text_len = PROTO_MAX_TEXT + 1;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r.text_len = 1;
+  r.text = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r = want.r;
+  r.type = P_REFUSED; /* with result 0: no error */
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  uint16_t types[] = {0, P_TYPE_END, P_WELCOME, P_READ | P_REPLY};
+  for (int i = 0; i < 4; i++) {
+    r.type = types[i];
+    ck_assert_uint_eq(proto_rep_put(frame_buf, sizeof frame_buf, &r, 1), 0);
+  }
+}
+END_TEST
+
+/* ---- refusals ------------------------------------------------------------ */
+
+START_TEST(every_truncated_reply_is_refused) {
+  int32_t results[] = {0, KVA_EIO};
+  for (int i = 0; i < NREPLY_TYPES; i++)
+    for (int r = 0; r < 2; r++) {
+      uint16_t t = reply_type(i);
+      if (t == P_REFUSED && results[r] >= 0) continue;
+      size_t size = put_sample(t, 3, results[r], 6);
+      for (uint32_t len = 0; len < size - PROTO_HDR_BYTES; len++)
+        frame_assert_rep_refused(frame_buf, frame_set_len(frame_buf, len), asked(t), 3,
+                                 "truncated");
+    }
+}
+END_TEST
+
+START_TEST(replies_with_trailing_bytes_are_refused) {
+  for (int i = 0; i < NREPLY_TYPES; i++) {
+    uint16_t t = reply_type(i);
+    size_t size = put_sample(t, 3, t == P_REFUSED ? KVA_EIO : 0, 6);
+    frame_buf[size] = 'x';
+    uint32_t len = (uint32_t)(size - PROTO_HDR_BYTES);
+    frame_assert_rep_refused(frame_buf, frame_set_len(frame_buf, len + 1), asked(t), 3,
+                             "one byte more");
+    if (t == P_REFUSED || t == P_MEMCHECK || size == PROTO_HDR_BYTES + 4) continue;
+    frame_set_le32(frame_payload(frame_buf), (uint32_t)KVA_EIO); /* and its per-type part */
+    frame_assert_rep_refused(frame_buf, frame_set_len(frame_buf, len), t, 3,
+                             "a negative result and more");
+  }
+}
+END_TEST
+
+START_TEST(entries_must_match_the_keys_asked) {
+  uint16_t types[] = {P_RESERVE_WRITE, P_FINISH_WRITE, P_ABORT_WRITE, P_DELETE, P_READ};
+  for (int i = 0; i < 5; i++) {
+    size_t size = put_sample(types[i], 3, 0, 0);
+    frame_assert_rep_refused(frame_buf, size, types[i], 2, "3 entries, 2 keys");
+    frame_assert_rep_refused(frame_buf, size, types[i], 4, "3 entries, 4 keys");
+    frame_set_le32(frame_payload(frame_buf) + 4, 4);
+    frame_assert_rep_refused(frame_buf, size, types[i], 4, "4 entries, room for 3");
+    size = put_sample(types[i], 4, 0, 0);
+    frame_set_le32(frame_payload(frame_buf) + 4, 3);
+    frame_assert_rep_refused(frame_buf, size, types[i], 4, "3 entries, 4 keys, bytes for 4");
+  }
+}
+END_TEST
+
+START_TEST(a_reply_must_answer_the_request) {
+  size_t size = put_sample(P_FINISH_WRITE, 2, 0, 0);
+  frame_assert_rep_refused(frame_buf, size, P_ABORT_WRITE, 2, "another request's reply");
+  uint16_t invalid[] = {0, P_TYPE_END, P_REFUSED, P_FINISH_WRITE | P_REPLY};
+  for (int i = 0; i < 4; i++)
+    frame_assert_rep_refused(frame_buf, size, invalid[i], 2, "no request expected");
+  frame_fill_keys(2);
+  proto_req r = sample_req(P_FINISH_WRITE, frame_keys, 2);
+  size = frame_put_req(&r);
+  frame_assert_rep_refused(frame_buf, size, P_FINISH_WRITE, 2, "a request");
+}
+END_TEST
+
+/* A READ reply of one span (off, len): accepted or refused as ok says. */
+static void check_span(uint64_t off, uint64_t len, bool ok) {
+  sample_rep_fill(&want, P_READ, 1, 0, 0);
+  want.spans[0] = (proto_span){off, len};
+  size_t size = frame_put_rep(&want.r);
+  if (ok) {
+    frame_assert_rep_round_trips(&want, P_READ);
+  } else {
+    frame_assert_rep_refused(frame_buf, size, P_READ, 1, "span outside the pool");
+  }
+}
+
+START_TEST(spans_must_lie_inside_the_pool) {
+  check_span(0, 0, true);
+  check_span(0, SAMPLE_POOL_BYTES, true);
+  check_span(SAMPLE_POOL_BYTES - 1, 1, true);
+  check_span(SAMPLE_POOL_BYTES - 100, 101, false);
+  check_span(SAMPLE_POOL_BYTES, 1, false);
+  check_span(SAMPLE_POOL_BYTES + 1, 0, false);
+  check_span(64, 0, false);             /* no bytes: offset 0 */
+  check_span(UINT64_MAX - 1, 4, false); /* off + len wraps */
+  check_span(8, UINT64_MAX, false);
+  check_span(UINT64_MAX, UINT64_MAX, false);
+}
+END_TEST
+
+START_TEST(texts_are_checked) {
+  uint16_t types[] = {P_MEMCHECK, P_REFUSED};
+  for (int i = 0; i < 2; i++) {
+    uint16_t t = types[i];
+    size_t size = put_sample(t, 0, KVA_EIO, PROTO_MAX_TEXT);
+    uint8_t *p = frame_payload(frame_buf);
+    p[8 + 100] = '\0';
+    frame_assert_rep_refused(frame_buf, size, asked(t), 0, "NUL in the text");
+    put_sample(t, 0, KVA_EIO, PROTO_MAX_TEXT);
+    frame_buf[size] = 'y';
+    frame_set_le32(p + 4, PROTO_MAX_TEXT + 1);
+    frame_assert_rep_refused(frame_buf, frame_set_len(frame_buf, 8 + PROTO_MAX_TEXT + 1), asked(t),
+                             0, "text over PROTO_MAX_TEXT");
+    frame_set_le32(p + 4, 101);
+    frame_assert_rep_refused(frame_buf, frame_set_len(frame_buf, 8 + 100), asked(t), 0,
+                             "text longer than the payload");
+  }
+}
+END_TEST
+
+START_TEST(lookup_tiers_are_checked) {
+  size_t size = put_sample(P_LOOKUP, 0, 0, 0);
+  uint8_t *p = frame_payload(frame_buf);
+  memset(p + 16 + 40 * 3, 'z', 32);
+  frame_assert_rep_refused(frame_buf, size, P_LOOKUP, 0, "tier name without NUL");
+  put_sample(P_LOOKUP, 0, 0, 0);
+  memcpy(frame_buf + size, p + 16, 40); /* a ninth tier */
+  frame_set_le32(p + 12, 9);
+  frame_assert_rep_refused(frame_buf, frame_set_len(frame_buf, 16 + 9 * 40), P_LOOKUP, 0,
+                           "9 tiers");
+  frame_set_le32(p + 12, 7);
+  frame_assert_rep_refused(frame_buf, frame_set_len(frame_buf, 16 + 8 * 40), P_LOOKUP, 0,
+                           "7 tiers and one more");
+}
+END_TEST
+
+START_TEST(a_refusal_must_carry_an_error) {
+  int32_t codes[] = {0, 1, INT32_MAX};
+  for (int i = 0; i < 3; i++) {
+    size_t size = put_sample(P_REFUSED, 0, KVA_EINVAL, 4);
+    frame_set_le32(frame_payload(frame_buf), (uint32_t)codes[i]);
+    frame_assert_rep_refused(frame_buf, size, P_HELLO, 0, "refusal with no error");
+  }
+}
+END_TEST
+
+Suite *kva_test_suite(void) {
+  Suite *s = suite_create("protocol_reply");
+  TCase *rt = tcase_create("round_trips");
+  tcase_set_timeout(rt, 30);
+  tcase_add_test(rt, every_reply_type_round_trips);
+  tcase_add_test(rt, memcheck_report_travels_with_a_negative_result);
+  tcase_add_test(rt, a_refusal_answers_any_request);
+  tcase_add_test(rt, a_refusal_of_another_version_still_decodes);
+  tcase_add_test(rt, text_is_cut_to_the_callers_room);
+  tcase_add_test(rt, entries_lie_where_specified);
+  tcase_add_test(rt, stats_lie_in_declaration_order);
+  tcase_add_test(rt, welcome_and_lookup_lie_where_specified);
+  tcase_add_test(rt, texts_lie_after_their_length);
+  tcase_add_test(rt, a_negative_result_ends_the_payload);
+  tcase_add_test(rt, reply_encoder_refuses_what_it_cannot_encode);
+  suite_add_tcase(s, rt);
+  TCase *bad = tcase_create("refusals");
+  tcase_set_timeout(bad, 30);
+  tcase_add_test(bad, every_truncated_reply_is_refused);
+  tcase_add_test(bad, replies_with_trailing_bytes_are_refused);
+  tcase_add_test(bad, entries_must_match_the_keys_asked);
+  tcase_add_test(bad, a_reply_must_answer_the_request);
+  tcase_add_test(bad, spans_must_lie_inside_the_pool);
+  tcase_add_test(bad, texts_are_checked);
+  tcase_add_test(bad, lookup_tiers_are_checked);
+  tcase_add_test(bad, a_refusal_must_carry_an_error);
+  suite_add_tcase(s, bad);
+  return s;
+}
