@@ -18,7 +18,8 @@
 static int check_mode(const kva_config *c) {
   int serves = config_str(c, "server.socket")[0] != 0;
   if (serves && storage_is_client(c)) {
-    LOG_ERROR("runtime: server.socket and client.socket are both set; a process is one or the other");
+    LOG_ERROR(
+        "runtime: server.socket and client.socket are both set; a process is one or the other");
     return KVA_ECONFIG;
   }
   if (serves && config_i64(c, "l1.size_bytes") == 0) {

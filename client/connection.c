@@ -106,7 +106,7 @@ struct client_conn {
   pthread_t reader;
   int wake_fd; /* eventfd: output waits, or stop */
   wire_buf in;
-  int fd_in; /* the memfd that came with P_WELCOME */
+  int fd_in;       /* the memfd that came with P_WELCOME */
   int32_t *status; /* decode scratch, PROTO_MAX_KEYS each */
   proto_span *spans;
   char text[PROTO_MAX_TEXT + 1];
@@ -353,27 +353,40 @@ static void on_welcome(client_conn *c, const proto_hdr *h, const uint8_t *p) {
   c->retry_ms = RETRY_MIN_MS;
   c->refused_logged = false;
   __atomic_store_n(&c->up, 1, __ATOMIC_RELEASE);
-  LOG_INFO("client: connected to kvactd (pid %u) at %s, pool %lu bytes", rep.pid,
-           c->addr.sun_path, (unsigned long)rep.pool_bytes);
+  LOG_INFO("client: connected to kvactd (pid %u) at %s, pool %lu bytes", rep.pid, c->addr.sun_path,
+           (unsigned long)rep.pool_bytes);
 }
 
 /* ---- requests -------------------------------------------------------------- */
 
 static uint16_t ptype_of(uint32_t kind) {
   switch (kind) {
-  case L1_RESERVE_WRITE: return P_RESERVE_WRITE;
-  case L1_FINISH_WRITE: return P_FINISH_WRITE;
-  case L1_ABORT_WRITE: return P_ABORT_WRITE;
-  case L1_DELETE: return P_DELETE;
-  case L1_TOUCH: return P_TOUCH;
-  case L1_CLEAR: return P_CLEAR;
-  case L1_PREFETCH: return P_PREFETCH;
-  case L1_READ: return P_READ;
-  case L1_FINISH_READ: return P_FINISH_READ;
-  case L1_UNPIN: return P_UNPIN;
-  case L1_MEMCHECK: return P_MEMCHECK;
-  case L1_STATS: return P_STATS;
-  default: return 0;
+  case L1_RESERVE_WRITE:
+    return P_RESERVE_WRITE;
+  case L1_FINISH_WRITE:
+    return P_FINISH_WRITE;
+  case L1_ABORT_WRITE:
+    return P_ABORT_WRITE;
+  case L1_DELETE:
+    return P_DELETE;
+  case L1_TOUCH:
+    return P_TOUCH;
+  case L1_CLEAR:
+    return P_CLEAR;
+  case L1_PREFETCH:
+    return P_PREFETCH;
+  case L1_READ:
+    return P_READ;
+  case L1_FINISH_READ:
+    return P_FINISH_READ;
+  case L1_UNPIN:
+    return P_UNPIN;
+  case L1_MEMCHECK:
+    return P_MEMCHECK;
+  case L1_STATS:
+    return P_STATS;
+  default:
+    return 0;
   }
 }
 
@@ -388,7 +401,9 @@ static int req_of(uint16_t ptype, const l1_req *r, proto_req *q) {
     q->layout = *r->layout;
     break;
   case P_DELETE:
-  case P_CLEAR: q->flag = r->force != 0; break;
+  case P_CLEAR:
+    q->flag = r->force != 0;
+    break;
   case P_PREFETCH:
     q->flag = r->layout != NULL;
     if (r->layout) q->layout = *r->layout;
@@ -396,7 +411,8 @@ static int req_of(uint16_t ptype, const l1_req *r, proto_req *q) {
   case P_MEMCHECK:
     q->report_len = r->report_len < PROTO_MAX_TEXT ? (uint32_t)r->report_len : PROTO_MAX_TEXT;
     break;
-  default: break;
+  default:
+    break;
   }
   return KVA_OK;
 }
@@ -548,11 +564,14 @@ static void fill_request(client_conn *c, slot *s, const proto_rep *rep) {
     if (r->status)
       for (uint32_t i = 0; i < rep->n; i++) r->status[i] = rep->status[i];
     break;
-  case L1_PREFETCH: r->hits = rep->hits; break;
+  case L1_PREFETCH:
+    r->hits = rep->hits;
+    break;
   case L1_MEMCHECK:
     if (r->report_len) snprintf(r->report, r->report_len, "%s", c->text);
     break;
-  default: break;
+  default:
+    break;
   }
 }
 
@@ -644,9 +663,9 @@ static void *reader_main(void *arg) {
     if (c->fd < 0 && now_ns() >= c->retry_at_ns) try_connect(c);
     deliver(c);
     int fd = c->fd;
-    struct pollfd pf[2] = {{.fd = c->wake_fd, .events = POLLIN},
-                           {.fd = fd,
-                            .events = (short)(POLLIN | (c->out.off < c->out.len ? POLLOUT : 0))}};
+    struct pollfd pf[2] = {
+        {.fd = c->wake_fd, .events = POLLIN},
+        {.fd = fd, .events = (short)(POLLIN | (c->out.off < c->out.len ? POLLOUT : 0))}};
     int timeout = sweep_ms;
     if (c->fd < 0) {
       uint64_t now = now_ns();
@@ -690,7 +709,8 @@ static void on_stop(kva_actor *self, void *state) {
     uint8_t bye[PROTO_HDR_BYTES];
     proto_hdr_put(bye, P_BYE, 0, 0);
     if (send(c->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(bye))
-      LOG_WARN("client: could not say goodbye to kvactd; it keeps this process's locks until it exits");
+      LOG_WARN(
+          "client: could not say goodbye to kvactd; it keeps this process's locks until it exits");
     close(c->fd);
   }
   if (c->fd_in >= 0) close(c->fd_in);

@@ -35,9 +35,9 @@ MSG_RANGE_CHECK(CL_CALL, CL_CONNECT, MSG_CLIENT_BASE, MSG_SERVER_BASE, "the clie
 
 /* A call across the daemon's tiers; lives with the sender until the reply. */
 typedef struct client_call {
-  proto_req req;              /* in: type and arguments */
-  int result;                 /* out: the call's return value */
-  kva_tier_hits *lookup;      /* out: LOOKUP */
+  proto_req req;                 /* in: type and arguments */
+  int result;                    /* out: the call's return value */
+  kva_tier_hits *lookup;         /* out: LOOKUP */
   kva_l2_tier_stats *tier_stats; /* out: TIER_STATS */
 } client_call;
 

@@ -16,16 +16,36 @@
 static void run_job(ctl_job *j) {
   kva_storage *s = j->s;
   switch (j->type) {
-  case P_LOOKUP: j->result = kva_lookup(s, j->keys, j->n, (int)j->flag, &j->lookup); break;
-  case P_MEMCHECK: j->result = kva_memcheck(s, j->text, j->report_len); break;
-  case P_STATS: j->result = kva_storage_get_stats(s, &j->stats); break;
-  case P_FLUSH: j->result = kva_flush(s, j->timeout_ms); break;
-  case P_FREEZE: j->result = kva_set_freeze(s, (int)j->flag); break;
-  case P_SET_BYPASS: j->result = kva_set_tier_bypass(s, j->tier, (int)j->flag); break;
-  case P_BYPASSED: j->result = kva_tier_bypassed(s, j->tier); break;
-  case P_L2_CONTAINS: j->result = kva_l2_contains(s, j->tier, j->keys); break;
-  case P_TIER_STATS: j->result = kva_l2_get_tier_stats(s, j->tier, &j->tier_stats); break;
-  default: j->result = KVA_ENOTSUP; break;
+  case P_LOOKUP:
+    j->result = kva_lookup(s, j->keys, j->n, (int)j->flag, &j->lookup);
+    break;
+  case P_MEMCHECK:
+    j->result = kva_memcheck(s, j->text, j->report_len);
+    break;
+  case P_STATS:
+    j->result = kva_storage_get_stats(s, &j->stats);
+    break;
+  case P_FLUSH:
+    j->result = kva_flush(s, j->timeout_ms);
+    break;
+  case P_FREEZE:
+    j->result = kva_set_freeze(s, (int)j->flag);
+    break;
+  case P_SET_BYPASS:
+    j->result = kva_set_tier_bypass(s, j->tier, (int)j->flag);
+    break;
+  case P_BYPASSED:
+    j->result = kva_tier_bypassed(s, j->tier);
+    break;
+  case P_L2_CONTAINS:
+    j->result = kva_l2_contains(s, j->tier, j->keys);
+    break;
+  case P_TIER_STATS:
+    j->result = kva_l2_get_tier_stats(s, j->tier, &j->tier_stats);
+    break;
+  default:
+    j->result = KVA_ENOTSUP;
+    break;
   }
 }
 

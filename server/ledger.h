@@ -27,8 +27,8 @@ typedef struct ledger_entry {
 
 typedef struct ledger {
   ledger_entry *e;
-  size_t cap, n;                 /* slots (a power of two), entries in use */
-  uint64_t writes, reads, pins;  /* totals over the entries */
+  size_t cap, n;                /* slots (a power of two), entries in use */
+  uint64_t writes, reads, pins; /* totals over the entries */
 } ledger;
 
 void ledger_free(ledger *l);

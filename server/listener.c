@@ -67,8 +67,7 @@ static void accept_all(server *sv) {
     int fd = accept4(sv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        LOG_ERROR("kvactd: accept: %s", strerror(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK) LOG_ERROR("kvactd: accept: %s", strerror(errno));
       return;
     }
     if (!__atomic_load_n(&sv->accepting, __ATOMIC_ACQUIRE)) {

@@ -100,8 +100,8 @@ static int start_metrics(server *sv, const kva_config *c) {
   const char *addr = config_str(c, "server.metrics_addr");
   if (!addr[0]) return KVA_OK;
   char err[256] = "";
-  metrics_source src = {.s = sv->s, .clients = clients_of, .arg = sv,
-                        .prefetch = &sv->prefetch_latency};
+  metrics_source src = {
+      .s = sv->s, .clients = clients_of, .arg = sv, .prefetch = &sv->prefetch_latency};
   sv->metrics = metrics_start(addr, &src, err, sizeof(err));
   if (!sv->metrics) {
     LOG_ERROR("kvactd: server.metrics_addr %s: %s", addr, err);
@@ -178,7 +178,9 @@ size_t server_clients(server *sv, server_client *out, size_t cap) {
 
 void server_refuse(int fd, int code, const char *msg) {
   uint8_t buf[PROTO_HDR_BYTES + 8 + PROTO_MAX_TEXT];
-  proto_rep r = {.type = P_REFUSED, .result = code, .text = (char *)msg,
+  proto_rep r = {.type = P_REFUSED,
+                 .result = code,
+                 .text = (char *)msg,
                  .text_len = (uint32_t)strnlen(msg, PROTO_MAX_TEXT)};
   size_t len = proto_rep_put(buf, sizeof(buf), &r, 0);
   if (len && send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)

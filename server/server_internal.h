@@ -28,8 +28,7 @@ enum {
   SRV_CTL_DONE,                       /* to a session: the job of tag is done */
   SRV_CTL_QUIT,                       /* to a control thread: exit */
 };
-MSG_RANGE_CHECK(SRV_ACCEPT_START, SRV_CTL_QUIT, MSG_SERVER_BASE, MSG_SERVER_END,
-                "the server's");
+MSG_RANGE_CHECK(SRV_ACCEPT_START, SRV_CTL_QUIT, MSG_SERVER_BASE, MSG_SERVER_END, "the server's");
 
 typedef struct srv_session srv_session;
 

@@ -91,8 +91,8 @@ struct srv_session {
   uint32_t busy, reads_busy; /* slots in flight; of them, READs */
   bool releasing;            /* a release of the ledger is in flight */
   ledger led;
-  uint64_t requests; /* atomic */
-  uint64_t wl, rl, pins; /* atomic copies of the ledger's totals */
+  uint64_t requests;            /* atomic */
+  uint64_t wl, rl, pins;        /* atomic copies of the ledger's totals */
   uint64_t rel_w, rel_r, rel_p; /* given back at close */
   char why[160];
 };
@@ -179,8 +179,9 @@ static proto_span *spans_of(srv_session *ss, slot *s, uint32_t n, bool ok) {
   if (!ARRAY_GROW(s->sub, &s->sub_cap, need ? need : 1)) return NULL;
   proto_span *sp = (proto_span *)(void *)s->sub;
   for (uint32_t i = 0; i < n; i++)
-    sp[i] = ok && s->bufs[i].ptr ? (proto_span){pool_offset_of(pool_of(ss), s->bufs[i].ptr), s->bufs[i].len}
-                           : (proto_span){0, 0};
+    sp[i] = ok && s->bufs[i].ptr
+                ? (proto_span){pool_offset_of(pool_of(ss), s->bufs[i].ptr), s->bufs[i].len}
+                : (proto_span){0, 0};
   return sp;
 }
 
@@ -233,7 +234,8 @@ static void release_step(srv_session *ss) {
         readers = e->reads;
         s->keys[n++] = e->key;
       }
-    for (uint32_t j = 0; j < n; j++) ledger_add_reads(l, ledger_get(l, &s->keys[j]), -(int64_t)readers);
+    for (uint32_t j = 0; j < n; j++)
+      ledger_add_reads(l, ledger_get(l, &s->keys[j]), -(int64_t)readers);
     ss->rel_r += (uint64_t)n * readers;
   } else {
     type = L1_UNPIN;
@@ -306,7 +308,8 @@ static void send_l1(srv_session *ss, slot *s, uint32_t type) {
   if (s->state == SL_RELEASE) ss->releasing = false;
   if (type == L1_READ && s->state == SL_L1) ss->reads_busy--;
   slot_put(ss, s);
-  if (s->state != SL_RELEASE && s->state != SL_READ_FAIL) reply_result(ss, s->ptype, s->id, KVA_ESHUTDOWN);
+  if (s->state != SL_RELEASE && s->state != SL_READ_FAIL)
+    reply_result(ss, s->ptype, s->id, KVA_ESHUTDOWN);
   if (ss->closing) release_step(ss);
 }
 
@@ -369,7 +372,9 @@ static void start_read(srv_session *ss, slot *s) {
     if (e) ledger_add_reads(&ss->led, e, -1);
   }
   if (m == 0) {
-    proto_rep rep = {.type = P_READ, .result = KVA_KEY_NOT_READABLE, .n = s->n_client,
+    proto_rep rep = {.type = P_READ,
+                     .result = KVA_KEY_NOT_READABLE,
+                     .n = s->n_client,
                      .spans = spans_of(ss, s, s->n_client, false)};
     slot_put(ss, s);
     if (rep.spans)
@@ -400,8 +405,13 @@ static void start_l1(srv_session *ss, slot *s, const proto_req *q) {
   switch (q->type) {
   case P_RESERVE_WRITE:
     s->layout = q->layout;
-    s->req = (l1_req){.keys = s->keys, .n = q->n, .layout = &s->layout, .mode = (int)q->mode,
-                      .bufs = s->bufs, .status = s->status, .ids = s->ids};
+    s->req = (l1_req){.keys = s->keys,
+                      .n = q->n,
+                      .layout = &s->layout,
+                      .mode = (int)q->mode,
+                      .bufs = s->bufs,
+                      .status = s->status,
+                      .ids = s->ids};
     send_l1(ss, s, L1_RESERVE_WRITE);
     return;
   case P_FINISH_WRITE:
@@ -425,12 +435,16 @@ static void start_l1(srv_session *ss, slot *s, const proto_req *q) {
   case P_PREFETCH:
     s->layout = q->layout;
     s->t0_ns = now_ns();
-    s->req = (l1_req){.keys = s->keys, .n = q->n, .layout = q->flag ? &s->layout : NULL,
+    s->req = (l1_req){.keys = s->keys,
+                      .n = q->n,
+                      .layout = q->flag ? &s->layout : NULL,
                       .readers = q->readers,
                       .l2 = q->flag && st->prefetcher && !l2_frozen(&st->tiers)};
     send_l1(ss, s, L1_PREFETCH);
     return;
-  case P_READ: start_read(ss, s); return;
+  case P_READ:
+    start_read(ss, s);
+    return;
   case P_LOOKUP:
     s->req = (l1_req){.keys = s->keys, .n = q->n, .pin = (int)q->flag};
     send_l1(ss, s, L1_LOOKUP);
@@ -455,16 +469,20 @@ static void start_l1(srv_session *ss, slot *s, const proto_req *q) {
 /* The calls that span the tiers go to a control thread. */
 static void start_ctl(srv_session *ss, slot *s, const proto_req *q) {
   ctl_job *j = &s->job;
-  *j = (ctl_job){.s = ss->sv->s, .type = q->type, .keys = s->keys, .n = q->n, .flag = q->flag,
-                 .timeout_ms = q->timeout_ms, .report_len = q->report_len};
+  *j = (ctl_job){.s = ss->sv->s,
+                 .type = q->type,
+                 .keys = s->keys,
+                 .n = q->n,
+                 .flag = q->flag,
+                 .timeout_ms = q->timeout_ms,
+                 .report_len = q->report_len};
   memcpy(j->tier, q->tier, sizeof(j->tier));
   if (q->type == P_MEMCHECK && q->report_len) {
     if (!s->text && !(s->text = malloc(PROTO_MAX_TEXT))) j->report_len = 0;
     j->text = s->text;
   }
   s->state = SL_CTL;
-  if (control_submit(ss->sv, q->type == P_LOOKUP ? 0 : 1, j, ss->self, s->index) !=
-      KVA_OK) {
+  if (control_submit(ss->sv, q->type == P_LOOKUP ? 0 : 1, j, ss->self, s->index) != KVA_OK) {
     slot_put(ss, s);
     reply_result(ss, q->type, s->id, KVA_ESHUTDOWN);
   }
@@ -472,15 +490,17 @@ static void start_ctl(srv_session *ss, slot *s, const proto_req *q) {
 
 static bool is_ctl(uint16_t type) {
   return type == P_LOOKUP || type == P_MEMCHECK || type == P_STATS || type == P_FLUSH ||
-         type == P_FREEZE || type == P_SET_BYPASS || type == P_BYPASSED ||
-         type == P_L2_CONTAINS || type == P_TIER_STATS;
+         type == P_FREEZE || type == P_SET_BYPASS || type == P_BYPASSED || type == P_L2_CONTAINS ||
+         type == P_TIER_STATS;
 }
 
 /* ---- frames from the client ------------------------------------------------- */
 
 static void welcome(srv_session *ss, const proto_req *q) {
   const pool *p = pool_of(ss);
-  proto_rep r = {.type = P_HELLO, .pool_bytes = pool_capacity(p), .pid = (uint32_t)getpid(),
+  proto_rep r = {.type = P_HELLO,
+                 .pool_bytes = pool_capacity(p),
+                 .pid = (uint32_t)getpid(),
                  .max_keys = PROTO_MAX_KEYS};
   size_t size = proto_rep_size(&r);
   uint8_t *dst = wire_reserve(&ss->out, size, OUT_LIMIT);
@@ -665,7 +685,8 @@ static void on_l1_reply(srv_session *ss, slot *s) {
       }
     rep.spans = spans_of(ss, s, s->n_client, r->result == KVA_OK);
     break;
-  default: break;
+  default:
+    break;
   }
   publish_totals(ss);
   bool answer = s->state != SL_RELEASE;
@@ -739,7 +760,8 @@ static void receive(kva_actor *self, void *state, const kva_msg *m) {
     close_conn_as(ss, "kvactd is stopping", true);
     unhold(ss);
     break;
-  default: break;
+  default:
+    break;
   }
 }
 

@@ -110,7 +110,8 @@ static int remote_tier_call(kva_storage *s, uint16_t type, const char *tier, int
 
 int kva_set_freeze(kva_storage *s, int on) {
   if (!s) return KVA_EINVAL;
-  if (s->client) return storage_remote(s, &(client_call){.req = {.type = P_FREEZE, .flag = on != 0}});
+  if (s->client)
+    return storage_remote(s, &(client_call){.req = {.type = P_FREEZE, .flag = on != 0}});
   __atomic_store_n(&s->tiers.frozen, on != 0, __ATOMIC_RELAXED);
   return KVA_OK;
 }
@@ -185,7 +186,8 @@ static int do_tier_stats(kva_storage *s, session *ss, void *arg) {
 }
 
 int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out) {
-  if (s && s->client) return out ? remote_tier_call(s, P_TIER_STATS, tier, 0, NULL, out) : KVA_EINVAL;
+  if (s && s->client)
+    return out ? remote_tier_call(s, P_TIER_STATS, tier, 0, NULL, out) : KVA_EINVAL;
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !out) return KVA_EINVAL;
   const l2_tier *lt = &s->tiers.t[t];
