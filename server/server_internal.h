@@ -3,7 +3,8 @@
  *
  *   server.c    start/stop, the socket file, the list of sessions
  *   listener.c  the listener actor (accept, peer credentials)
- *   session.c   one actor per connection: frames, requests, its ledger
+ *   session*.c  one actor per connection: frames, requests, its ledger
+ *               (session_internal.h)
  *   control.c   the control threads: calls that span the tiers
  *   ledger.c    the locks of one connection
  *   metrics.c   the Prometheus endpoint
