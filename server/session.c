@@ -42,7 +42,7 @@
 #include "server/session_internal.h"
 #include "storage/storage_internal.h"
 
-    uint64_t now_ns(void) {
+uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;

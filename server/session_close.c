@@ -23,7 +23,6 @@
 
 /* ---- closing ---------------------------------------------------------------- */
 
-void send_l1(srv_session *ss, slot *s, uint32_t type);
 
 /* Gives the ledger back, one request at a time, while the requests still
  * in flight finish (what they take joins the ledger; a READ in flight,
