@@ -23,7 +23,6 @@
 
 /* ---- closing ---------------------------------------------------------------- */
 
-
 /* Gives the ledger back, one request at a time, while the requests still
  * in flight finish (what they take joins the ledger; a READ in flight,
  * which can release locks, is waited for); stops the actor once the
