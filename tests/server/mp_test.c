@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,17 @@ START_TEST(clients_read_each_others_chunks_byte_exact) {
   kva_storage_stats st;
   ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
   ck_assert_uint_eq(st.l1_objects, 4 * SHARE_KEYS);
+  /* a prefetch handle's eventfd turns readable when the daemon answers */
+  kva_key k = fixture_key(0);
+  kva_prefetch *h;
+  size_t hits = 0;
+  ck_assert_int_eq(kva_submit_prefetch(s, &k, 1, NULL, 0, &h), KVA_OK);
+  struct pollfd pf = {.fd = kva_prefetch_eventfd(h), .events = POLLIN};
+  ck_assert_int_ge(pf.fd, 0);
+  ck_assert_int_eq(poll(&pf, 1, 5000), 1);
+  ck_assert_int_eq(kva_query_prefetch(s, h, &hits), KVA_OK);
+  ck_assert_uint_eq(hits, 1);
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
   fixture_memcheck_clean(s);
   kva_runtime_shutdown(rt);
   ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
