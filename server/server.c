@@ -126,9 +126,11 @@ int server_start(kva_runtime *rt, kva_storage *s, server **out) {
   if (rc == KVA_OK) rc = bind_socket(sv, c);
   if (rc == KVA_OK) rc = control_start(sv);
   if (rc == KVA_OK) rc = start_metrics(sv, c);
+  /* accepting before the listener runs: a peer it accepts at once (one
+   * that connected as soon as the socket listened) is served, not closed */
+  if (rc == KVA_OK) __atomic_store_n(&sv->accepting, 1, __ATOMIC_RELEASE);
   if (rc == KVA_OK && !(sv->listener = listener_spawn(sv))) rc = KVA_ENOMEM;
   if (rc != KVA_OK) return rc;
-  __atomic_store_n(&sv->accepting, 1, __ATOMIC_RELEASE);
   LOG_INFO("kvactd: serving on %s (mode %04o, at most %u clients)", sv->path,
            (unsigned)config_i64(c, "server.socket_mode"), sv->max_clients);
   return KVA_OK;
