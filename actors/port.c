@@ -22,6 +22,7 @@
 
 struct kva_port {
   kva_actor *a;
+  uint64_t spin_ns; /* PORT_SPIN_NS, or what port_set_spin said */
 };
 
 static void port_no_receive(kva_actor *self, void *state, const kva_msg *m) {
@@ -39,7 +40,12 @@ kva_port *port_open_with(kva_runtime *rt, const char *name, uint32_t capacity) {
     free(p);
     return NULL;
   }
+  p->spin_ns = PORT_SPIN_NS;
   return p;
+}
+
+void port_set_spin(kva_port *p, uint64_t ns) {
+  p->spin_ns = ns;
 }
 
 kva_port *kva_port_open(kva_runtime *rt, const char *name) {
@@ -122,11 +128,11 @@ static int wait_readable(int fd, uint64_t deadline_ns) {
  * holding the dispatch flag: a reply that arrives meanwhile finds the flag
  * taken and rings no doorbell, so a quick request/reply costs no syscall
  * on either side (the facade's calls are answered in microseconds). */
-static void spin_for_message(kva_actor *a, uint64_t deadline_ns) {
+static void spin_for_message(kva_actor *a, uint64_t spin_ns, uint64_t deadline_ns) {
   /* no fence: the owner takes the flag only to keep senders from ringing;
    * the port's turns all run on this thread */
   if (!ck_pr_cas_32(&a->scheduled, 0, 1)) return; /* a sender already dispatched */
-  uint64_t now = clock_mono_ns(), end = now + PORT_SPIN_NS;
+  uint64_t now = clock_mono_ns(), end = now + spin_ns;
   if (end > deadline_ns) end = deadline_ns;
   for (unsigned i = 0; mailbox_empty(&a->mb); i++) {
     if (i % 64 == 63 && clock_mono_ns() >= end) break;
@@ -141,7 +147,7 @@ int kva_port_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int tim
   uint64_t deadline =
       timeout_ms < 0 ? UINT64_MAX : clock_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
   if (port_take(p->a, out, buf, buflen)) return KVA_OK;
-  if (timeout_ms != 0) spin_for_message(p->a, deadline);
+  if (timeout_ms != 0 && p->spin_ns) spin_for_message(p->a, p->spin_ns, deadline);
   for (;;) {
     if (port_take(p->a, out, buf, buflen)) return KVA_OK;
     port_settle(p->a);

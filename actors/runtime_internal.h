@@ -156,5 +156,9 @@ void runtime_destroy(kva_runtime *rt);
 /* port.c: a port with a mailbox of `capacity` (for the storage facade's
  * many small reply ports) */
 kva_port *port_open_with(kva_runtime *rt, const char *name, uint32_t capacity);
+/* How long kva_port_recv spins on the mailbox before sleeping (default
+ * 50 us, the facade's in-process replies; 0 = sleep at once, for replies
+ * that cross a socket). Before the port's first receive. */
+void port_set_spin(kva_port *p, uint64_t ns);
 
 #endif

@@ -48,6 +48,9 @@ static session *session_new(kva_storage *s) {
   ss->s = s;
   ss->gen = 1;
   ss->port = port_open_with(s->rt, "storage_port", 4);
+  /* a client's replies cross the socket: spinning for them only takes the
+   * CPU the daemon and the reader need */
+  if (ss->port && s->client) port_set_spin(ss->port, 0);
   if (!ss->port || !table_add(ss)) {
     if (ss->port) kva_port_close(ss->port);
     free(ss);
