@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "actors/clock.h"
 #include "actors/log.h"
 #include "client/connection.h"
 #include "common/array.h"
@@ -111,12 +112,6 @@ struct client_conn {
   proto_span *spans;
   char text[PROTO_MAX_TEXT + 1];
 };
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void wake_reader(client_conn *c) {
   uint64_t one = 1;
@@ -247,7 +242,7 @@ static void unmap(mapping *m) {
 }
 
 static void retry_later(client_conn *c) {
-  c->retry_at_ns = now_ns() + (uint64_t)c->retry_ms * 1000000u;
+  c->retry_at_ns = clock_mono_ns() + (uint64_t)c->retry_ms * 1000000u;
   c->retry_ms = c->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : c->retry_ms * 2;
 }
 
@@ -312,7 +307,7 @@ static void try_connect(client_conn *c) {
   }
   c->fd = fd;
   c->state = HELLO;
-  c->hello_deadline_ns = now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+  c->hello_deadline_ns = clock_mono_ns() + (uint64_t)c->timeout_ms * 1000000u;
   proto_req hello = {.type = P_HELLO, .pid = (uint32_t)getpid()};
   if (!queue_frame(c, &hello, 0)) {
     drop(c, "cannot encode the hello");
@@ -448,7 +443,7 @@ static int start_request(client_conn *c, slot *tmp, const proto_req *q) {
               .tag = tmp->tag,
               .r = tmp->r,
               .c = tmp->c,
-              .deadline_ns = now_ns() + (uint64_t)c->timeout_ms * 1000000u,
+              .deadline_ns = clock_mono_ns() + (uint64_t)c->timeout_ms * 1000000u,
               .keys = s->keys,
               .keys_cap = s->keys_cap,
               .n = n,
@@ -637,7 +632,7 @@ static void on_readable(client_conn *c) {
 /* Requests past their deadline are answered; their replies, if they come,
  * are undone. A hello that got no welcome in time drops the socket. */
 static void sweep(client_conn *c) {
-  uint64_t now = now_ns();
+  uint64_t now = clock_mono_ns();
   if (c->state == HELLO && now > c->hello_deadline_ns) {
     drop(c, "no welcome in client.timeout_ms");
     return;
@@ -660,7 +655,7 @@ static void *reader_main(void *arg) {
   int sweep_ms = c->timeout_ms / 8 < 2 ? 2 : c->timeout_ms / 8 > 100 ? 100 : c->timeout_ms / 8;
   pthread_mutex_lock(&c->lock);
   while (!c->stop) {
-    if (c->fd < 0 && now_ns() >= c->retry_at_ns) try_connect(c);
+    if (c->fd < 0 && clock_mono_ns() >= c->retry_at_ns) try_connect(c);
     deliver(c);
     int fd = c->fd;
     struct pollfd pf[2] = {
@@ -668,7 +663,7 @@ static void *reader_main(void *arg) {
         {.fd = fd, .events = (short)(POLLIN | (c->out.off < c->out.len ? POLLOUT : 0))}};
     int timeout = sweep_ms;
     if (c->fd < 0) {
-      uint64_t now = now_ns();
+      uint64_t now = clock_mono_ns();
       int retry = c->retry_at_ns > now ? (int)((c->retry_at_ns - now) / 1000000u) + 1 : 0;
       if (retry < timeout) timeout = retry;
     }
@@ -743,12 +738,10 @@ static void conn_free(client_conn *c) {
 
 client_conn *client_conn_spawn(kva_runtime *rt, const char *path, int timeout_ms) {
   client_conn *c = calloc(1, sizeof(*c));
-  if (!c || strlen(path) >= sizeof(c->addr.sun_path)) {
+  if (!c || wire_unix_addr(path, &c->addr) != KVA_OK) {
     free(c);
     return NULL;
   }
-  c->addr.sun_family = AF_UNIX;
-  strcpy(c->addr.sun_path, path);
   c->timeout_ms = timeout_ms;
   c->fd = c->fd_in = -1;
   c->retry_ms = RETRY_MIN_MS;

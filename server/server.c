@@ -17,16 +17,9 @@
 #include "config/config_internal.h"
 #include "server/server_internal.h"
 #include "wire/protocol.h"
+#include "wire/sock.h"
 
 #define STOP_WAIT_MS 10000 /* sessions releasing their locks at shutdown */
-
-static int unix_addr(const char *path, struct sockaddr_un *a) {
-  memset(a, 0, sizeof(*a));
-  a->sun_family = AF_UNIX;
-  if (strlen(path) >= sizeof(a->sun_path)) return KVA_EINVAL;
-  strcpy(a->sun_path, path);
-  return KVA_OK;
-}
 
 /* A socket file already at path: a live daemon's (refuse), a dead one's
  * (remove it), or not a socket at all (refuse: never delete a user's
@@ -53,7 +46,7 @@ static int clear_path(const char *path, const struct sockaddr_un *a) {
 static int bind_socket(server *sv, const kva_config *c) {
   struct sockaddr_un a;
   snprintf(sv->path, sizeof(sv->path), "%s", config_str(c, "server.socket"));
-  if (unix_addr(config_str(c, "server.socket"), &a) != KVA_OK) {
+  if (wire_unix_addr(config_str(c, "server.socket"), &a) != KVA_OK) {
     LOG_ERROR("kvactd: server.socket is longer than a Unix socket path may be (%zu bytes)",
               sizeof(a.sun_path) - 1);
     return KVA_ECONFIG;
@@ -83,25 +76,12 @@ static int read_uids(server *sv, const kva_config *c) {
   }
 }
 
-static size_t clients_of(void *arg, metrics_client *out, size_t cap) {
-  server_client tmp[256];
-  size_t n = server_clients(arg, tmp, cap < 256 ? cap : 256);
-  for (size_t i = 0; i < n && i < cap && i < 256; i++)
-    out[i] = (metrics_client){.pid = tmp[i].pid,
-                              .uid = tmp[i].uid,
-                              .requests = tmp[i].requests,
-                              .write_locks = tmp[i].write_locks,
-                              .read_locks = tmp[i].read_locks,
-                              .pins = tmp[i].pins};
-  return n;
-}
-
 static int start_metrics(server *sv, const kva_config *c) {
   const char *addr = config_str(c, "server.metrics_addr");
   if (!addr[0]) return KVA_OK;
   char err[256] = "";
   metrics_source src = {
-      .s = sv->s, .clients = clients_of, .arg = sv, .prefetch = &sv->prefetch_latency};
+      .s = sv->s, .clients = server_clients, .arg = sv, .prefetch = &sv->prefetch_latency};
   sv->metrics = metrics_start(addr, &src, err, sizeof(err));
   if (!sv->metrics) {
     LOG_ERROR("kvactd: server.metrics_addr %s: %s", addr, err);
@@ -169,7 +149,8 @@ void server_free(server *sv) {
   free(sv);
 }
 
-size_t server_clients(server *sv, server_client *out, size_t cap) {
+size_t server_clients(void *arg, metrics_client *out, size_t cap) {
+  server *sv = arg;
   size_t n = 0;
   pthread_mutex_lock(&sv->lock);
   for (srv_session *ss = sv->sessions; ss; ss = session_next(ss), n++)

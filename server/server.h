@@ -27,13 +27,9 @@ void server_stop(server *sv);
 /* After the runtime has stopped the actors. */
 void server_free(server *sv);
 
-/* One connected client, for kvinspect and the metrics. */
-typedef struct server_client {
-  uint32_t pid, uid;
-  uint64_t requests;
-  uint64_t write_locks, read_locks, pins;
-} server_client;
-/* Fills up to cap clients; returns how many are connected. */
-size_t server_clients(server *sv, server_client *out, size_t cap);
+/* The connected clients (server/metrics.h's metrics_client): fills up to
+ * cap of them; returns how many there are. */
+struct metrics_client;
+size_t server_clients(void *sv, struct metrics_client *out, size_t cap);
 
 #endif

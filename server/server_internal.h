@@ -78,7 +78,7 @@ kva_actor *listener_spawn(server *sv);
 /* session.c: spawns the session of an accepted connection (fd is its). */
 int session_spawn(server *sv, int fd, pid_t pid, uid_t uid);
 void session_close(srv_session *ss); /* from any thread: SRV_CLOSE */
-void session_describe(const srv_session *ss, server_client *out);
+void session_describe(const srv_session *ss, metrics_client *out);
 /* control.c */
 int control_start(server *sv);
 void control_stop(server *sv);

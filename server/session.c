@@ -42,12 +42,6 @@
 #include "server/session_internal.h"
 #include "storage/storage_internal.h"
 
-uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 const pool *pool_of(const srv_session *ss) {
   return l1_manager_pool(ss->sv->s->l1m);
 }
@@ -326,13 +320,13 @@ void session_close(srv_session *ss) {
   kva_send(ss->self, SRV_CLOSE, NULL, 0, NULL, 0);
 }
 
-void session_describe(const srv_session *ss, server_client *out) {
-  *out = (server_client){.pid = (uint32_t)ss->pid,
-                         .uid = (uint32_t)ss->uid,
-                         .requests = __atomic_load_n(&ss->requests, __ATOMIC_RELAXED),
-                         .write_locks = __atomic_load_n(&ss->wl, __ATOMIC_RELAXED),
-                         .read_locks = __atomic_load_n(&ss->rl, __ATOMIC_RELAXED),
-                         .pins = __atomic_load_n(&ss->pins, __ATOMIC_RELAXED)};
+void session_describe(const srv_session *ss, metrics_client *out) {
+  *out = (metrics_client){.pid = (uint32_t)ss->pid,
+                          .uid = (uint32_t)ss->uid,
+                          .requests = __atomic_load_n(&ss->requests, __ATOMIC_RELAXED),
+                          .write_locks = __atomic_load_n(&ss->wl, __ATOMIC_RELAXED),
+                          .read_locks = __atomic_load_n(&ss->rl, __ATOMIC_RELAXED),
+                          .pins = __atomic_load_n(&ss->pins, __ATOMIC_RELAXED)};
 }
 
 srv_session *session_next(const srv_session *ss) {

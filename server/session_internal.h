@@ -70,7 +70,6 @@ struct srv_session {
   char why[160];
 };
 
-uint64_t now_ns(void);
 const pool *pool_of(const srv_session *ss);
 /* The ledger's totals where kvinspect and the metrics read them. */
 void publish_totals(srv_session *ss);

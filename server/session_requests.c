@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "actors/clock.h"
 #include "actors/gauges.h"
 #include "actors/log.h"
 #include "common/array.h"
@@ -154,7 +155,7 @@ void start_l1(srv_session *ss, slot *s, const proto_req *q) {
     return;
   case P_PREFETCH:
     s->layout = q->layout;
-    s->t0_ns = now_ns();
+    s->t0_ns = clock_mono_ns();
     s->req = (l1_req){.keys = s->keys,
                       .n = q->n,
                       .layout = q->flag ? &s->layout : NULL,
@@ -286,7 +287,7 @@ void on_l1_reply(srv_session *ss, slot *s) {
       ledger_entry *e = ledger_get(l, &s->keys[i]);
       if (e) ledger_add_reads(l, e, s->readers);
     }
-    latency_observe(&ss->sv->prefetch_latency, now_ns() - s->t0_ns);
+    latency_observe(&ss->sv->prefetch_latency, clock_mono_ns() - s->t0_ns);
     break;
   case P_READ:
     ss->reads_busy--;

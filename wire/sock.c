@@ -12,6 +12,14 @@
 
 #define WIRE_MAX_FRAME ((size_t)PROTO_HDR_BYTES + PROTO_MAX_PAYLOAD)
 
+int wire_unix_addr(const char *path, struct sockaddr_un *a) {
+  memset(a, 0, sizeof(*a));
+  a->sun_family = AF_UNIX;
+  if (strlen(path) >= sizeof(a->sun_path)) return KVA_EINVAL;
+  memcpy(a->sun_path, path, strlen(path) + 1);
+  return KVA_OK;
+}
+
 void wire_buf_free(wire_buf *w) {
   free(w->b);
   *w = (wire_buf){0};

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/un.h>
 
 #include "wire/protocol.h"
 
@@ -16,6 +17,10 @@ typedef struct wire_buf {
   uint8_t *b;
   size_t off, len, cap; /* bytes b[off, len) are pending */
 } wire_buf;
+
+/* The address of the Unix socket at path: KVA_OK, or KVA_EINVAL when the
+ * path does not fit sun_path. */
+int wire_unix_addr(const char *path, struct sockaddr_un *a);
 
 void wire_buf_free(wire_buf *w);
 /* Room for n more bytes at the end (compacting or growing; at most limit
