@@ -21,6 +21,7 @@
 #include "tests/server/scrape.h"
 #include "tests/support/fixture.h"
 #include "wire/protocol.h"
+#include "wire/sock.h"
 
 /* ---- the socket file ------------------------------------------------------------ */
 
@@ -45,8 +46,8 @@ START_TEST(a_second_daemon_on_the_same_socket_refuses_to_start) {
 END_TEST
 
 START_TEST(a_stale_socket_file_is_replaced) {
-  struct sockaddr_un a = {.sun_family = AF_UNIX};
-  strcpy(a.sun_path, sock_path);
+  struct sockaddr_un a;
+  ck_assert_int_eq(wire_unix_addr(sock_path, &a), KVA_OK);
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
   close(fd); /* a dead daemon's file: nobody listens */
@@ -60,12 +61,10 @@ END_TEST
 
 /* ---- peers that misbehave --------------------------------------------------------- */
 
-/* Reads one frame: its type and text (REFUSED's message), or -1 at EOF. */
 START_TEST(malformed_frames_close_only_their_connection) {
   pid_t d = daemon_start();
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   write_keys(s, 1, 4, 4096);
   /* garbage: another protocol */
   int fd = raw_connect();
@@ -187,12 +186,10 @@ END_TEST
 
 /* ---- a daemon that stops answering ---------------------------------------------- */
 
-/* Polls the daemon's memcheck until clean (10 s at most). */
 START_TEST(calls_to_a_stopped_daemon_time_out_and_late_locks_are_given_back) {
   pid_t d = daemon_start();
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   write_keys(s, 1, 1, 4096);
   kill(d, SIGSTOP);
   wait_stopped(d);
@@ -252,9 +249,8 @@ START_TEST(a_live_process_keeps_its_locks_until_it_exits) {
   if (c == 0) raw_reserver(p[1]);
   char ready = 0;
   ck_assert_int_eq(read(p[0], &ready, 1), 1);
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   sleep_ms(200); /* the daemon has closed that connection by now */
   char report[256] = "";
   ck_assert_int_eq(kva_memcheck(s, report, sizeof(report)), KVA_EIO);
@@ -275,9 +271,8 @@ START_TEST(the_daemons_metrics_match_its_stats_and_clients) {
   char addr[64];
   snprintf(addr, sizeof(addr), "server.metrics_addr=127.0.0.1:%d", port);
   pid_t d = daemon_start_with(0, 0, addr);
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   write_keys(s, 1, 8, 4096);
   ck_assert_uint_eq(read_keys(s, 1, 8, 4096), 8);
   /* one read lock and one pin held while the page is read */

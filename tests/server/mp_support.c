@@ -18,6 +18,7 @@
 
 #include "tests/support/fixture.h"
 #include "wire/protocol.h"
+#include "wire/sock.h"
 
 char sock_path[108];
 char disk_path[256];
@@ -28,8 +29,8 @@ void sleep_ms(int ms) {
 }
 
 int raw_connect(void) {
-  struct sockaddr_un a = {.sun_family = AF_UNIX};
-  strcpy(a.sun_path, sock_path);
+  struct sockaddr_un a;
+  ck_assert_int_eq(wire_unix_addr(sock_path, &a), KVA_OK);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ck_assert_int_ge(fd, 0);
   if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
@@ -99,6 +100,12 @@ kva_runtime *client_start(void) {
 }
 
 /* Waits until the client's storage answers (it connects asynchronously). */
+kva_runtime *client_up(void) {
+  kva_runtime *rt = client_start();
+  client_wait_up(kva_storage_of(rt));
+  return rt;
+}
+
 void client_wait_up(kva_storage *s) {
   kva_storage_stats st;
   for (int i = 0; i < 1000; i++) {
@@ -201,8 +208,7 @@ pid_t fork_client_gated(int (*body)(kva_storage *s, int arg, int out_fd), int ar
   if (pid == 0) {
     char go;
     if (gate_fd >= 0 && read(gate_fd, &go, 1) != 1) _exit(9);
-    kva_runtime *rt = client_start();
-    client_wait_up(kva_storage_of(rt));
+    kva_runtime *rt = client_up();
     int rc = body(kva_storage_of(rt), arg, out_fd);
     kva_runtime_shutdown(rt);
     _exit(rc);

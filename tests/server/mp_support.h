@@ -36,6 +36,7 @@ int daemon_stop(pid_t pid, int sig);
  * until it reaches the daemon (10 s). */
 kva_runtime *client_start(void);
 void client_wait_up(kva_storage *s);
+kva_runtime *client_up(void); /* both */
 
 /* Key i's bytes are a pattern of seed i. */
 void fill_pattern(uint8_t *p, size_t len, uint64_t seed);

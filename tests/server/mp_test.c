@@ -45,9 +45,8 @@ START_TEST(clients_read_each_others_chunks_byte_exact) {
   for (int i = 0; i < 4; i++) ck_assert_int_eq(child_status(w[i]), 0);
   for (int i = 0; i < 4; i++) r[i] = fork_client(reader_body, i, -1);
   for (int i = 0; i < 4; i++) ck_assert_int_eq(child_status(r[i]), 0);
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   kva_storage_stats st;
   ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
   ck_assert_uint_eq(st.l1_objects, 4 * SHARE_KEYS);
@@ -105,9 +104,8 @@ START_TEST(a_killed_client_leaves_no_lock_and_loses_nothing) {
   ck_assert_int_eq(pipe(p), 0);
   ck_assert_int_eq(pipe(gate), 0);
   pid_t c = fork_client_gated(holder_body, 9000, p[1], gate[0]);
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   write_batch(s, 5000, HELD, 4096);
   /* keys 7000.. exist in L2 only: written, flushed, then dropped from L1 */
   write_batch(s, 7000, HELD, 4096);
@@ -155,9 +153,8 @@ END_TEST
 
 START_TEST(a_client_survives_the_daemon_restarting) {
   pid_t d = daemon_start_with(0, 1, NULL);
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   write_keys(s, 100, 16, 8192);
   ck_assert_int_eq(kva_flush(s, 900), KVA_OK);
   /* a read lock held across the crash: its bytes stay mapped */
@@ -240,9 +237,8 @@ static int kv_storer_body(kva_storage *s, int arg, int out_fd) {
 START_TEST(kv_store_in_one_process_and_kv_load_in_another_are_bit_exact) {
   pid_t d = daemon_start();
   ck_assert_int_eq(child_status(fork_client(kv_storer_body, 0, -1)), 0);
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   test_cache want, got;
   kv_cache(&want);
   cache_fill(&want, 42);
@@ -283,9 +279,8 @@ END_TEST
 
 START_TEST(lookups_from_l1_and_through_the_tiers_answer_as_in_process) {
   pid_t d = daemon_start();
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   write_batch(s, 1, 5, 4096);
   ck_assert_int_eq(kva_flush(s, 900), KVA_OK);
   kva_key k[6];
@@ -317,9 +312,8 @@ END_TEST
 
 START_TEST(a_daemon_without_tiers_pins_its_l1_hits) {
   pid_t d = daemon_start_with(0, 0, "l2=[]");
-  kva_runtime *rt = client_start();
+  kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
-  client_wait_up(s);
   write_batch(s, 1, 3, 4096);
   kva_key k[4];
   for (int i = 0; i < 4; i++) k[i] = fixture_key(1 + i);
