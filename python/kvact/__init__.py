@@ -1,0 +1,20 @@
+"""kvact — Python bindings of libkvact.so (kvact.h), mirroring LMCache's StorageManager.
+
+    import kvact
+    with kvact.Runtime(kvact.Config({"l2": [{"type": "mock"}]})) as rt:
+        sm = rt.storage
+        ...
+
+See python/README.md. Calls go through ctypes.CDLL, which releases the GIL
+while each C call runs.
+"""
+from .config import Config
+from .errors import KvactError
+from .keys import ObjectKey, chunk_keys
+from .layout import MemoryLayoutDesc
+from .memory import MemoryObj
+from .runtime import Runtime
+from .storage import PrefetchHandle, StorageManager
+
+__all__ = ["Config", "KvactError", "MemoryLayoutDesc", "MemoryObj", "ObjectKey",
+           "PrefetchHandle", "Runtime", "StorageManager", "chunk_keys"]

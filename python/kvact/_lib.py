@@ -1,0 +1,124 @@
+"""_lib.py — finds and loads libkvact.so and mirrors kvact.h's structs in ctypes.
+
+Search order: $KVACT_LIB, libkvact.so next to this package, then the
+repository's bazel-bin/libkvact.so (`bazel build //:libkvact.so`).
+
+The library is loaded with ctypes.CDLL, not PyDLL: every foreign call
+releases the GIL for its duration, so a Python thread blocked in
+kva_wait_prefetch lets the others run, and many threads may call at once
+(kvact.h makes every storage call thread-safe).
+"""
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32,
+                    c_int64, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p)
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _candidates():
+    env = os.environ.get("KVACT_LIB")
+    if env:
+        yield env
+    yield os.path.join(_HERE, "libkvact.so")
+    yield os.path.join(_HERE, "..", "..", "bazel-bin", "libkvact.so")
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.exists(path):
+            return ctypes.CDLL(os.path.abspath(path))
+        tried.append(path)
+    raise ImportError("libkvact.so not found (tried: %s); set KVACT_LIB or run "
+                      "`bazel build //:libkvact.so`" % ", ".join(tried))
+
+
+# ---- kvact.h's structs, field for field ------------------------------------
+
+class Key(Structure):
+    _fields_ = [("model", c_char * 64), ("kv_rank", c_uint32), ("group", c_uint32),
+                ("hash_len", c_uint8), ("hash", c_uint8 * 32)]
+
+
+class LayoutTensor(Structure):
+    _fields_ = [("ndim", c_uint32), ("shape", c_uint64 * 6), ("dtype", c_int)]
+
+
+class Layout(Structure):
+    _fields_ = [("ntensors", c_uint32), ("tensor", LayoutTensor * 4)]
+
+
+class Buf(Structure):
+    _fields_ = [("ptr", c_void_p), ("len", c_size_t)]
+
+
+STATS_FIELDS = [
+    "l1_capacity_bytes", "l1_used_bytes", "l1_objects",
+    "l1_write_locked", "l1_read_locked", "l1_temporary",
+    "reserved", "finished", "hits", "misses", "evicted", "evicted_on_demand", "out_of_memory",
+    "l2_store_tasks", "l2_stored_keys", "l2_store_failures", "l2_store_skipped",
+    "l2_prefetches", "l2_loaded_keys", "l2_load_failures",
+]
+
+
+class StorageStats(Structure):
+    _fields_ = [(f, c_uint64) for f in STATS_FIELDS] + [("l1_pinned", c_int),
+                                                         ("l1_numa_node", c_int)]
+
+
+class TierHit(Structure):
+    _fields_ = [("name", c_char * 32), ("hits", c_size_t)]
+
+
+class TierHits(Structure):
+    _fields_ = [("total", c_size_t), ("ntiers", c_uint32), ("tier", TierHit * 8)]
+
+
+# ---- prototypes --------------------------------------------------------------
+
+_P = c_void_p  # opaque handles: kva_config*, kva_runtime*, kva_storage*, kva_prefetch*
+_K = POINTER(Key)
+_L = POINTER(Layout)
+_PROTOTYPES = {
+    "kva_strerror": (c_char_p, [c_int]),
+    "kva_config_default": (_P, []),
+    "kva_config_from_file": (c_int, [c_char_p, POINTER(_P), c_char_p, c_size_t]),
+    "kva_config_set_err": (c_int, [_P, c_char_p, c_char_p, c_char_p, c_size_t]),
+    "kva_config_free": (None, [_P]),
+    "kva_config_get_i64": (c_int, [_P, c_char_p, POINTER(c_int64)]),
+    "kva_config_get_f64": (c_int, [_P, c_char_p, POINTER(c_double)]),
+    "kva_config_get_bool": (c_int, [_P, c_char_p, POINTER(c_int)]),
+    "kva_config_get_str": (c_int, [_P, c_char_p, POINTER(c_char_p)]),
+    "kva_runtime_start": (c_int, [_P, POINTER(_P)]),
+    "kva_runtime_shutdown": (None, [_P]),
+    "kva_storage_of": (_P, [_P]),
+    "kva_layout_bytes": (c_size_t, [_L]),
+    "kva_reserve_write": (c_int, [_P, _K, c_size_t, _L, c_int, POINTER(Buf), POINTER(c_int)]),
+    "kva_finish_write": (c_int, [_P, _K, c_size_t, POINTER(c_int)]),
+    "kva_delete": (c_int, [_P, _K, c_size_t, c_int, POINTER(c_int)]),
+    "kva_submit_prefetch": (c_int, [_P, _K, c_size_t, _L, c_uint32, POINTER(_P)]),
+    "kva_query_prefetch": (c_int, [_P, _P, POINTER(c_size_t)]),
+    "kva_wait_prefetch": (c_int, [_P, _P, c_int, POINTER(c_size_t)]),
+    "kva_prefetch_eventfd": (c_int, [_P]),
+    "kva_read_prefetched": (c_int, [_P, _K, c_size_t, POINTER(Buf)]),
+    "kva_finish_read_prefetched": (c_int, [_P, _K, c_size_t, c_uint32]),
+    "kva_touch": (c_int, [_P, _K, c_size_t]),
+    "kva_clear": (c_int, [_P, c_int]),
+    "kva_memcheck": (c_int, [_P, c_char_p, c_size_t]),
+    "kva_storage_get_stats": (c_int, [_P, POINTER(StorageStats)]),
+    "kva_flush": (c_int, [_P, c_int]),
+    "kva_chunk_keys": (c_size_t, [c_char_p, c_uint32, c_char_p, POINTER(c_int32), c_size_t,
+                                  c_uint32, c_int, _K, c_size_t]),
+}
+
+
+def _declare(lib):
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+lib = _declare(_load())

@@ -1,0 +1,205 @@
+"""storage.py — kvact.StorageManager: LMCache's StorageManager calls over kva_storage.
+
+Batched calls take lists of ObjectKey; per-key results are returned, never
+raised; only a refused call raises KvactError. The manager remembers the
+MemoryObjs it handed out so that releasing a lock also makes its objects
+refuse new views.
+"""
+import contextlib
+import ctypes
+import threading
+
+from ._lib import STATS_FIELDS, Buf, StorageStats, lib
+from .errors import KvactError, check
+from .keys import key_array
+from .memory import MemoryObj
+
+_MODES = {"new": 0, "update": 1, "all": 2}
+_REPORT_LEN = 4096
+
+
+class PrefetchHandle:
+    """A submitted prefetch; its result (the contiguous prefix hit count) is kept once read."""
+
+    def __init__(self, sm, ptr):
+        self._sm, self._ptr, self._hits = sm, ptr, None
+
+    def _finish(self, rc, hits):
+        if rc == -4 or rc == -5:  # KVA_EAGAIN / KVA_ETIMEDOUT: still running, h kept
+            return None
+        self._ptr = None  # the result freed the handle, whatever it was
+        check(rc, "prefetch")
+        self._hits = hits.value
+        return self._hits
+
+    def query(self):
+        """Hits when done, None while running."""
+        if self._ptr is None:
+            return self._hits
+        hits = ctypes.c_size_t()
+        return self._finish(lib.kva_query_prefetch(self._sm._ptr, self._ptr, ctypes.byref(hits)), hits)
+
+    def wait(self, timeout=None):
+        """Blocks (GIL released) until done: hits, or None after timeout seconds."""
+        if self._ptr is None:
+            return self._hits
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        hits = ctypes.c_size_t()
+        return self._finish(lib.kva_wait_prefetch(self._sm._ptr, self._ptr, ms, ctypes.byref(hits)), hits)
+
+    def fileno(self):
+        """An eventfd readable once done (for select/asyncio); only before the result is read."""
+        if self._ptr is None:
+            raise ValueError("the prefetch's result was read; its handle is gone")
+        return lib.kva_prefetch_eventfd(self._ptr)
+
+
+class StorageManager:
+    """The runtime's storage (rt.storage); every call is thread-safe and releases the GIL."""
+
+    def __init__(self, ptr, runtime):
+        self._ptr, self._runtime = ptr, runtime
+        self._lock = threading.Lock()
+        self._writes = {}  # ObjectKey -> MemoryObj, write-locked by this manager
+        self._reads = {}   # ObjectKey -> [MemoryObj], from read_prefetched_results
+
+    # ---- write path -----------------------------------------------------------
+    def reserve_write(self, keys, layout, mode="new"):
+        """Write-locks keys: {key: MemoryObj} for those reserved (the others failed)."""
+        if mode not in _MODES:
+            raise ValueError("mode must be one of %s" % ", ".join(_MODES))
+        keys = list(keys)
+        arr = key_array(keys)
+        bufs, status = (Buf * len(keys))(), (ctypes.c_int * len(keys))()
+        check(lib.kva_reserve_write(self._ptr, arr, len(keys), layout._c, _MODES[mode], bufs, status))
+        out = {}
+        for i, key in enumerate(keys):
+            if status[i] == 0:
+                out[key] = MemoryObj(key, layout, bufs[i].ptr, bufs[i].len)
+        with self._lock:
+            self._writes.update(out)
+        return out
+
+    def finish_write(self, keys):
+        """Write-locked -> ready; a list of per-key statuses (0 = done)."""
+        keys = list(keys)
+        arr = key_array(keys)
+        status = (ctypes.c_int * len(keys))()
+        check(lib.kva_finish_write(self._ptr, arr, len(keys), status))
+        self._release_writes(keys)
+        return list(status)
+
+    def _release_writes(self, keys):
+        with self._lock:
+            for key in keys:
+                obj = self._writes.pop(key, None)
+                if obj is not None:
+                    obj._release()
+
+    # ---- read path ------------------------------------------------------------
+    def submit_prefetch_task(self, keys, layout=None, extra_readers=0):
+        """Read-locks the L1 prefix of keys and loads the rest from L2: a PrefetchHandle."""
+        keys = list(keys)
+        arr = key_array(keys)
+        h = ctypes.c_void_p()
+        check(lib.kva_submit_prefetch(self._ptr, arr, len(keys), layout._c if layout else None,
+                                      extra_readers, ctypes.byref(h)))
+        return PrefetchHandle(self, h.value)
+
+    def query_prefetch_status(self, handle):
+        """Hits when the prefetch is done, None while it runs."""
+        return handle.query()
+
+    @contextlib.contextmanager
+    def read_prefetched_results(self, keys, layout=None):
+        """Yields [MemoryObj] for prefetched keys ([] for none), or None when one is missing.
+
+        None: kvact already released one read lock of each of these keys;
+        do not call finish_read_prefetched for them. The objects refuse
+        views after the block; finish_read_prefetched releases the locks.
+        """
+        keys = list(keys)
+        objs = self._read(keys, layout) if keys else []
+        try:
+            yield objs
+        finally:
+            for obj in objs or ():
+                obj._release()
+
+    def _read(self, keys, layout):
+        bufs = (Buf * len(keys))()
+        rc = lib.kva_read_prefetched(self._ptr, key_array(keys), len(keys), bufs)
+        if rc > 0:
+            return None
+        check(rc)
+        objs = [MemoryObj(k, layout, bufs[i].ptr, bufs[i].len) for i, k in enumerate(keys)]
+        with self._lock:
+            for obj in objs:
+                self._reads.setdefault(obj.key, []).append(obj)
+        return objs
+
+    def finish_read_prefetched(self, keys, extra_readers=0):
+        """Releases 1 + extra_readers read locks of each key; the number of keys released."""
+        keys = list(keys)
+        if not keys:
+            return 0
+        n = check(lib.kva_finish_read_prefetched(self._ptr, key_array(keys), len(keys),
+                                                 extra_readers))
+        with self._lock:
+            for key in keys:
+                for obj in self._reads.pop(key, ()):
+                    obj._release()
+        return n
+
+    # ---- maintenance ------------------------------------------------------------
+    def delete(self, keys, force=False):
+        """Removes objects: per-key statuses (KVA_KEY_LOCKED for a locked one unless force)."""
+        keys = list(keys)
+        status = (ctypes.c_int * len(keys))()
+        check(lib.kva_delete(self._ptr, key_array(keys), len(keys), int(force), status))
+        return list(status)
+
+    def touch(self, keys):
+        keys = list(keys)
+        return check(lib.kva_touch(self._ptr, key_array(keys), len(keys)))
+
+    def clear(self, force=False):
+        """Removes L1's objects; the number removed."""
+        return check(lib.kva_clear(self._ptr, int(force)))
+
+    def flush(self, timeout=None):
+        """Waits until every L1->L2 store queued before the call is done (GIL released)."""
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        check(lib.kva_flush(self._ptr, ms), "flush")
+
+    def memcheck(self):
+        """True when no lock is held and the pool's accounting is consistent."""
+        return self.memcheck_report() == ""
+
+    def memcheck_report(self):
+        """"" when memcheck passes, else kvact's report of the first locked objects."""
+        report = ctypes.create_string_buffer(_REPORT_LEN)
+        rc = lib.kva_memcheck(self._ptr, report, _REPORT_LEN)
+        if rc == 0:
+            return ""
+        if rc != -3:  # KVA_EIO is the report; anything else is a refused call
+            raise KvactError(rc, "memcheck")
+        return report.value.decode(errors="replace") or "memcheck failed"
+
+    def stats(self):
+        """kva_storage_stats as a dict."""
+        s = StorageStats()
+        check(lib.kva_storage_get_stats(self._ptr, ctypes.byref(s)))
+        out = {f: getattr(s, f) for f in STATS_FIELDS}
+        out["l1_pinned"], out["l1_numa_node"] = bool(s.l1_pinned), s.l1_numa_node
+        return out
+
+    def _invalidate_all(self):
+        with self._lock:
+            for obj in self._writes.values():
+                obj._release()
+            for objs in self._reads.values():
+                for obj in objs:
+                    obj._release()
+            self._writes.clear()
+            self._reads.clear()

@@ -1,0 +1,22 @@
+"""conftest.py — an embedded runtime with a small L1 and one mock L2 tier."""
+import pytest
+
+import kvact
+
+
+def small_config(**extra):
+    settings = {"l1.size_bytes": 1 << 24, "l1.hugepages": False, "l1.pinned": False,
+                "runtime.workers": 2, "l2": [{"type": "mock", "capacity_bytes": 1 << 26}]}
+    settings.update(extra)
+    return kvact.Config(settings)
+
+
+@pytest.fixture
+def rt():
+    with kvact.Runtime(small_config()) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+def sm(rt):
+    return rt.storage

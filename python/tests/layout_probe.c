@@ -1,0 +1,34 @@
+/* layout_probe.c — prints sizeof/offsetof of kvact.h's structs that the
+ * Python package mirrors in ctypes; test_layout.py compares them. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kvact.h"
+
+#define SIZE(t) printf("%s %zu\n", #t, sizeof(t))
+#define OFF(t, f) printf("%s.%s %zu\n", #t, #f, offsetof(t, f))
+
+int main(void) {
+  SIZE(kva_key);
+  OFF(kva_key, kv_rank);
+  OFF(kva_key, group);
+  OFF(kva_key, hash_len);
+  OFF(kva_key, hash);
+  SIZE(kva_layout);
+  OFF(kva_layout, tensor);
+  OFF(kva_layout, tensor[1]);
+  OFF(kva_layout, tensor[0].shape);
+  OFF(kva_layout, tensor[0].dtype);
+  SIZE(kva_buf);
+  OFF(kva_buf, len);
+  SIZE(kva_storage_stats);
+  OFF(kva_storage_stats, l2_load_failures);
+  OFF(kva_storage_stats, l1_pinned);
+  OFF(kva_storage_stats, l1_numa_node);
+  SIZE(kva_tier_hits);
+  OFF(kva_tier_hits, ntiers);
+  OFF(kva_tier_hits, tier);
+  OFF(kva_tier_hits, tier[1]);
+  OFF(kva_tier_hits, tier[0].hits);
+  return 0;
+}

@@ -1,0 +1,55 @@
+"""test_layout.py — the ctypes mirrors have kvact.h's sizes and offsets (layout_probe.c)."""
+import ctypes
+import os
+import subprocess
+
+import pytest
+
+from kvact import _lib
+
+_PROBE = os.environ.get("KVACT_LAYOUT_PROBE",
+                        os.path.join(os.path.dirname(__file__), "..", "..", "bazel-bin",
+                                     "python", "layout_probe"))
+
+
+def _expected():
+    if not os.path.exists(_PROBE):
+        pytest.skip("layout_probe not built (bazel build //python:layout_probe)")
+    out = subprocess.run([_PROBE], check=True, capture_output=True, text=True).stdout
+    return dict((name, int(v)) for name, v in (line.split() for line in out.splitlines()))
+
+
+def _off(struct, field):
+    return getattr(struct, field).offset
+
+
+def _actual():
+    L, T, H, h = _lib.Layout, _lib.LayoutTensor, _lib.TierHits, _lib.TierHit
+    S = _lib.StorageStats
+    return {
+        "kva_key": ctypes.sizeof(_lib.Key),
+        "kva_key.kv_rank": _off(_lib.Key, "kv_rank"),
+        "kva_key.group": _off(_lib.Key, "group"),
+        "kva_key.hash_len": _off(_lib.Key, "hash_len"),
+        "kva_key.hash": _off(_lib.Key, "hash"),
+        "kva_layout": ctypes.sizeof(L),
+        "kva_layout.tensor": _off(L, "tensor"),
+        "kva_layout.tensor[1]": _off(L, "tensor") + ctypes.sizeof(T),
+        "kva_layout.tensor[0].shape": _off(L, "tensor") + _off(T, "shape"),
+        "kva_layout.tensor[0].dtype": _off(L, "tensor") + _off(T, "dtype"),
+        "kva_buf": ctypes.sizeof(_lib.Buf),
+        "kva_buf.len": _off(_lib.Buf, "len"),
+        "kva_storage_stats": ctypes.sizeof(S),
+        "kva_storage_stats.l2_load_failures": _off(S, "l2_load_failures"),
+        "kva_storage_stats.l1_pinned": _off(S, "l1_pinned"),
+        "kva_storage_stats.l1_numa_node": _off(S, "l1_numa_node"),
+        "kva_tier_hits": ctypes.sizeof(H),
+        "kva_tier_hits.ntiers": _off(H, "ntiers"),
+        "kva_tier_hits.tier": _off(H, "tier"),
+        "kva_tier_hits.tier[1]": _off(H, "tier") + ctypes.sizeof(h),
+        "kva_tier_hits.tier[0].hits": _off(H, "tier") + _off(h, "hits"),
+    }
+
+
+def test_ctypes_structs_match_kvact_h():
+    assert _actual() == _expected()

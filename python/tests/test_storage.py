@@ -1,0 +1,158 @@
+"""test_storage.py — API.md's usage example end to end, views, errors and bad arguments."""
+import numpy as np
+import pytest
+import torch
+
+import kvact
+
+LAYOUT = kvact.MemoryLayoutDesc(shapes=[(2, 4, 64)], dtypes=["bfloat16"])
+
+
+def keys_of(n, salt=""):
+    return kvact.chunk_keys("llama3-8b", list(range(n * 16)), chunk_tokens=16, salt=salt)
+
+
+def write(sm, keys, fill):
+    reserved = sm.reserve_write(keys, LAYOUT, mode="new")
+    for i, obj in enumerate(reserved.values()):
+        obj.tensor.copy_(fill(i))
+    assert sm.finish_write(list(reserved)) == [0] * len(reserved)
+    return reserved
+
+
+def src(i):
+    g = torch.Generator().manual_seed(i)
+    return torch.randn(2, 4, 64, generator=g).to(torch.bfloat16)
+
+
+def test_usage_example_round_trips_bytes_through_torch_and_numpy(sm):
+    keys = keys_of(4)
+    assert len(write(sm, keys, src)) == 4
+    handle = sm.submit_prefetch_task(keys, LAYOUT)
+    hits = handle.wait(timeout=5.0)
+    assert hits == 4 and sm.query_prefetch_status(handle) == 4
+    with sm.read_prefetched_results(keys[:hits], LAYOUT) as objs:
+        for i, obj in enumerate(objs):
+            assert obj.key == keys[i]
+            assert torch.equal(obj.tensor, src(i))
+            assert obj.array.tobytes() == src(i).view(torch.int16).numpy().tobytes()
+            assert bytes(obj.buffer[:LAYOUT.nbytes]) == obj.array.tobytes()
+    assert sm.finish_read_prefetched(keys[:hits]) == 4
+    sm.flush(timeout=5.0)
+    assert sm.memcheck()
+
+
+def test_views_are_the_pool_not_copies(sm):
+    key = keys_of(1)[0]
+    obj = sm.reserve_write([key], LAYOUT)[key]
+    obj.array[...] = 7
+    assert obj.tensor.view(torch.int16).unique().tolist() == [7]
+    obj.buffer[0] = 9
+    assert obj.array.reshape(-1)[0] == 9
+    sm.finish_write([key])
+
+
+def test_released_objects_refuse_views(sm):
+    key = keys_of(1)[0]
+    obj = sm.reserve_write([key], LAYOUT)[key]
+    sm.finish_write([key])
+    with pytest.raises(ValueError):
+        obj.buffer
+    h = sm.submit_prefetch_task([key], LAYOUT)
+    assert h.wait(5.0) == 1
+    with sm.read_prefetched_results([key], LAYOUT) as objs:
+        pass
+    with pytest.raises(ValueError):
+        objs[0].array
+    sm.finish_read_prefetched([key])
+
+
+def test_l1_miss_is_loaded_from_the_mock_tier_byte_exact(sm):
+    keys = keys_of(3, salt="l2")
+    write(sm, keys, src)
+    sm.flush(timeout=5.0)
+    assert sm.clear() == 3 and sm.stats()["l1_objects"] == 0
+    h = sm.submit_prefetch_task(keys, LAYOUT)
+    assert h.wait(5.0) == 3
+    with sm.read_prefetched_results(keys, LAYOUT) as objs:
+        assert all(torch.equal(o.tensor, src(i)) for i, o in enumerate(objs))
+    sm.finish_read_prefetched(keys)
+    assert sm.stats()["l2_loaded_keys"] == 3
+
+
+def test_per_key_results_are_returned_not_raised(sm):
+    keys = keys_of(2)
+    write(sm, keys, src)
+    assert sm.reserve_write(keys, LAYOUT, mode="new") == {}  # both exist: not writable
+    assert sm.delete(keys[:1]) == [0]
+    assert sm.delete(keys[:1]) == [1]  # KVA_KEY_NOT_EXIST
+    with sm.read_prefetched_results(keys[:1], LAYOUT) as objs:
+        assert objs is None
+    assert sm.touch(keys[1:]) == 1
+
+
+def test_object_keys_hash_and_compare_by_value():
+    a = kvact.ObjectKey("m", 0, 0, b"\x01\x02")
+    assert a == kvact.ObjectKey("m", 0, 0, b"\x01\x02") and len({a, a}) == 1
+    assert a != kvact.ObjectKey("m", 1, 0, b"\x01\x02")
+    assert kvact.chunk_keys("m", list(range(64)), 16) == kvact.chunk_keys("m", list(range(64)), 16)
+
+
+def test_errors_raise_kvact_error_with_status():
+    with pytest.raises(kvact.KvactError) as e:
+        kvact.Config({"l1.size_bytez": 1})
+    assert e.value.status == -2 and "size_bytez" in str(e.value)
+    with pytest.raises(kvact.KvactError) as e:
+        kvact.Config.from_file("/nonexistent/kvact.conf")
+    assert e.value.status < 0
+
+
+def test_a_result_read_twice_is_kept_and_its_fd_is_gone(sm):
+    keys = keys_of(1)
+    write(sm, keys, src)
+    h = sm.submit_prefetch_task(keys)
+    assert h.fileno() >= 0
+    assert h.wait() == 1 and h.wait() == 1
+    with pytest.raises(ValueError):
+        h.fileno()
+    sm.finish_read_prefetched(keys)
+
+
+@pytest.mark.parametrize("shapes,dtypes", [
+    ([(2, 2)], ["bfloat17"]),             # unknown dtype name
+    ([(2, 2)], ["uint8", "uint8"]),       # as many dtypes as shapes
+    ([(1 << 62, 1 << 62)], ["float32"]),  # size overflows
+    ([(1,)] * 5, ["uint8"] * 5),          # at most 4 tensors
+    ([(1,) * 7], ["uint8"]),              # at most 6 dimensions
+])
+def test_bad_layouts_raise_value_error(shapes, dtypes):
+    with pytest.raises(ValueError):
+        kvact.MemoryLayoutDesc(shapes=shapes, dtypes=dtypes)
+
+
+def test_bad_arguments_raise_and_change_nothing(sm):
+    with pytest.raises(ValueError):
+        sm.reserve_write([], LAYOUT)
+    with pytest.raises(ValueError):
+        sm.reserve_write(keys_of(1), LAYOUT, mode="sometimes")
+    with pytest.raises(TypeError):
+        sm.finish_write(["not a key"])
+    with pytest.raises(ValueError):
+        kvact.ObjectKey("a@b", 0, 0, b"\x01")
+    with pytest.raises(ValueError):
+        kvact.ObjectKey("m", 0, 0, b"")
+    assert sm.stats()["reserved"] == 0 and sm.memcheck()
+
+
+def test_multi_tensor_layout_views_each_tensor(sm):
+    lay = kvact.MemoryLayoutDesc(shapes=[(3,), (5, 2)], dtypes=["uint8", "float32"])
+    key = keys_of(1, salt="multi")[0]
+    obj = sm.reserve_write([key], lay)[key]
+    a, b = obj.arrays
+    a[:] = [1, 2, 3]
+    b[:] = np.arange(10, dtype=np.float32).reshape(5, 2)
+    assert obj.tensors[1].sum().item() == 45.0 and bytes(obj.buffer[:3]) == b"\x01\x02\x03"
+    assert bytes(obj.buffer[64:68]) == np.float32(0).tobytes()
+    with pytest.raises(ValueError):
+        obj.tensor
+    sm.finish_write([key])
