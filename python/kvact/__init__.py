@@ -13,8 +13,10 @@ from .errors import KvactError
 from .keys import ObjectKey, chunk_keys
 from .layout import MemoryLayoutDesc
 from .memory import MemoryObj
+from .paged import KVOp, PagedKVCache
 from .runtime import Runtime
-from .storage import PrefetchHandle, StorageManager
+from .storage import LookupResult, PrefetchHandle, StorageManager
 
-__all__ = ["Config", "KvactError", "MemoryLayoutDesc", "MemoryObj", "ObjectKey",
-           "PrefetchHandle", "Runtime", "StorageManager", "chunk_keys"]
+__all__ = ["Config", "KVOp", "KvactError", "LookupResult", "MemoryLayoutDesc", "MemoryObj",
+           "ObjectKey", "PagedKVCache", "PrefetchHandle", "Runtime", "StorageManager",
+           "chunk_keys"]

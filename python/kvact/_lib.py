@@ -75,6 +75,23 @@ class TierHits(Structure):
     _fields_ = [("total", c_size_t), ("ntiers", c_uint32), ("tier", TierHit * 8)]
 
 
+class L2Stats(Structure):
+    _fields_ = [(f, c_uint64) for f in ("objects", "bytes", "capacity_bytes", "keys_locked",
+                                        "stores", "store_failures", "loads", "load_failures",
+                                        "lookups", "evictions")]
+
+
+class L2TierStats(Structure):
+    _fields_ = [("stored_keys", c_uint64), ("stored_bytes", c_uint64), ("loaded_keys", c_uint64),
+                ("loaded_bytes", c_uint64), ("bypassed", c_int), ("adapter", L2Stats)]
+
+
+class PagedKV(Structure):
+    _fields_ = [("device", c_int), ("format", c_int), ("dtype", c_int), ("num_layers", c_uint32),
+                ("num_blocks", c_uint32), ("block_size", c_uint32), ("num_heads", c_uint32),
+                ("head_dim", c_uint32), ("layers", POINTER(c_void_p))]
+
+
 # ---- prototypes --------------------------------------------------------------
 
 _P = c_void_p  # opaque handles: kva_config*, kva_runtime*, kva_storage*, kva_prefetch*
@@ -108,6 +125,23 @@ _PROTOTYPES = {
     "kva_memcheck": (c_int, [_P, c_char_p, c_size_t]),
     "kva_storage_get_stats": (c_int, [_P, POINTER(StorageStats)]),
     "kva_flush": (c_int, [_P, c_int]),
+    "kva_lookup": (c_int, [_P, _K, c_size_t, c_int, POINTER(TierHits)]),
+    "kva_unpin": (c_int, [_P, _K, c_size_t]),
+    "kva_set_freeze": (c_int, [_P, c_int]),
+    "kva_set_tier_bypass": (c_int, [_P, c_char_p, c_int]),
+    "kva_tier_bypassed": (c_int, [_P, c_char_p]),
+    "kva_l2_contains": (c_int, [_P, c_char_p, _K]),
+    "kva_l2_get_tier_stats": (c_int, [_P, c_char_p, POINTER(L2TierStats)]),
+    "kva_kv_register": (c_int, [_P, POINTER(PagedKV), POINTER(_P)]),
+    "kva_kv_unregister": (None, [_P]),
+    "kva_kv_chunk_layout": (Layout, [_P, c_uint32]),
+    "kva_kv_store": (c_int, [_P, _P, _K, c_size_t, c_uint32, POINTER(c_int64), c_size_t,
+                             POINTER(_P)]),
+    "kva_kv_load": (c_int, [_P, _P, _K, c_size_t, c_uint32, POINTER(c_int64), c_size_t,
+                            POINTER(_P)]),
+    "kva_op_wait": (c_int, [_P, c_int, POINTER(c_int)]),
+    "kva_op_wait_layer": (c_int, [_P, c_uint32, c_int]),
+    "kva_op_eventfd": (c_int, [_P]),
     "kva_chunk_keys": (c_size_t, [c_char_p, c_uint32, c_char_p, POINTER(c_int32), c_size_t,
                                   c_uint32, c_int, _K, c_size_t]),
 }

@@ -8,8 +8,10 @@ refuse new views.
 import contextlib
 import ctypes
 import threading
+from dataclasses import dataclass
 
-from ._lib import STATS_FIELDS, Buf, StorageStats, lib
+from . import _async
+from ._lib import STATS_FIELDS, Buf, L2TierStats, StorageStats, TierHits, lib
 from .errors import KvactError, check
 from .keys import key_array
 from .memory import MemoryObj
@@ -18,11 +20,25 @@ _MODES = {"new": 0, "update": 1, "all": 2}
 _REPORT_LEN = 4096
 
 
+@dataclass(frozen=True)
+class LookupResult:
+    """kva_lookup's answer: the contiguous prefix held, in all and tier by tier
+    (tiers: {"L1": hits, <l2 tier name>: hits, ...} in lookup order)."""
+
+    total: int
+    tiers: dict
+
+
 class PrefetchHandle:
-    """A submitted prefetch; its result (the contiguous prefix hit count) is kept once read."""
+    """A submitted prefetch; its result (the contiguous prefix hit count) is kept once read.
+
+    Also a context manager (the block's end waits for the result, so the
+    handle is never left behind) and awaitable (asyncio, on its eventfd).
+    """
 
     def __init__(self, sm, ptr):
         self._sm, self._ptr, self._hits = sm, ptr, None
+        self._lock = threading.Lock()
 
     def _finish(self, rc, hits):
         if rc == -4 or rc == -5:  # KVA_EAGAIN / KVA_ETIMEDOUT: still running, h kept
@@ -34,24 +50,43 @@ class PrefetchHandle:
 
     def query(self):
         """Hits when done, None while running."""
-        if self._ptr is None:
-            return self._hits
-        hits = ctypes.c_size_t()
-        return self._finish(lib.kva_query_prefetch(self._sm._ptr, self._ptr, ctypes.byref(hits)), hits)
+        with self._lock:
+            if self._ptr is None:
+                return self._hits
+            hits = ctypes.c_size_t()
+            return self._finish(lib.kva_query_prefetch(self._sm._ptr, self._ptr,
+                                                       ctypes.byref(hits)), hits)
 
     def wait(self, timeout=None):
         """Blocks (GIL released) until done: hits, or None after timeout seconds."""
-        if self._ptr is None:
-            return self._hits
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        hits = ctypes.c_size_t()
-        return self._finish(lib.kva_wait_prefetch(self._sm._ptr, self._ptr, ms, ctypes.byref(hits)), hits)
+        with self._lock:
+            if self._ptr is None:
+                return self._hits
+            ms = -1 if timeout is None else max(0, int(timeout * 1000))
+            hits = ctypes.c_size_t()
+            return self._finish(lib.kva_wait_prefetch(self._sm._ptr, self._ptr, ms,
+                                                      ctypes.byref(hits)), hits)
 
     def fileno(self):
         """An eventfd readable once done (for select/asyncio); only before the result is read."""
-        if self._ptr is None:
-            raise ValueError("the prefetch's result was read; its handle is gone")
-        return lib.kva_prefetch_eventfd(self._ptr)
+        with self._lock:
+            if self._ptr is None:
+                raise ValueError("the prefetch's result was read; its handle is gone")
+            return lib.kva_prefetch_eventfd(self._ptr)
+
+    def __await__(self):
+        return self._wait_async().__await__()
+
+    async def _wait_async(self):
+        if self._ptr is not None:
+            await _async.fd_readable(self.fileno())
+        return self.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.wait()
 
 
 class StorageManager:
@@ -193,6 +228,50 @@ class StorageManager:
         out = {f: getattr(s, f) for f in STATS_FIELDS}
         out["l1_pinned"], out["l1_numa_node"] = bool(s.l1_pinned), s.l1_numa_node
         return out
+
+    # ---- lookups, pins, tiers -------------------------------------------------
+    def lookup(self, keys, pin=False):
+        """The contiguous prefix of keys held, per tier (a LookupResult); pin=True keeps
+        the L1 hits from eviction until unpin."""
+        keys = list(keys)
+        out = TierHits()
+        check(lib.kva_lookup(self._ptr, key_array(keys), len(keys), int(pin), ctypes.byref(out)))
+        tiers = {out.tier[i].name.decode(): out.tier[i].hits for i in range(out.ntiers)}
+        return LookupResult(out.total, tiers)
+
+    def unpin(self, keys):
+        """Drops one pin of each key: the number of keys unpinned."""
+        keys = list(keys)
+        return check(lib.kva_unpin(self._ptr, key_array(keys), len(keys)))
+
+    def set_freeze(self, on):
+        """Frozen: nothing is stored to L2 and prefetches do not consult it."""
+        check(lib.kva_set_freeze(self._ptr, int(bool(on))))
+
+    def set_tier_bypass(self, tier, on):
+        """Skips the L2 tier `tier` for store, lookup and load until turned off."""
+        check(lib.kva_set_tier_bypass(self._ptr, tier.encode(), int(bool(on))), tier)
+
+    def tier_bypassed(self, tier):
+        """Whether `tier` is bypassed (manually, or automatically after failures)."""
+        return bool(check(lib.kva_tier_bypassed(self._ptr, tier.encode()), tier))
+
+    def l2_contains(self, tier, key):
+        """Whether the L2 tier `tier` holds key."""
+        return bool(check(lib.kva_l2_contains(self._ptr, tier.encode(), key_array([key])), tier))
+
+    def tier_stats(self, tier):
+        """kva_l2_get_tier_stats as a dict (the adapter's own counters under "adapter")."""
+        s = L2TierStats()
+        check(lib.kva_l2_get_tier_stats(self._ptr, tier.encode(), ctypes.byref(s)), tier)
+        out = {f: getattr(s, f) for f, _ in L2TierStats._fields_ if f != "adapter"}
+        out["bypassed"] = bool(s.bypassed)
+        out["adapter"] = {f: getattr(s.adapter, f) for f, _ in s.adapter._fields_}
+        return out
+
+    def close(self):
+        """LMCache's close(): shuts the owning runtime down."""
+        self._runtime.close()
 
     def _invalidate_all(self):
         with self._lock:
