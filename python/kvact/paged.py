@@ -22,10 +22,15 @@ _DTYPE_NAMES = {v[0]: k for k, v in DTYPES.items()}
 
 
 class KVOp:
-    """One store or load in flight: wait() for its status, wait_layer(l), fileno(), await."""
+    """One store or load in flight: wait() for its status, wait_layer(l), fileno(), await.
 
-    def __init__(self, ptr, cache):
-        self._ptr, self._cache, self._status = ptr, cache, None
+    A load refused per key at the call (a key not read-locked: KVA_KEY_NOT_EXIST,
+    KVA_KEY_NOT_READABLE) is an op already complete with that status: it wrote
+    nothing and released the read locks it was given.
+    """
+
+    def __init__(self, ptr, cache, status=None):
+        self._ptr, self._cache, self._status = ptr, cache, status
         self._lock = threading.Lock()
 
     def wait(self, timeout=None):
@@ -61,7 +66,7 @@ class KVOp:
         """An eventfd readable once the op is complete (until wait() frees the op)."""
         with self._lock:
             if self._ptr is None:
-                raise ValueError("the op was waited for; it has no eventfd any more")
+                raise ValueError("the op is complete and freed; it has no eventfd")
             return lib.kva_op_eventfd(self._ptr)
 
     def __await__(self):
@@ -133,10 +138,11 @@ class PagedKVCache:
             raise ValueError("%d keys of %d tokens need %d..%d slots, got %d" %
                              (len(keys), ct, (len(keys) - 1) * ct + 1, len(keys) * ct, ntokens))
         op = ctypes.c_void_p()
-        check(fn(self._sm._ptr, self._live(), arr, len(keys), ct, slots, ntokens,
-                 ctypes.byref(op)), fn.__name__)
-        kop = KVOp(op.value, self)
-        self._ops.add(kop)
+        rc = check(fn(self._sm._ptr, self._live(), arr, len(keys), ct, slots, ntokens,
+                      ctypes.byref(op)), fn.__name__)
+        kop = KVOp(op.value if rc == 0 else None, self, rc)
+        if rc == 0:
+            self._ops.add(kop)
         return kop
 
     def _live(self):

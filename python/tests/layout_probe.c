@@ -30,5 +30,13 @@ int main(void) {
   OFF(kva_tier_hits, tier);
   OFF(kva_tier_hits, tier[1]);
   OFF(kva_tier_hits, tier[0].hits);
+  SIZE(kva_l2_tier_stats);
+  OFF(kva_l2_tier_stats, bypassed);
+  OFF(kva_l2_tier_stats, adapter);
+  OFF(kva_l2_tier_stats, adapter.evictions);
+  SIZE(kva_paged_kv);
+  OFF(kva_paged_kv, num_layers);
+  OFF(kva_paged_kv, head_dim);
+  OFF(kva_paged_kv, layers);
   return 0;
 }

@@ -25,7 +25,7 @@ def _off(struct, field):
 
 def _actual():
     L, T, H, h = _lib.Layout, _lib.LayoutTensor, _lib.TierHits, _lib.TierHit
-    S = _lib.StorageStats
+    S, TS, A, P = _lib.StorageStats, _lib.L2TierStats, _lib.L2Stats, _lib.PagedKV
     return {
         "kva_key": ctypes.sizeof(_lib.Key),
         "kva_key.kv_rank": _off(_lib.Key, "kv_rank"),
@@ -48,6 +48,14 @@ def _actual():
         "kva_tier_hits.tier": _off(H, "tier"),
         "kva_tier_hits.tier[1]": _off(H, "tier") + ctypes.sizeof(h),
         "kva_tier_hits.tier[0].hits": _off(H, "tier") + _off(h, "hits"),
+        "kva_l2_tier_stats": ctypes.sizeof(TS),
+        "kva_l2_tier_stats.bypassed": _off(TS, "bypassed"),
+        "kva_l2_tier_stats.adapter": _off(TS, "adapter"),
+        "kva_l2_tier_stats.adapter.evictions": _off(TS, "adapter") + _off(A, "evictions"),
+        "kva_paged_kv": ctypes.sizeof(P),
+        "kva_paged_kv.num_layers": _off(P, "num_layers"),
+        "kva_paged_kv.head_dim": _off(P, "head_dim"),
+        "kva_paged_kv.layers": _off(P, "layers"),
     }
 
 
