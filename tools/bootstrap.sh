@@ -23,6 +23,7 @@ packages=(
   libzmq3-dev       # ZeroMQ REQ/REP: anchor of the multi-process benchmark
   curl              # kvactd tests scrape the metrics endpoint
   python3-pytest python3-numpy python3-torch  # the Python package (issue 17)
+  python3-pip python3-venv python3-setuptools # pip install ./python (offline)
 )
 
 missing=()
