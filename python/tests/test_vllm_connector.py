@@ -9,6 +9,14 @@ right KV of every request's computed tokens, so a loaded block is
 byte-checked against what computing it would have given, and a chunk stored
 from a bad prefix shows up when a later request loads it.
 """
+import multiprocessing
+import os
+import pathlib
+import pickle
+import socket
+import subprocess
+import tempfile
+import time
 from types import SimpleNamespace as NS
 
 import pytest
@@ -96,18 +104,94 @@ class Request:
         return len(self.all_token_ids)
 
 
+class WorkerSide:
+    """vLLM's model runner: the paged caches, the fake model and the worker-side connector."""
+
+    def __init__(self, cfg, dtype, fmt):
+        self.model = Model(dtype, fmt)
+        self.conn = KvactConnector(cfg, KVConnectorRole.WORKER)
+        self.conn.register_kv_caches(dict(zip(NAMES, self.model.layers)))
+
+    def execute(self, meta, batch, finished):
+        """One forward pass of batch [(request, tokens scheduled)] given the pickled
+        metadata: the block ids that failed to load."""
+        w = self.conn
+        w.bind_connector_metadata(pickle.loads(meta))
+        w.start_load_kv(NS())
+        for layer, name in enumerate(NAMES):
+            w.wait_for_layer_load(name)
+            for req, n in batch:
+                self.model.compute(layer, req, req.num_computed_tokens, req.num_computed_tokens + n)
+            w.save_kv_layer(name, self.model.layers[layer], None)
+        w.wait_for_save()
+        assert w.get_finished(finished) == (None, None)
+        errors = w.get_block_ids_with_load_errors()
+        w.clear_connector_metadata()
+        return errors
+
+    def wrong(self, reqs):
+        """The requests whose computed tokens the cache does not hold right."""
+        return [r.request_id for r in reqs if not self.model.holds(r, r.num_computed_tokens)]
+
+    def fill(self, req, end):
+        self.model.fill(req, end)
+
+    def scribble(self, block_ids):
+        self.model.scribble(block_ids)
+
+    def computed(self):
+        return dict(self.model.computed)
+
+    def close(self):
+        self.conn.shutdown()
+
+
+def _serve(pipe, cfg, dtype, fmt):
+    side = WorkerSide(cfg, dtype, fmt)
+    while True:
+        name, args = pipe.recv()
+        try:
+            pipe.send((True, getattr(side, name)(*args)))
+        except Exception as e:  # raised again in the engine's process
+            pipe.send((False, e))
+        if name == "close":
+            return
+
+
+class RemoteWorkerSide:
+    """A WorkerSide in a spawned process of its own (as vLLM's workers are), over a pipe."""
+
+    def __init__(self, cfg, dtype, fmt):
+        ctx = multiprocessing.get_context("spawn")
+        self._pipe, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, cfg, dtype, fmt), daemon=True)
+        self._proc.start()
+
+    def __getattr__(self, name):
+        def call(*args):
+            self._pipe.send((name, args))
+            ok, value = self._pipe.recv()
+            if not ok:
+                raise value
+            return value
+        return call
+
+    def close(self):
+        self.__getattr__("close")()
+        self._proc.join()
+
+
 class Engine:
     """vLLM's scheduler and model runner, reduced to the connector's calls in their order."""
 
-    def __init__(self, kvact_settings, dtype=torch.bfloat16, fmt="flash", budget=40):
+    def __init__(self, kvact_settings, dtype=torch.bfloat16, fmt="flash", budget=40,
+                 remote=False):
         extra = {"kvact.config": kvact_settings, "kvact.chunk_tokens": CT,
                  "kvact.model": MODEL, "kvact.kv_format": fmt}
         cfg = NS(kv_transfer_config=NS(kv_connector_extra_config=extra),
                  cache_config=NS(block_size=BS), model_config=NS(model=MODEL))
         self.sched = KvactConnector(cfg, KVConnectorRole.SCHEDULER)
-        self.worker = KvactConnector(cfg, KVConnectorRole.WORKER)
-        self.model = Model(dtype, fmt)
-        self.worker.register_kv_caches(dict(zip(NAMES, self.model.layers)))
+        self.w = (RemoteWorkerSide if remote else WorkerSide)(cfg, dtype, fmt)
         self.sm, self.budget = self.sched.storage, budget
         self.free = list(range(BLOCKS))
         self.waiting, self.running, self.finished = [], [], []
@@ -138,10 +222,17 @@ class Engine:
         out = self._schedule()
         meta = self.sched.build_connector_meta(out)
         self.metas.append(meta)
-        errors = self._execute(meta, out)
+        reqs = {r.request_id: r for r in self.running}
+        batch = [(reqs[i], n) for i, n in out.num_scheduled_tokens.items()]
+        errors = self.w.execute(pickle.dumps(meta), batch, out.finished_req_ids)
+        self.load_errors.append(errors)
         self._update(out, errors)
-        for req in self.running:
-            assert self.model.holds(req, req.num_computed_tokens), req.request_id
+        assert self.w.wrong(self.running) == []
+
+    @property
+    def computed(self):
+        """req id -> tokens the model computed."""
+        return self.w.computed()
 
     # ---- scheduler ----------------------------------------------------------------------
     def _schedule(self):
@@ -159,7 +250,7 @@ class Engine:
             req = self.waiting[0]
             local = 0 if req.preempted else req.local_hit
             self._grow(req, local)
-            self.model.fill(req, local)
+            self.w.fill(req, local)
             ext, is_async = self.sched.get_num_new_matched_tokens(req, local)
             assert not is_async and (ext == 0 or (local + ext) % CT == 0)
             assert local + ext < req.num_tokens
@@ -194,28 +285,9 @@ class Engine:
         return new
 
     def _free(self, req):
-        self.model.scribble(req.block_ids)
+        self.w.scribble(req.block_ids)
         self.free += req.block_ids
         req.block_ids = []
-
-    # ---- model runner -------------------------------------------------------------------
-    def _execute(self, meta, out):
-        w = self.worker
-        w.bind_connector_metadata(meta)
-        w.start_load_kv(NS())
-        reqs = {r.request_id: r for r in self.running}
-        for layer, name in enumerate(NAMES):
-            w.wait_for_layer_load(name)
-            for req_id, n in out.num_scheduled_tokens.items():
-                req = reqs[req_id]
-                self.model.compute(layer, req, req.num_computed_tokens, req.num_computed_tokens + n)
-            w.save_kv_layer(name, self.model.layers[layer], None)
-        w.wait_for_save()
-        assert w.get_finished(out.finished_req_ids) == (None, None)
-        errors = w.get_block_ids_with_load_errors()
-        w.clear_connector_metadata()
-        self.load_errors.append(errors)
-        return errors
 
     def _update(self, out, errors):
         for req in list(self.running):
@@ -238,8 +310,8 @@ class Engine:
             self.finished.append(req.request_id)
 
     def close(self):
+        self.w.close()
         self.sched.shutdown()
-        self.worker.shutdown()
 
 
 def settings(**l2):
@@ -258,6 +330,36 @@ def keys_of(tokens):
 
 
 @pytest.fixture
+def kvactd():
+    """A kvactd (bazel-bin/tools/kvactd, or $KVACT_KVACTD) with a mock tier: its socket."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    binary = os.environ.get("KVACT_KVACTD") or str(root / "bazel-bin/tools/kvactd")
+    if not os.access(binary, os.X_OK):
+        pytest.skip("no kvactd: bazel build //tools:kvactd, or set KVACT_KVACTD")
+    with tempfile.TemporaryDirectory(prefix="kvact-vllm-", dir="/tmp") as d:
+        sock = os.path.join(d, "kvact.sock")
+        opts = ["server.socket=" + sock, "l1.size_bytes=4194304", "l1.hugepages=false",
+                "l1.prefault=false", "l1.pinned=false", 'l2=[{"type":"mock"}]']
+        proc = subprocess.Popen([binary, "--quiet"] + [a for o in opts for a in ("-o", o)])
+        try:
+            _wait_accepting(sock, proc)
+            yield sock
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+
+
+def _wait_accepting(sock, proc):
+    for _ in range(2000):
+        assert proc.poll() is None, "kvactd exited at start"
+        with socket.socket(socket.AF_UNIX) as s:
+            if s.connect_ex(sock) == 0:
+                return
+        time.sleep(0.005)
+    raise AssertionError("kvactd did not accept in 10 s")
+
+
+@pytest.fixture
 def engine(request):
     dtype, fmt, extra = getattr(request, "param", (torch.bfloat16, "flash", {}))
     e = Engine(settings(**extra), dtype, fmt)
@@ -268,6 +370,10 @@ def engine(request):
 @pytest.mark.parametrize("engine", [(torch.bfloat16, "flash", {}), (torch.float16, "flash", {}),
                                     (torch.float16, "flashinfer", {})], indirect=True)
 def test_shared_prefixes_are_loaded_byte_exact(engine):
+    check_shared_prefixes(engine)
+
+
+def check_shared_prefixes(engine):
     base = prompt(29, 1)  # 3 full chunks and 5 tokens
     engine.add("A", base)
     engine.add("D", prompt(13, 2))
@@ -277,7 +383,7 @@ def test_shared_prefixes_are_loaded_byte_exact(engine):
     engine.run()
     assert engine.matched == {"A": [0], "D": [0], "B": [24], "C": [24]}
     # B and C computed only what was not loaded: the rest of the prompt and the samples
-    assert engine.model.computed["B"] == 34 - 24 + 2 and engine.model.computed["C"] == 29 - 24 + 2
+    assert engine.computed["B"] == 34 - 24 + 2 and engine.computed["C"] == 29 - 24 + 2
     assert not any(engine.load_errors)
     assert engine.done["C"] == engine.done["A"]
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
@@ -314,7 +420,7 @@ def test_a_preempted_request_reloads_its_chunks(engine):
     engine.run()
     assert engine.matched["A"] == [0, 32]  # the 4th chunk holds two of its own samples
     # computed: the prompt and tokens 30, 31 before; after the reload only tokens 32..34
-    assert engine.model.computed["A"] == 32 + 3
+    assert engine.computed["A"] == 32 + 3
     assert not any(engine.load_errors)
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 
@@ -373,6 +479,21 @@ def test_tokens_in_vllms_own_prefix_cache_are_not_loaded(engine):
     slots = [b.block_ids[t // BS] * BS + t % BS for t in range(24)]
     assert list(load.slots) == [-1] * 4 + slots[4:]  # the worker does not write vLLM's tokens
     engine.run()
-    assert engine.matched["B"] == [20] and engine.model.computed["B"] == 29 - 24 + 2
+    assert engine.matched["B"] == [20] and engine.computed["B"] == 29 - 24 + 2
     assert not any(engine.load_errors)
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
+
+
+def test_scheduler_and_worker_processes_share_one_kvactd(kvactd):
+    engine = Engine({"client.socket": kvactd}, remote=True)
+    try:
+        check_shared_prefixes(engine)
+        a = engine.add("P", prompt(30, 11), max_tokens=6)
+        while a.num_tokens < 33:
+            engine.step()
+        engine.preempt("P")
+        engine.run()
+        assert engine.matched["P"] == [0, 32] and engine.computed["P"] == 32 + 3
+        assert engine.sm.memcheck(), engine.sm.memcheck_report()
+    finally:
+        engine.close()
