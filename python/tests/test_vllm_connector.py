@@ -332,7 +332,7 @@ def keys_of(tokens):
 @pytest.fixture
 def kvactd():
     """A kvactd (bazel-bin/tools/kvactd, or $KVACT_KVACTD) with a mock tier: its socket."""
-    root = pathlib.Path(__file__).resolve().parents[2]
+    root = pathlib.Path(__file__).parents[2]  # the checkout (not runfiles: undeclared there)
     binary = os.environ.get("KVACT_KVACTD") or str(root / "bazel-bin/tools/kvactd")
     if not os.access(binary, os.X_OK):
         pytest.skip("no kvactd: bazel build //tools:kvactd, or set KVACT_KVACTD")
