@@ -14,6 +14,7 @@ from . import _async
 from ._lib import STATS_FIELDS, Buf, L2TierStats, StorageStats, TierHits, lib
 from .errors import KvactError, check
 from .keys import key_array
+from .layout import MemoryLayoutDesc
 from .memory import MemoryObj
 
 _MODES = {"new": 0, "update": 1, "all": 2}
@@ -89,6 +90,21 @@ class PrefetchHandle:
         self.wait()
 
 
+def _layout(layout, optional=False):
+    """layout's kva_layout (None when optional and absent); TypeError for anything else."""
+    if layout is None and optional:
+        return None
+    if not isinstance(layout, MemoryLayoutDesc):
+        raise TypeError("layout must be a kvact.MemoryLayoutDesc, got %r" % type(layout).__name__)
+    return layout._c
+
+
+def _readers(extra_readers):
+    if not isinstance(extra_readers, int) or not 0 <= extra_readers <= 127:
+        raise ValueError("extra_readers must be an int in 0..127, got %r" % (extra_readers,))
+    return extra_readers
+
+
 class StorageManager:
     """The runtime's storage (rt.storage); every call is thread-safe and releases the GIL."""
 
@@ -106,7 +122,8 @@ class StorageManager:
         keys = list(keys)
         arr = key_array(keys)
         bufs, status = (Buf * len(keys))(), (ctypes.c_int * len(keys))()
-        check(lib.kva_reserve_write(self._ptr, arr, len(keys), layout._c, _MODES[mode], bufs, status))
+        check(lib.kva_reserve_write(self._ptr, arr, len(keys), _layout(layout), _MODES[mode],
+                                    bufs, status))
         out = {}
         for i, key in enumerate(keys):
             if status[i] == 0:
@@ -137,8 +154,8 @@ class StorageManager:
         keys = list(keys)
         arr = key_array(keys)
         h = ctypes.c_void_p()
-        check(lib.kva_submit_prefetch(self._ptr, arr, len(keys), layout._c if layout else None,
-                                      extra_readers, ctypes.byref(h)))
+        check(lib.kva_submit_prefetch(self._ptr, arr, len(keys), _layout(layout, optional=True),
+                                      _readers(extra_readers), ctypes.byref(h)))
         return PrefetchHandle(self, h.value)
 
     def query_prefetch_status(self, handle):
@@ -154,6 +171,7 @@ class StorageManager:
         views after the block; finish_read_prefetched releases the locks.
         """
         keys = list(keys)
+        _layout(layout, optional=True)
         objs = self._read(keys, layout) if keys else []
         try:
             yield objs
@@ -179,7 +197,7 @@ class StorageManager:
         if not keys:
             return 0
         n = check(lib.kva_finish_read_prefetched(self._ptr, key_array(keys), len(keys),
-                                                 extra_readers))
+                                                 _readers(extra_readers)))
         with self._lock:
             for key in keys:
                 for obj in self._reads.pop(key, ()):

@@ -141,6 +141,19 @@ def test_bad_arguments_raise_and_change_nothing(sm):
         kvact.ObjectKey("a@b", 0, 0, b"\x01")
     with pytest.raises(ValueError):
         kvact.ObjectKey("m", 0, 0, b"")
+    with pytest.raises(TypeError):
+        sm.reserve_write(keys_of(1), None)
+    with pytest.raises(TypeError):
+        sm.submit_prefetch_task(keys_of(1), layout=[(2, 2)])
+    for bad in (-1, 128, 1.5):
+        with pytest.raises(ValueError):
+            sm.submit_prefetch_task(keys_of(1), LAYOUT, extra_readers=bad)
+        with pytest.raises(ValueError):
+            sm.finish_read_prefetched(keys_of(1), extra_readers=bad)
+    with pytest.raises(TypeError):
+        sm.lookup("abc")
+    with pytest.raises(kvact.KvactError):
+        sm.l2_contains("nosuchtier", keys_of(1)[0])
     assert sm.stats()["reserved"] == 0 and sm.memcheck()
 
 
