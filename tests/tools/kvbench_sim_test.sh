@@ -51,9 +51,14 @@ run() { # run NAME [kvbench options...]
     awk -v r="$res" -v u="$use" -v w="$want_l2" \
     'BEGIN { exit !(u <= r && (w == "some" ? r > 0 : r == 0)) }'
   check "$name" "no chart at $svg" grep -q '</svg>' "$svg"
+  bound=$(field ttft_bound_p50_ms "$out") over=$(field ttft_over_bound "$out")
+  check "$name" "ttft_bound_p50_ms '$bound', ttft_over_bound '$over'" \
+    awk -v b="$bound" -v o="$over" 'BEGIN { exit !(b > 0 && o > 0) }'
+  disks=$(grep -c '"how": "io_uring"' "$out" || true)
+  check "$name" "$disks disk bandwidths measured, want $want_disks" test "$disks" = "$want_disks"
 }
 
-want_l2=some run default_config
-want_l2=none run no_l2 -o 'l2=[]' --threads 3 --conversations 5
+want_l2=some want_disks=1 run default_config
+want_l2=none want_disks=0 run no_l2 -o 'l2=[]' --threads 3 --conversations 5
 echo "$passed passed, $failed failed"
 test "$failed" = 0

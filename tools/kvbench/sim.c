@@ -11,11 +11,14 @@
  * from its key, into the cache) and stores the new full chunks from the
  * cache with kva_kv_store.
  *
- * The cache holds SIM_PAGES chunks: a turn's hits load, and its new chunks
- * store, in batches that fit it, each batch on blocks taken from the
- * engine's block allocator (a stack, shuffled at the start, so a batch's
- * blocks are scattered and differ from the ones its chunks were stored
- * from) and given back once its op is waited for.
+ * The cache holds a whole conversation (SIM_PAGES chunks): a turn's hits
+ * load in one kva_kv_load, and the engine computes the misses layer by
+ * layer as the hits' layers land (kva_op_wait_layer), as vLLM does with
+ * wait_for_layer_load; its new chunks store in batches. Each load or store
+ * takes its blocks from the engine's block allocator (a stack, shuffled at
+ * the start, so a batch's blocks are scattered and differ from the ones
+ * its chunks were stored from) and gives them back once its op is waited
+ * for. Each turn also gets its TTFT's lower bound (sim_bound.c).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -30,11 +33,10 @@
 #include "gpu/op.h"
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/sim.h"
+#include "tools/kvbench/sim_cache.h"
 
-#define SIM_PAGES 8        /* chunks the engine's paged KV cache holds */
-#define SIM_STORE_BATCH 4  /* keys a store: a reservation is all or nothing */
-#define SIM_BLOCK 16       /* tokens per block of the paged cache */
-#define SIM_MAX_LAYERS 128 /* of a model */
+#define SIM_STORE_BATCH 4 /* keys a store: a reservation is all or nothing */
+#define SIM_PIPE 4        /* keys a prefetch: a turn's loads start as each lands */
 
 static const sim_model models[] = {
     {"llama3-8b", 32, 8, 128},
@@ -48,24 +50,6 @@ typedef struct sim_conv {
   size_t n;
   int turns_left;
 } sim_conv;
-
-/* An engine's paged KV cache and its block allocator. On the host device
- * `mirror` is the cache itself; on a CUDA device it is a host copy that
- * the engine writes and checks, moved whole layers at a time (untimed). */
-typedef struct sim_cache {
-  int device;
-  const cuda_api *api; /* CUDA only */
-  void *stream;
-  uint32_t nlayers, nblocks;
-  size_t row, layer_bytes; /* bytes of one token's K (or V) in a layer */
-  void *layers[SIM_MAX_LAYERS];
-  uint8_t *mirror[SIM_MAX_LAYERS];
-  kva_kv *kv;
-  uint32_t *free_blocks, nfree;
-  uint32_t batch[SIM_PAGES * SIM_CHUNK / SIM_BLOCK]; /* blocks of the batch */
-  uint32_t nbatch;
-  int64_t slots[SIM_PAGES * SIM_CHUNK]; /* the batch's slot mapping */
-} sim_cache;
 
 typedef struct sim_engine {
   const sim_opts *o;
@@ -82,33 +66,8 @@ typedef struct sim_engine {
   pthread_t th;
 } sim_engine;
 
-static uint64_t rng_next(uint64_t *x) { /* splitmix64 */
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 static uint64_t rng_range(uint64_t *x, uint64_t lo, uint64_t hi) {
-  return lo + rng_next(x) % (hi - lo + 1);
-}
-
-/* The 8-byte word at index w of the chunk stored under k (a KV_2LTD
- * object [2, layers, SIM_CHUNK, row]). */
-static uint64_t pattern_word(const kva_key *k, size_t w) {
-  uint64_t h;
-  memcpy(&h, k->hash, sizeof h);
-  return h ^ (w * 0x9E3779B97F4A7C15ull);
-}
-
-/* The index in its chunk of the first word of token t's row of (kv, l). */
-static size_t pattern_row(const sim_cache *c, uint32_t kv, uint32_t l, uint32_t t) {
-  return (((size_t)kv * c->nlayers + l) * SIM_CHUNK + t) * (c->row / 8);
-}
-
-/* Byte offset of (kv, slot) in a layer of the flash layout. */
-static size_t cache_offset(const sim_cache *c, uint32_t kv, int64_t slot) {
-  return ((size_t)kv * c->nblocks * SIM_BLOCK + (size_t)slot) * c->row;
+  return lo + sim_rng_next(x) % (hi - lo + 1);
 }
 
 static double secs(uint64_t ns) {
@@ -132,87 +91,7 @@ static void conv_start(sim_engine *e, sim_conv *c) {
 
 static void conv_append(sim_engine *e, sim_conv *c, uint64_t lo, uint64_t hi) {
   size_t add = (size_t)rng_range(&e->rng, lo, hi);
-  for (size_t i = 0; i < add; i++) c->tokens[c->n++] = (int32_t)(rng_next(&e->rng) % 128000);
-}
-
-/* ---- the paged cache -------------------------------------------------- */
-
-/* Host memory -> the device's cache (CUDA only; untimed). */
-static int cache_push(sim_cache *c) {
-  if (c->device == KVA_DEVICE_HOST) return 0;
-  for (uint32_t l = 0; l < c->nlayers; l++)
-    if (c->api->memcpy_async(c->layers[l], c->mirror[l], c->layer_bytes, CUDA_H2D, c->stream))
-      return -1;
-  return c->api->stream_sync(c->stream) ? -1 : 0;
-}
-
-/* The device's cache -> host memory (CUDA only; untimed). */
-static int cache_pull(sim_cache *c) {
-  if (c->device == KVA_DEVICE_HOST) return 0;
-  for (uint32_t l = 0; l < c->nlayers; l++)
-    if (c->api->memcpy_async(c->mirror[l], c->layers[l], c->layer_bytes, CUDA_D2H, c->stream))
-      return -1;
-  return c->api->stream_sync(c->stream) ? -1 : 0;
-}
-
-/* Blocks for m chunks from the allocator, and the slot mapping of their
- * tokens (chunk i's token t: the batch's token i * SIM_CHUNK + t). */
-static void cache_map(sim_cache *c, size_t m) {
-  c->nbatch = (uint32_t)(m * SIM_CHUNK / SIM_BLOCK);
-  for (uint32_t b = 0; b < c->nbatch; b++) c->batch[b] = c->free_blocks[--c->nfree];
-  for (size_t t = 0; t < m * SIM_CHUNK; t++)
-    c->slots[t] = (int64_t)c->batch[t / SIM_BLOCK] * SIM_BLOCK + (int64_t)(t % SIM_BLOCK);
-}
-
-/* The batch's blocks back, in the order taken: the stack's order churns. */
-static void cache_unmap(sim_cache *c) {
-  for (uint32_t b = 0; b < c->nbatch; b++) c->free_blocks[c->nfree++] = c->batch[b];
-  c->nbatch = 0;
-}
-
-/* Writes chunk i of the batch (key k): every token's K and V rows in every
- * layer hold the words of k's chunk object. */
-static void cache_fill(sim_cache *c, size_t i, const kva_key *k) {
-  for (uint32_t kv = 0; kv < 2; kv++)
-    for (uint32_t l = 0; l < c->nlayers; l++)
-      for (uint32_t t = 0; t < SIM_CHUNK; t++) {
-        uint64_t *row =
-            (uint64_t *)(c->mirror[l] + cache_offset(c, kv, c->slots[i * SIM_CHUNK + t]));
-        size_t w0 = pattern_row(c, kv, l, t);
-        for (size_t w = 0; w < c->row / 8; w++) row[w] = pattern_word(k, w0 + w);
-      }
-}
-
-/* The rows a load is checked on: the first, middle and last token of a
- * chunk, K and V of every layer. */
-static const uint32_t check_tokens[] = {0, SIM_CHUNK / 2, SIM_CHUNK - 1};
-
-/* Overwrites chunk i's checked rows, so only the load can make them right. */
-static void cache_poison(sim_cache *c, size_t i) {
-  for (uint32_t kv = 0; kv < 2; kv++)
-    for (uint32_t l = 0; l < c->nlayers; l++)
-      for (size_t x = 0; x < sizeof check_tokens / sizeof check_tokens[0]; x++)
-        memset(c->mirror[l] + cache_offset(c, kv, c->slots[i * SIM_CHUNK + check_tokens[x]]), 0xa5,
-               c->row);
-}
-
-/* Wrong bytes among chunk i's checked rows. */
-static uint64_t cache_check(const sim_cache *c, size_t i, const kva_key *k) {
-  uint64_t bad = 0;
-  for (uint32_t kv = 0; kv < 2; kv++)
-    for (uint32_t l = 0; l < c->nlayers; l++)
-      for (size_t x = 0; x < sizeof check_tokens / sizeof check_tokens[0]; x++) {
-        uint32_t t = check_tokens[x];
-        const uint8_t *row = c->mirror[l] + cache_offset(c, kv, c->slots[i * SIM_CHUNK + t]);
-        size_t w0 = pattern_row(c, kv, l, t);
-        for (size_t w = 0; w < c->row / 8; w++) {
-          uint64_t want = pattern_word(k, w0 + w), have;
-          memcpy(&have, row + w * 8, 8);
-          for (int b = 0; have != want && b < 8; b++)
-            bad += ((want >> (8 * b)) & 0xff) != ((have >> (8 * b)) & 0xff);
-        }
-      }
-  return bad;
+  for (size_t i = 0; i < add; i++) c->tokens[c->n++] = (int32_t)(sim_rng_next(&e->rng) % 128000);
 }
 
 /* Waits for op; its status, or the call's error. */
@@ -222,36 +101,92 @@ static int op_finish(int rc, kva_op *op) {
   return st;
 }
 
-/* Loads the prefetched hits into the paged cache, SIM_PAGES chunks a
- * kva_kv_load, and checks them; each op releases its keys' read locks.
- * Returns the seconds in kva_kv_load and kva_op_wait, or -1 after a
- * failed load (the locks left are released, *errs counts its chunks). */
-static double turn_load(sim_engine *e, const kva_key *keys, size_t hits, uint64_t *bad,
-                        uint64_t *errs) {
-  sim_cache *c = e->cache;
-  double dt = 0;
-  for (size_t b = 0; b < hits; b += SIM_PAGES) {
-    size_t m = hits - b < SIM_PAGES ? hits - b : SIM_PAGES;
-    cache_map(c, m);
-    for (size_t i = 0; i < m; i++) cache_poison(c, i);
-    int rc = cache_push(c) ? KVA_EIO : KVA_OK;
-    kva_op *op = NULL;
-    int called = rc == KVA_OK; /* the op, or a refused call, releases the batch's locks */
-    uint64_t t0 = bench_now_ns();
-    if (called) rc = kva_kv_load(e->s, c->kv, keys + b, m, SIM_CHUNK, c->slots, m * SIM_CHUNK, &op);
-    rc = op_finish(rc, op);
-    dt += secs(bench_now_ns() - t0);
-    if (rc == KVA_OK && cache_pull(c)) rc = KVA_EIO;
-    for (size_t i = 0; rc == KVA_OK && i < m; i++) *bad += cache_check(c, i, &keys[b + i]);
-    cache_unmap(c);
-    if (rc != KVA_OK) {
-      size_t rest = hits - b - (called ? m : 0);
-      if (rest) kva_finish_read_prefetched(e->s, keys + hits - rest, rest, 0);
-      *errs += m;
-      return -1;
+/* A turn's prefetches and loads. Times in seconds from the first submit. */
+typedef struct sim_fetch {
+  uint64_t t0;
+  size_t hits;
+  double pf;                    /* every prefetch done */
+  double first, last, copied;   /* the first and the last load's call; every load done */
+  double ready[SIM_MAX_LAYERS]; /* from the last load's call until its layer l is in the cache */
+  uint64_t bad, errs;
+} sim_fetch;
+
+static double since(const sim_fetch *f) {
+  return secs(bench_now_ns() - f->t0);
+}
+
+/* Waits for the loads, the last one layer by layer; the first error. */
+static int fetch_wait(sim_engine *e, sim_fetch *f, kva_op **op, size_t nops) {
+  int rc = KVA_OK;
+  for (size_t j = 0; j < nops; j++) {
+    int lrc = KVA_OK;
+    for (uint32_t l = 0; j + 1 == nops && lrc == KVA_OK && l < e->cache->nlayers; l++) {
+      lrc = kva_op_wait_layer(op[j], l, -1);
+      f->ready[l] = since(f) - f->last;
     }
+    int st = op_finish(KVA_OK, op[j]);
+    if (rc == KVA_OK) rc = st != KVA_OK ? st : lrc;
   }
-  return dt;
+  f->copied = since(f);
+  return rc;
+}
+
+/* Prefetches the turn's keys SIM_PIPE at a time, all submitted at once,
+ * and loads each batch's hits into the paged cache as soon as its
+ * prefetch is done, while the later batches are still read from their
+ * tiers (the loads run in order on the copy actor). A batch after a gap is
+ * not part of the prefix: its read locks are released unread. Then waits
+ * for the loads and checks their bytes; a failed load (or copy) makes the
+ * turn a miss, its chunks counted in errs, every lock released. */
+static void turn_fetch(sim_engine *e, const kva_key *keys, size_t n, sim_fetch *f) {
+  sim_cache *c = e->cache;
+  kva_prefetch *h[SIM_MAX_KEYS / SIM_PIPE + 1];
+  kva_op *op[SIM_MAX_KEYS / SIM_PIPE + 1];
+  size_t nb = (n + SIM_PIPE - 1) / SIM_PIPE, sub = 0, nops = 0;
+  cache_map(c, n);
+  for (size_t i = 0; i < n; i++) cache_poison(c, i);
+  int rc = cache_push(c) ? KVA_EIO : KVA_OK, prefix = 1;
+  f->t0 = bench_now_ns();
+  for (; rc == KVA_OK && sub < nb; sub++) {
+    size_t off = sub * SIM_PIPE, m = n - off < SIM_PIPE ? n - off : SIM_PIPE;
+    if ((rc = kva_submit_prefetch(e->s, keys + off, m, &e->layout, 0, &h[sub])) != KVA_OK) break;
+  }
+  for (size_t b = 0; b < sub; b++) {
+    size_t off = b * SIM_PIPE, m = n - off < SIM_PIPE ? n - off : SIM_PIPE, got = 0;
+    /* an engine waits for each prefetch: a timed-out handle would keep its
+     * read locks for nobody */
+    if (kva_wait_prefetch(e->s, h[b], -1, &got) != KVA_OK) got = 0;
+    if (got && (!prefix || rc != KVA_OK)) kva_finish_read_prefetched(e->s, keys + off, got, 0);
+    if (got && prefix && rc == KVA_OK) {
+      f->last = since(f);
+      if (!nops) f->first = f->last;
+      /* a refused call released the locks it was given */
+      rc = kva_kv_load(e->s, c->kv, keys + off, got, SIM_CHUNK, c->slots + off * SIM_CHUNK,
+                       got * SIM_CHUNK, &op[nops]);
+      if (rc == KVA_OK) nops++, f->hits += got;
+    }
+    if (got < m) prefix = 0;
+  }
+  f->pf = since(f);
+  int wrc = fetch_wait(e, f, op, nops);
+  if (rc == KVA_OK) rc = wrc;
+  if (rc == KVA_OK && f->hits && cache_pull(c)) rc = KVA_EIO;
+  for (size_t i = 0; rc == KVA_OK && i < f->hits; i++) f->bad += cache_check(c, i, &keys[i]);
+  cache_unmap(c);
+  if (rc != KVA_OK) {
+    f->errs += f->hits ? f->hits : 1;
+    f->hits = 0;
+    f->bad = 0;
+  }
+}
+
+/* When the engine's prefill of the misses (pre_s seconds, the layers in
+ * order) ends, counted from the load's call: layer l starts once the hits'
+ * layer l is in the cache (ready[l]) and the layer before it is done. */
+static double layered_prefill(const double *ready, uint32_t layers, double pre_s) {
+  double done = 0;
+  for (uint32_t l = 0; l < layers; l++) done = (ready[l] > done ? ready[l] : done) + pre_s / layers;
+  return done;
 }
 
 /* Stores the full chunks [from, n): writes each one's KV into the paged
@@ -285,33 +220,44 @@ static void turn_store(sim_engine *e, const kva_key *keys, size_t from, size_t n
   }
 }
 
-static void stats_sample(sim_stats *st, double pf, double ttft, double base) {
+/* One turn's sample: prefetch, TTFT, its bound, TTFT without kvact. */
+typedef struct sim_sample {
+  double pf, ttft, bound, base;
+} sim_sample;
+
+static void stats_sample(sim_stats *st, const sim_sample *x) {
   if (st->nsamples == st->cap) {
     size_t cap = array_next_cap(st->cap, st->nsamples + 1, sizeof(double));
     if (!cap || !ARRAY_RESIZE(st->prefetch_s, cap) || !ARRAY_RESIZE(st->ttft_s, cap) ||
-        !ARRAY_RESIZE(st->ttft_base_s, cap))
+        !ARRAY_RESIZE(st->ttft_base_s, cap) || !ARRAY_RESIZE(st->ttft_bound_s, cap))
       return;
     st->cap = cap;
   }
-  st->prefetch_s[st->nsamples] = pf;
-  st->ttft_s[st->nsamples] = ttft;
-  st->ttft_base_s[st->nsamples++] = base;
+  st->prefetch_s[st->nsamples] = x->pf;
+  st->ttft_s[st->nsamples] = x->ttft;
+  st->ttft_bound_s[st->nsamples] = x->bound;
+  st->ttft_base_s[st->nsamples++] = x->base;
 }
 
-/* Splits the prefetch hits over the tiers that kva_lookup named. */
-static void stats_tiers(sim_stats *st, const kva_tier_hits *th, size_t hits) {
-  for (uint32_t t = st->ntiers; t < th->ntiers && t < SIM_MAX_TIERS; t++, st->ntiers++)
-    memcpy(st->tier_name[t], th->tier[t].name, sizeof st->tier_name[t]);
+/* The prefetch's hits split over the tiers that kva_lookup named. */
+static void split_hits(const kva_tier_hits *th, size_t hits, size_t *out) {
+  memset(out, 0, SIM_MAX_TIERS * sizeof *out);
   for (uint32_t t = 0; t < th->ntiers && t < SIM_MAX_TIERS && hits; t++) {
     size_t h = th->tier[t].hits < hits ? th->tier[t].hits : hits;
     if (t == th->ntiers - 1) h = hits; /* what moved between lookup and prefetch */
-    st->tier_hits[t] += h;
+    out[t] = h;
     hits -= h;
   }
 }
 
-static void stats_turn(sim_engine *e, const kva_tier_hits *th, size_t n, size_t hits, double pf,
-                       double ttft, double base) {
+static void stats_tiers(sim_stats *st, const kva_tier_hits *th, const size_t *split) {
+  for (uint32_t t = st->ntiers; t < th->ntiers && t < SIM_MAX_TIERS; t++, st->ntiers++)
+    memcpy(st->tier_name[t], th->tier[t].name, sizeof st->tier_name[t]);
+  for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) st->tier_hits[t] += split[t];
+}
+
+static void stats_turn(sim_engine *e, const kva_tier_hits *th, const size_t *split, size_t n,
+                       size_t hits, const sim_sample *x) {
   sim_stats *st = e->st;
   pthread_mutex_lock(&st->mu);
   size_t sec = (size_t)secs(bench_now_ns() - e->start_ns);
@@ -319,48 +265,50 @@ static void stats_turn(sim_engine *e, const kva_tier_hits *th, size_t n, size_t 
   st->turns++;
   st->chunks += n;
   st->hit_chunks += hits;
-  stats_tiers(st, th, hits);
-  stats_sample(st, pf, ttft, base);
+  stats_tiers(st, th, split);
+  stats_sample(st, x);
   st->sec[sec].turns++;
   st->sec[sec].chunks += n;
   st->sec[sec].hit_chunks += hits;
-  st->sec[sec].ttft_sum_s += ttft;
-  st->sec[sec].ttft_base_sum_s += base;
+  st->sec[sec].ttft_sum_s += x->ttft;
+  st->sec[sec].ttft_base_sum_s += x->base;
   pthread_mutex_unlock(&st->mu);
 }
 
-/* One turn of c: the user's text, then the engine's work, then the reply. */
+/* One turn of c: the user's text, then the engine's work, then the reply.
+ * TTFT = the prefetch, then the load overlapped with the misses' prefill
+ * layer by layer (slept for what the copy did not already take). */
 static void engine_turn(sim_engine *e, sim_conv *c) {
   kva_key keys[SIM_MAX_KEYS];
   kva_tier_hits th = {0};
+  size_t split[SIM_MAX_TIERS] = {0};
   conv_append(e, c, 128, 512);
   size_t n =
       kva_chunk_keys(e->o->model->name, 0, NULL, c->tokens, c->n, SIM_CHUNK, 0, keys, SIM_MAX_KEYS);
   sim_chains_note(&e->st->chains, keys, n);
-  size_t hits = 0;
-  double pf = 0, rd = 0;
-  uint64_t bad = 0, errs = 0;
+  sim_fetch f = {.t0 = bench_now_ns()};
+  double tps = e->o->prefill_tps;
   if (n) {
     kva_lookup(e->s, keys, n, 0, &th);
-    kva_prefetch *h;
-    uint64_t t0 = bench_now_ns();
-    int rc = kva_submit_prefetch(e->s, keys, n, &e->layout, 0, &h);
-    /* an engine waits for its prefetch: a timed-out handle would keep its
-     * read locks for nobody */
-    if (rc == KVA_OK) rc = kva_wait_prefetch(e->s, h, -1, &hits);
-    pf = secs(bench_now_ns() - t0);
-    if (rc != KVA_OK) hits = 0;
-    if (hits && (rd = turn_load(e, keys, hits, &bad, &errs)) < 0) rd = 0, hits = 0, bad = 0;
+    turn_fetch(e, keys, n, &f);
   }
-  double miss_s = (double)(c->n - hits * SIM_CHUNK) / e->o->prefill_tps;
-  sleep_s(miss_s);
+  size_t hits = f.hits;
+  split_hits(&th, hits, split);
+  double pre = (double)(c->n - hits * SIM_CHUNK) / tps;
+  uint32_t layers = e->cache->nlayers;
+  sim_sample x = {.pf = f.pf,
+                  .bound = sim_bound(&e->st->bw, split, e->chunk_bytes, pre, layers),
+                  .base = (double)c->n / tps,
+                  .ttft = hits ? f.last + layered_prefill(f.ready, layers, pre) : f.pf + pre};
+  sleep_s(x.ttft - since(&f)); /* the prefill the loads did not already cover */
+  double rd = hits ? f.copied - f.first : 0;
   if (n > hits) turn_store(e, keys, hits, n);
   pthread_mutex_lock(&e->st->mu);
-  e->st->wrong_bytes += bad;
-  e->st->errors += errs;
+  e->st->wrong_bytes += f.bad;
+  e->st->errors += f.errs;
   e->st->read_s += rd;
   pthread_mutex_unlock(&e->st->mu);
-  stats_turn(e, &th, n, hits, pf, pf + rd + miss_s, (double)c->n / e->o->prefill_tps);
+  stats_turn(e, &th, split, n, hits, &x);
   conv_append(e, c, 64, 256);
   if (--c->turns_left == 0 || c->n + 512 + 256 > SIM_MAX_TOKENS) {
     conv_start(e, c);
@@ -393,56 +341,6 @@ const sim_model *sim_model_find(const char *name) {
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
     if (strcmp(models[i].name, name) == 0) return &models[i];
   return NULL;
-}
-
-/* Allocates, prefaults and registers an engine's paged cache on device
- * (KVA_DEVICE_HOST or a CUDA ordinal). */
-static int cache_init(sim_cache *c, const sim_model *m, kva_storage *s, int device, uint64_t seed) {
-  c->device = device;
-  c->nlayers = m->layers;
-  c->nblocks = SIM_PAGES * SIM_CHUNK / SIM_BLOCK;
-  c->row = (size_t)m->heads * m->head_dim * 2;
-  c->layer_bytes = 2 * (size_t)c->nblocks * SIM_BLOCK * c->row;
-  if (device != KVA_DEVICE_HOST &&
-      (!(c->api = cuda_lib_api()) || c->api->stream_create(device, &c->stream)))
-    return KVA_ENOTSUP;
-  for (uint32_t l = 0; l < c->nlayers; l++) {
-    if (!(c->mirror[l] = aligned_alloc(4096, c->layer_bytes))) return KVA_ENOMEM;
-    memset(c->mirror[l], 0, c->layer_bytes); /* fault the pages in before any timing */
-    if (device == KVA_DEVICE_HOST)
-      c->layers[l] = c->mirror[l];
-    else if (c->api->device_alloc(device, &c->layers[l], c->layer_bytes))
-      return KVA_ENOMEM;
-  }
-  if (!(c->free_blocks = malloc(c->nblocks * sizeof(uint32_t)))) return KVA_ENOMEM;
-  for (uint32_t i = 0; i < c->nblocks; i++) c->free_blocks[i] = i;
-  for (uint32_t i = c->nblocks - 1; i > 0; i--) { /* scattered from the start */
-    uint32_t j = (uint32_t)(rng_next(&seed) % (i + 1)), x = c->free_blocks[i];
-    c->free_blocks[i] = c->free_blocks[j];
-    c->free_blocks[j] = x;
-  }
-  c->nfree = c->nblocks;
-  kva_paged_kv d = {.device = device,
-                    .format = KVA_KV_FLASH,
-                    .dtype = KVA_DT_BF16,
-                    .num_layers = c->nlayers,
-                    .num_blocks = c->nblocks,
-                    .block_size = SIM_BLOCK,
-                    .num_heads = m->heads,
-                    .head_dim = m->head_dim,
-                    .layers = c->layers};
-  return kva_kv_register(s, &d, &c->kv);
-}
-
-static void cache_free(sim_cache *c) {
-  if (c->kv) kva_kv_unregister(c->kv);
-  for (uint32_t l = 0; l < c->nlayers; l++) {
-    if (c->device != KVA_DEVICE_HOST && c->layers[l]) c->api->device_free(c->device, c->layers[l]);
-    free(c->mirror[l]);
-  }
-  if (c->stream) c->api->stream_destroy(c->device, c->stream);
-  free(c->free_blocks);
-  *c = (sim_cache){0};
 }
 
 /* Each engine's cache on st->device; when the first one cannot be
@@ -501,7 +399,7 @@ double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st) {
   volatile int stop = 0;
   uint64_t start = bench_now_ns();
   for (size_t i = 0; prompts && i < (size_t)o->prompts * SIM_PROMPT; i++)
-    prompts[i] = (int32_t)(rng_next(&seed) % 128000);
+    prompts[i] = (int32_t)(sim_rng_next(&seed) % 128000);
   int ok = prompts && e && engines_init(o, s, st, e, prompts, &stop, start) == 0;
   int started = 0;
   st->conversations = (uint64_t)o->conversations;

@@ -20,6 +20,7 @@
 #define SIM_MAX_KEYS (SIM_MAX_TOKENS / SIM_CHUNK + 1)
 #define SIM_MAX_SECONDS 3600 /* per-second series kept for the chart */
 #define SIM_MAX_TIERS 8
+#define SIM_BOUND_TARGET 1.25 /* measured TTFT p50 / its bound's p50, at most */
 
 typedef struct sim_model {
   const char *name;
@@ -55,6 +56,16 @@ typedef struct sim_chains {
   uint32_t tcap;
 } sim_chains;
 
+/* The bandwidths a turn's TTFT bound is computed from (sim_bound.c),
+ * bytes/s: [0] L1 -> the paged cache, then l2[] in order; 0 = unlimited
+ * or unmeasured, how[] says which. */
+typedef struct sim_bw {
+  double copy;
+  double bw[SIM_MAX_TIERS];
+  char how[SIM_MAX_TIERS][16];
+  uint32_t ntiers;
+} sim_bw;
+
 /* Everything the engine threads measure; guarded by mu. */
 typedef struct sim_stats {
   pthread_mutex_t mu;
@@ -65,7 +76,8 @@ typedef struct sim_stats {
   int device; /* the engines' paged caches: KVA_DEVICE_HOST or a CUDA ordinal */
   uint64_t stored_chunks, store_skipped, store_oom, wrong_bytes, errors;
   double store_s, read_s; /* time in kva_kv_store / kva_kv_load until their op is waited for */
-  double *prefetch_s, *ttft_s, *ttft_base_s; /* one sample per turn */
+  double *prefetch_s, *ttft_s, *ttft_base_s, *ttft_bound_s; /* one sample per turn */
+  sim_bw bw;                                                /* set before the engines start */
   size_t nsamples, cap;
   sim_second sec[SIM_MAX_SECONDS];
   sim_chains chains;
@@ -103,6 +115,13 @@ const sim_model *sim_model_find(const char *name);
 /* st->device: the device asked for, then the one used */
 double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st);
 void sim_usage(FILE *f);
+/* sim_bound.c: the bandwidths of the config's tiers, measured now (before
+ * the runtime starts: the probes use the disk alone) */
+void sim_bw_probe(const kva_config *c, size_t chunk_bytes, sim_bw *out);
+/* The lower bound of a turn's TTFT: tier_hits[t] chunks from tier t
+ * (bw's order), pre_s seconds of prefill for the misses. */
+double sim_bound(const sim_bw *bw, const size_t *tier_hits, size_t chunk_bytes, double pre_s,
+                 uint32_t layers);
 /* sim_prefix.c */
 /* Records a turn's keys (its whole history, in order). */
 void sim_chains_note(sim_chains *c, const kva_key *keys, size_t n);

@@ -206,6 +206,10 @@ int sim_main(int argc, char **argv) {
   }
   int device = rc < 0 ? sim_device() : KVA_DEVICE_HOST;
   kva_config *c = rc < 0 ? sim_config(file, sets, nsets, device) : NULL;
+  static sim_stats st = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                         .chains = {.mu = PTHREAD_MUTEX_INITIALIZER}};
+  kva_layout l = sim_layout(o.model);
+  if (rc < 0 && c) sim_bw_probe(c, kva_layout_bytes(&l), &st.bw); /* the disk still idle */
   kva_runtime *rt = NULL;
   if (rc < 0 && c && (rc = kva_runtime_start(c, &rt)) != KVA_OK)
     fprintf(stderr, "kvbench: runtime: %s\n", kva_strerror(rc));
@@ -213,9 +217,6 @@ int sim_main(int argc, char **argv) {
   free(sets);
   if (!rt) return rc < 0 || rc > 2 ? 1 : rc;
   kva_storage *s = kva_storage_of(rt);
-  static sim_stats st = {.mu = PTHREAD_MUTEX_INITIALIZER,
-                         .chains = {.mu = PTHREAD_MUTEX_INITIALIZER}};
-  kva_layout l = sim_layout(o.model);
   sim_result r = {.o = &o, .chunk_bytes = kva_layout_bytes(&l), .st = &st};
   if (!s) {
     fprintf(stderr, "kvbench: the config has no storage (l1.size_bytes = 0)\n");

@@ -39,7 +39,7 @@ void sim_progress(const sim_opts *o, sim_stats *st, double t, int tty) {
 
 /* The figures both reports print, from the stats and their deltas. */
 typedef struct sim_figs {
-  double hit, p50, p95, p99, ttft, ttft_base, store_gbs, read_gbs;
+  double hit, p50, p95, p99, ttft, ttft_base, ttft_bound, store_gbs, read_gbs;
   uint64_t stored_bytes, l1_read_bytes, l2_loaded_bytes, l2_stored_bytes;
 } sim_figs;
 
@@ -52,6 +52,7 @@ static sim_figs figs(const sim_result *r) {
                 .p99 = sim_pct(st->prefetch_s, n, 99),
                 .ttft = sim_pct(st->ttft_s, n, 50),
                 .ttft_base = sim_pct(st->ttft_base_s, n, 50),
+                .ttft_bound = sim_pct(st->ttft_bound_s, n, 50),
                 .stored_bytes = st->stored_chunks * cb,
                 .l1_read_bytes = (st->ntiers ? st->tier_hits[0] : 0) * cb,
                 .l2_loaded_bytes = (r->after.l2_loaded_keys - r->before.l2_loaded_keys) * cb,
@@ -107,6 +108,15 @@ void sim_report_text(const sim_result *r) {
          f.p99 * 1e3);
   printf("  simulated TTFT   p50 %.1f ms with kvact, %.1f ms without (prefill at %.0f tokens/s)\n",
          f.ttft * 1e3, f.ttft_base * 1e3, o->prefill_tps);
+  double over = f.ttft_bound > 0 ? f.ttft / f.ttft_bound : 0;
+  printf("  TTFT bound       p50 %.1f ms at the hardware's speed: measured/bound %.2f "
+         "target=<=%.2f ok=%s\n",
+         f.ttft_bound * 1e3, over, SIM_BOUND_TARGET, over <= SIM_BOUND_TARGET ? "yes" : "no");
+  printf("  bound from      ");
+  for (uint32_t t = 0; t < st->bw.ntiers; t++)
+    printf(" %s %.2f GB/s (%s)%s", t ? st->tier_name[t] : "copy", st->bw.bw[t] / 1e9, st->bw.how[t],
+           t + 1 < st->bw.ntiers ? "," : "");
+  printf("\n");
   printf("  wrong bytes      %llu, errors %llu\n", (unsigned long long)st->wrong_bytes,
          (unsigned long long)st->errors);
 }
@@ -131,6 +141,10 @@ int sim_report_json(const sim_result *r) {
                                              (json_int_t)ts->adapter.bytes));
     json_array_append_new(tiers, tier);
   }
+  json_t *bw = json_array();
+  for (uint32_t t = 0; t < st->bw.ntiers; t++)
+    json_array_append_new(bw, json_pack("{s:s,s:f,s:s}", "tier", t ? st->tier_name[t] : "copy",
+                                        "gb_per_s", st->bw.bw[t] / 1e9, "how", st->bw.how[t]));
   json_t *j = json_pack(
       "{s:s,s:I,s:f,s:I,s:I,s:I,s:I,s:f,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f,s:f,s:f,s:f,"
       "s:I,s:I,s:s,s:s,s:I,s:I,s:f,s:I,s:f}",
@@ -149,6 +163,11 @@ int sim_report_json(const sim_result *r) {
       "l2_usable_chunks", (json_int_t)r->l2.usable, "l2_usable_ratio",
       ratio(r->l2.usable, r->l2.resident), "l2_usable_alone_chunks", (json_int_t)r->l2.usable_alone,
       "l2_usable_alone_ratio", ratio(r->l2.usable_alone, r->l2.resident));
+  if (j)
+    json_object_update_new(
+        j, json_pack("{s:f,s:f,s:f,s:o}", "ttft_bound_p50_ms", f.ttft_bound * 1e3,
+                     "ttft_over_bound", f.ttft_bound > 0 ? f.ttft / f.ttft_bound : 0,
+                     "ttft_bound_target", SIM_BOUND_TARGET, "bound_bandwidths", bw));
   if (!j) return -1;
   int rc = json_dumpf(j, stdout, JSON_INDENT(2));
   fputc('\n', stdout);
