@@ -5,13 +5,16 @@ straight from C on a runtime of the same settings and the same keys), then
 the same calls through kvact's Python API in this process, then the same
 calls through bare ctypes with a key array built once (what the Python
 API would cost if it added nothing but ctypes), and key_array() alone.
-None of the calls changes the storage's state, so each is repeated:
+None of the calls changes the storage's state, so each is repeated, and
+timed (on both sides) as the median over batches of 100 calls, which a
+preempted batch does not move:
   lookup<n>    sm.lookup(keys)
   prefetch<n>  sm.submit_prefetch_task(keys, layout).wait(); sm.finish_read_prefetched(keys)
   write<n>     sm.reserve_write(keys, layout, mode="all"); sm.finish_write(keys)
 """
 import ctypes
 import os
+import statistics
 import subprocess
 import time
 
@@ -24,6 +27,7 @@ SETTINGS = {"l1.size_bytes": 64 << 20, "l1.hugepages": False, "l1.pinned": False
             "runtime.workers": 1, "l2": []}
 MODEL, CHUNK_TOKENS, SHAPE = "bench", 256, (2, 2, 16, 64)
 _WRITE_ALL = 2
+BATCH = 100  # calls per timed batch (call_anchor.c's BATCH)
 _REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 # call -> key arrays it builds per call (key_array() once per storage call)
@@ -48,12 +52,17 @@ def run_anchor(path, iters, nkeys):
 
 
 def time_us(fn, iters):
-    """Microseconds per call of fn() over iters calls (after one untimed call)."""
+    """Microseconds per call of fn(): the median over batches of BATCH calls (fewer when
+    iters is smaller), as the C anchor times them; after one untimed call."""
     fn()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - t0) / iters * 1e6
+    batch = min(iters, BATCH)
+    per_batch = []
+    for _ in range(iters // batch):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        per_batch.append((time.perf_counter() - t0) / batch * 1e6)
+    return statistics.median_high(per_batch)
 
 
 def python_calls(sm, keys, layout):

@@ -10,7 +10,7 @@
  * (kva_chunk_keys, no salt, full chunks only: the keys kvact.chunk_keys
  * makes of the same arguments), writes one bfloat16 object of --shape per
  * key, then times N iterations of each call below, none of which changes
- * the storage's state:
+ * the storage's state (per call: the median over batches of 100 calls):
  *   lookup<n>    kva_lookup, no pin
  *   prefetch<n>  kva_submit_prefetch + kva_wait_prefetch + kva_finish_read_prefetched
  *   write<n>     kva_reserve_write (KVA_WRITE_ALL: the objects are reused) + kva_finish_write
@@ -28,6 +28,8 @@
 
 #define MAX_KEYS 1024
 #define ERRLEN 256
+#define BATCH 100
+#define MAX_BATCHES 100000
 
 typedef struct anchor {
   kva_runtime *rt;
@@ -84,18 +86,32 @@ static const struct {
   int (*fn)(anchor *a);
 } CALLS[] = {{"lookup", call_lookup}, {"prefetch", call_prefetch}, {"write", call_write}};
 
-/* Times iters calls of CALLS[i] after one untimed call (which checks it works). */
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Microseconds per call of CALLS[i]: the median over batches of BATCH calls
+ * (fewer when iters is smaller), so that a batch the scheduler preempted
+ * does not count; after one untimed call, which checks the call works. */
 static int time_call(anchor *a, size_t i, long iters) {
+  long batch = iters < BATCH ? iters : BATCH, nbatch = iters / batch;
+  double us[MAX_BATCHES];
   int rc = CALLS[i].fn(a);
-  double t0 = now_us();
-  for (long it = 0; rc == 0 && it < iters; it++)
-    rc = CALLS[i].fn(a);
-  double us = (now_us() - t0) / iters;
+  nbatch = nbatch > MAX_BATCHES ? MAX_BATCHES : nbatch;
+  for (long b = 0; rc == 0 && b < nbatch; b++) {
+    double t0 = now_us();
+    for (long it = 0; rc == 0 && it < batch; it++)
+      rc = CALLS[i].fn(a);
+    us[b] = (now_us() - t0) / batch;
+  }
   if (rc != 0) {
     fprintf(stderr, "call_anchor: %s: %s\n", CALLS[i].name, kva_strerror(rc));
     return 2;
   }
-  printf("call=%s%zu us_per_call=%.3f iters=%ld\n", CALLS[i].name, a->n, us, iters);
+  qsort(us, nbatch, sizeof us[0], cmp_double);
+  printf("call=%s%zu us_per_call=%.3f iters=%ld\n", CALLS[i].name, a->n, us[nbatch / 2],
+         nbatch * batch);
   return 0;
 }
 
