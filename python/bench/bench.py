@@ -7,7 +7,9 @@ Reps alternate the two measures and report medians over the reps:
   measure=call-overhead        a 64-key call from Python against the same call
                                from C (bench_calls.py; target: at most 10 us added)
   measure=call-overhead-parts  where the added time goes: key_array() builds,
-                               the bare ctypes calls, the rest of the wrapper
+                               the bare ctypes calls, the rest of the wrapper;
+                               c_gap_us: the C call after a 20 us pause (the
+                               worker's wake-up, which any gap between calls costs)
   measure=paged-store / -load  PagedKVCache.store/load against torch moving the
                                same bytes (bench_paged.py; target: >= 0.9 of the
                                best torch way)
@@ -37,14 +39,15 @@ def call_lines(reps):
     rows = []
     for call in reps[0]:
         rs = [r[call] for r in reps]
-        py, c, raw = (median_of(rs, f) for f in ("python_us", "c_us", "ctypes_us"))
+        py, c, raw, gap = (median_of(rs, f) for f in ("python_us", "c_us", "ctypes_us",
+                                                      "c_gap_us"))
         added = statistics.median(r["python_us"] - r["c_us"] for r in rs)
         keys = median_of(rs, "key_array_us")
         rows.append({"measure": "call-overhead", "call": call, "python_us": py, "c_us": c,
                      "added_us": added, "target": "<=%g" % CALL_TARGET_US,
                      "ok": _yes(added <= CALL_TARGET_US)})
         rows.append({"measure": "call-overhead-parts", "call": call, "key_array_us": keys,
-                     "ctypes_us": raw - c, "wrapper_us": py - raw - keys})
+                     "ctypes_us": raw - c, "wrapper_us": py - raw - keys, "c_gap_us": gap})
     return rows
 
 

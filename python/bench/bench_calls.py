@@ -5,6 +5,9 @@ straight from C on a runtime of the same settings and the same keys), then
 the same calls through kvact's Python API in this process, then the same
 calls through bare ctypes with a key array built once (what the Python
 API would cost if it added nothing but ctypes), and key_array() alone.
+The anchor also runs with a 20 us pause after each call (c_gap_us): a
+caller that does anything between calls may find the runtime's worker
+asleep and pay its wake-up, from C as from Python.
 None of the calls changes the storage's state, so each is repeated, and
 timed (on both sides) as the median over batches of 100 calls, which a
 preempted batch does not move:
@@ -28,6 +31,7 @@ SETTINGS = {"l1.size_bytes": 64 << 20, "l1.hugepages": False, "l1.pinned": False
 MODEL, CHUNK_TOKENS, SHAPE = "bench", 256, (2, 2, 16, 64)
 _WRITE_ALL = 2
 BATCH = 100  # calls per timed batch (call_anchor.c's BATCH)
+GAP_US = 20  # the C anchor's second run pauses this long after each call
 _REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 # call -> key arrays it builds per call (key_array() once per storage call)
@@ -40,9 +44,10 @@ def anchor_path():
                                                                "call_anchor")
 
 
-def run_anchor(path, iters, nkeys):
+def run_anchor(path, iters, nkeys, gap_us=0):
     """The C anchor's answer: ({"first": hex, "last": hex}, {call name: us per call})."""
-    args = [path, "--iters", str(iters), "--keys", str(nkeys), "--model", MODEL,
+    args = [path, "--iters", str(iters), "--keys", str(nkeys), "--gap-us", str(gap_us),
+            "--model", MODEL,
             "--chunk-tokens", str(CHUNK_TOKENS), "--shape", ",".join(map(str, SHAPE))]
     for path_, value in SETTINGS.items():
         args += ["-o", "%s=%s" % (path_, _text(value))]
@@ -133,8 +138,13 @@ def python_rep(iters, nkeys, anchor_keys):
 
 
 def rep(iters, nkeys=64):
-    """One rep: the C anchor, then Python. {call name: {"c_us", "python_us", ...}}."""
+    """One rep: the C anchor (back to back, then with GAP_US pauses), then Python.
+    {call name: {"c_us", "c_gap_us", "python_us", ...}}."""
     anchor_keys, c_us = run_anchor(anchor_path(), iters, nkeys)
+    _, c_gap_us = run_anchor(anchor_path(), iters, nkeys, GAP_US)
     py = python_rep(iters, nkeys, anchor_keys)
-    return {"%s%d" % (name, nkeys): dict(r, c_us=c_us["%s%d" % (name, nkeys)])
-            for name, r in py.items()}
+    out = {}
+    for name, r in py.items():
+        call = "%s%d" % (name, nkeys)
+        out[call] = dict(r, c_us=c_us[call], c_gap_us=c_gap_us[call])
+    return out

@@ -3,7 +3,7 @@
  * measure: the time of one batched storage call made straight from C.
  *
  *   call_anchor [--iters N] [--keys N] [--model M] [--chunk-tokens T]
- *               [--shape D,D,...] [-o key=value ...]
+ *               [--shape D,D,...] [--gap-us G] [-o key=value ...]
  *
  * Starts an embedded runtime (the embedded default plus the -o settings,
  * applied in order), makes --keys chunk keys of the tokens 0, 1, 2, ...
@@ -14,9 +14,12 @@
  *   lookup<n>    kva_lookup, no pin
  *   prefetch<n>  kva_submit_prefetch + kva_wait_prefetch + kva_finish_read_prefetched
  *   write<n>     kva_reserve_write (KVA_WRITE_ALL: the objects are reused) + kva_finish_write
- * Prints `keys=<n> first=<hex> last=<hex>` (the hashes of the first and
+ * --gap-us G: a busy pause of G microseconds after each call, not timed
+ * (what a caller doing other work between calls leaves the runtime's
+ * workers: long enough, and they go to sleep, so the call pays their
+ * wake-up). Prints `keys=<n> first=<hex> last=<hex>` (the hashes of the first and
  * last key, for the caller to check its keys are these) and one
- * `call=<name> us_per_call=<float> iters=<N>` line per call.
+ * `call=<name> us_per_call=<float> iters=<N> gap_us=<G>` line per call.
  * Exit status 1: bad arguments or config; 2: a call failed.
  */
 #include <stdio.h>
@@ -43,6 +46,7 @@ typedef struct anchor {
 
 typedef struct options {
   long iters, keys, chunk_tokens;
+  double gap_us;
   const char *model, *shape;
 } options;
 
@@ -86,6 +90,11 @@ static const struct {
   int (*fn)(anchor *a);
 } CALLS[] = {{"lookup", call_lookup}, {"prefetch", call_prefetch}, {"write", call_write}};
 
+static void pause_us(double us) {
+  for (double end = now_us() + us; now_us() < end;)
+    ;
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -94,24 +103,28 @@ static int cmp_double(const void *a, const void *b) {
 /* Microseconds per call of CALLS[i]: the median over batches of BATCH calls
  * (fewer when iters is smaller), so that a batch the scheduler preempted
  * does not count; after one untimed call, which checks the call works. */
-static int time_call(anchor *a, size_t i, long iters) {
+static int time_call(anchor *a, size_t i, long iters, double gap_us) {
   long batch = iters < BATCH ? iters : BATCH, nbatch = iters / batch;
   double us[MAX_BATCHES];
   int rc = CALLS[i].fn(a);
   nbatch = nbatch > MAX_BATCHES ? MAX_BATCHES : nbatch;
   for (long b = 0; rc == 0 && b < nbatch; b++) {
-    double t0 = now_us();
-    for (long it = 0; rc == 0 && it < batch; it++)
+    double busy = 0;
+    for (long it = 0; rc == 0 && it < batch; it++) {
+      double t0 = now_us();
       rc = CALLS[i].fn(a);
-    us[b] = (now_us() - t0) / batch;
+      busy += now_us() - t0;
+      pause_us(gap_us);
+    }
+    us[b] = busy / batch;
   }
   if (rc != 0) {
     fprintf(stderr, "call_anchor: %s: %s\n", CALLS[i].name, kva_strerror(rc));
     return 2;
   }
   qsort(us, nbatch, sizeof us[0], cmp_double);
-  printf("call=%s%zu us_per_call=%.3f iters=%ld\n", CALLS[i].name, a->n, us[nbatch / 2],
-         nbatch * batch);
+  printf("call=%s%zu us_per_call=%.3f iters=%ld gap_us=%g\n", CALLS[i].name, a->n,
+         us[nbatch / 2], nbatch * batch, gap_us);
   return 0;
 }
 
@@ -182,11 +195,13 @@ static int parse_args(int argc, char **argv, options *o, kva_config *c) {
       o->model = val;
     else if (!strcmp(arg, "--shape"))
       o->shape = val;
+    else if (!strcmp(arg, "--gap-us"))
+      o->gap_us = atof(val);
     else if (strcmp(arg, "-o") || !set_option(c, argv[i + 1]))
       return 0;
     i++;
   }
-  return o->iters > 0 && o->keys > 0 && o->keys <= MAX_KEYS && o->chunk_tokens > 0;
+  return o->iters > 0 && o->gap_us >= 0 && o->keys > 0 && o->keys <= MAX_KEYS && o->chunk_tokens > 0;
 }
 
 /* Writes one object per key (its bytes left as the pool has them). */
@@ -211,7 +226,7 @@ static int run(anchor *a, const options *o, const kva_config *c) {
   print_hash("last", &a->keys[a->n - 1]);
   printf("\n");
   for (size_t i = 0; ret == 0 && i < sizeof CALLS / sizeof CALLS[0]; i++)
-    ret = time_call(a, i, o->iters);
+    ret = time_call(a, i, o->iters, o->gap_us);
   kva_runtime_shutdown(a->rt);
   return ret;
 }
@@ -225,7 +240,7 @@ int main(int argc, char **argv) {
   int ret = 1;
   if (!parse_args(argc, argv, &o, c) || !parse_layout(o.shape, &a.layout) || !make_keys(&a, &o))
     fprintf(stderr, "usage: call_anchor [--iters N] [--keys N<=%d] [--model M] [--chunk-tokens T] "
-                    "[--shape D,D,...] [-o key=value ...]\n",
+                    "[--shape D,D,...] [--gap-us G] [-o key=value ...]\n",
             MAX_KEYS);
   else
     ret = run(&a, &o, c);

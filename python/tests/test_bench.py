@@ -12,12 +12,13 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "bench.py")
 FIELDS = {
     "call-overhead": {"call", "python_us", "c_us", "added_us", "target", "ok"},
-    "call-overhead-parts": {"call", "key_array_us", "ctypes_us", "wrapper_us"},
+    "call-overhead-parts": {"call", "key_array_us", "ctypes_us", "wrapper_us", "c_gap_us"},
     "paged-store": {"gbs", "anchor", "anchor_gbs", "ratio", "target", "ok", "torch_copy_gbs",
                     "torch_index_gbs", "bytes"},
 }
 FIELDS["paged-load"] = FIELDS["paged-store"]
-NUMBERS = {"python_us", "c_us", "added_us", "key_array_us", "ctypes_us", "wrapper_us", "gbs",
+NUMBERS = {"python_us", "c_us", "added_us", "key_array_us", "ctypes_us", "wrapper_us", "c_gap_us",
+           "gbs",
            "anchor_gbs", "ratio", "torch_copy_gbs", "torch_index_gbs", "bytes"}
 
 
