@@ -67,21 +67,16 @@ static int call_prefetch(anchor *a) {
   kva_prefetch *h;
   size_t hits = 0;
   int rc = kva_submit_prefetch(a->s, a->keys, a->n, &a->layout, 0, &h);
-  if (rc == 0)
-    rc = kva_wait_prefetch(a->s, h, -1, &hits);
-  if (rc == 0 && hits != a->n)
-    return KVA_EIO;
-  if (rc == 0)
-    rc = kva_finish_read_prefetched(a->s, a->keys, a->n, 0);
+  if (rc == 0) rc = kva_wait_prefetch(a->s, h, -1, &hits);
+  if (rc == 0 && hits != a->n) return KVA_EIO;
+  if (rc == 0) rc = kva_finish_read_prefetched(a->s, a->keys, a->n, 0);
   return rc < 0 ? rc : (size_t)rc == a->n ? 0 : KVA_EIO;
 }
 
 static int call_write(anchor *a) {
   int rc = kva_reserve_write(a->s, a->keys, a->n, &a->layout, KVA_WRITE_ALL, a->bufs, a->status);
-  if (rc >= 0 && (size_t)rc != a->n)
-    return KVA_EIO;
-  if (rc >= 0)
-    rc = kva_finish_write(a->s, a->keys, a->n, a->status);
+  if (rc >= 0 && (size_t)rc != a->n) return KVA_EIO;
+  if (rc >= 0) rc = kva_finish_write(a->s, a->keys, a->n, a->status);
   return rc < 0 ? rc : (size_t)rc == a->n ? 0 : KVA_EIO;
 }
 
@@ -123,15 +118,14 @@ static int time_call(anchor *a, size_t i, long iters, double gap_us) {
     return 2;
   }
   qsort(us, nbatch, sizeof us[0], cmp_double);
-  printf("call=%s%zu us_per_call=%.3f iters=%ld gap_us=%g\n", CALLS[i].name, a->n,
-         us[nbatch / 2], nbatch * batch, gap_us);
+  printf("call=%s%zu us_per_call=%.3f iters=%ld gap_us=%g\n", CALLS[i].name, a->n, us[nbatch / 2],
+         nbatch * batch, gap_us);
   return 0;
 }
 
 static void print_hash(const char *label, const kva_key *k) {
   printf(" %s=", label);
-  for (unsigned i = 0; i < k->hash_len; i++)
-    printf("%02x", k->hash[i]);
+  for (unsigned i = 0; i < k->hash_len; i++) printf("%02x", k->hash[i]);
 }
 
 /* Layout: one bfloat16 tensor of the comma-separated shape; 0 if it is not one. */
@@ -142,8 +136,7 @@ static int parse_layout(const char *shape, kva_layout *l) {
   for (const char *p = shape; *p;) {
     char *end;
     unsigned long long d = strtoull(p, &end, 10);
-    if (end == p || l->tensor[0].ndim == 6 || (*end && *end != ','))
-      return 0;
+    if (end == p || l->tensor[0].ndim == 6 || (*end && *end != ',')) return 0;
     l->tensor[0].shape[l->tensor[0].ndim++] = d;
     p = *end ? end + 1 : end;
   }
@@ -154,10 +147,8 @@ static int parse_layout(const char *shape, kva_layout *l) {
 static int make_keys(anchor *a, const options *o) {
   size_t ntokens = (size_t)o->keys * o->chunk_tokens;
   int32_t *tokens = malloc(ntokens * sizeof *tokens);
-  if (!tokens)
-    return 0;
-  for (size_t t = 0; t < ntokens; t++)
-    tokens[t] = (int32_t)t;
+  if (!tokens) return 0;
+  for (size_t t = 0; t < ntokens; t++) tokens[t] = (int32_t)t;
   a->n = kva_chunk_keys(o->model, 0, NULL, tokens, ntokens, (uint32_t)o->chunk_tokens, 0, a->keys,
                         MAX_KEYS);
   free(tokens);
@@ -183,8 +174,7 @@ static int set_option(kva_config *c, char *kv) {
 static int parse_args(int argc, char **argv, options *o, kva_config *c) {
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!val)
-      return 0;
+    if (!val) return 0;
     if (!strcmp(arg, "--iters"))
       o->iters = atol(val);
     else if (!strcmp(arg, "--keys"))
@@ -201,14 +191,14 @@ static int parse_args(int argc, char **argv, options *o, kva_config *c) {
       return 0;
     i++;
   }
-  return o->iters > 0 && o->gap_us >= 0 && o->keys > 0 && o->keys <= MAX_KEYS && o->chunk_tokens > 0;
+  return o->iters > 0 && o->gap_us >= 0 && o->keys > 0 && o->keys <= MAX_KEYS &&
+         o->chunk_tokens > 0;
 }
 
 /* Writes one object per key (its bytes left as the pool has them). */
 static int write_keys(anchor *a) {
   int rc = kva_reserve_write(a->s, a->keys, a->n, &a->layout, KVA_WRITE_NEW, a->bufs, a->status);
-  if (rc >= 0 && (size_t)rc == a->n)
-    rc = kva_finish_write(a->s, a->keys, a->n, a->status);
+  if (rc >= 0 && (size_t)rc == a->n) rc = kva_finish_write(a->s, a->keys, a->n, a->status);
   return rc >= 0 && (size_t)rc == a->n;
 }
 
@@ -219,8 +209,7 @@ static int run(anchor *a, const options *o, const kva_config *c) {
     return 2;
   }
   int ret = write_keys(a) ? 0 : 2;
-  if (ret)
-    fprintf(stderr, "call_anchor: writing the %zu keys failed\n", a->n);
+  if (ret) fprintf(stderr, "call_anchor: writing the %zu keys failed\n", a->n);
   printf("keys=%zu", a->n);
   print_hash("first", &a->keys[0]);
   print_hash("last", &a->keys[a->n - 1]);
@@ -233,14 +222,15 @@ static int run(anchor *a, const options *o, const kva_config *c) {
 
 int main(int argc, char **argv) {
   static anchor a;
-  options o = {.iters = 10000, .keys = 64, .chunk_tokens = 256, .model = "bench", .shape = "2,2,16,64"};
+  options o = {
+      .iters = 10000, .keys = 64, .chunk_tokens = 256, .model = "bench", .shape = "2,2,16,64"};
   kva_config *c = kva_config_default();
-  if (!c)
-    return 1;
+  if (!c) return 1;
   int ret = 1;
   if (!parse_args(argc, argv, &o, c) || !parse_layout(o.shape, &a.layout) || !make_keys(&a, &o))
-    fprintf(stderr, "usage: call_anchor [--iters N] [--keys N<=%d] [--model M] [--chunk-tokens T] "
-                    "[--shape D,D,...] [--gap-us G] [-o key=value ...]\n",
+    fprintf(stderr,
+            "usage: call_anchor [--iters N] [--keys N<=%d] [--model M] [--chunk-tokens T] "
+            "[--shape D,D,...] [--gap-us G] [-o key=value ...]\n",
             MAX_KEYS);
   else
     ret = run(&a, &o, c);
