@@ -1,8 +1,15 @@
-"""keys.py — kvact.ObjectKey (hashable, compares by value) and chunk_keys over kva_chunk_keys."""
+"""keys.py — kvact.ObjectKey (hashable, compares by value) and chunk_keys over kva_chunk_keys.
+
+An ObjectKey is frozen, so it packs its kva_key bytes and its hash once,
+when it is made: a batched call's kva_key[] is then one join of those
+bytes (key_array), not a field-by-field fill of every key at every call.
+"""
 import ctypes
 from dataclasses import dataclass
 
 from ._lib import Key, lib
+
+_KEY_BYTES = ctypes.sizeof(Key)
 
 
 @dataclass(frozen=True)
@@ -23,13 +30,24 @@ class ObjectKey:
         for name in ("kv_rank", "group"):
             if not 0 <= getattr(self, name) < 1 << 32:
                 raise ValueError("%s must fit in 32 bits" % name)
+        # bytes, not a bytearray: the hash below must not change under the key
+        object.__setattr__(self, "chunk_hash", bytes(self.chunk_hash))
+        object.__setattr__(self, "_kva_key", self._pack(model))
+        object.__setattr__(self, "_hash", hash((self.model_name, self.kv_rank, self.group,
+                                                self.chunk_hash)))
 
-    def _fill(self, k):
-        k.model = self.model_name.encode()
-        k.kv_rank = self.kv_rank
-        k.group = self.group
-        k.hash_len = len(self.chunk_hash)
+    def __hash__(self):
+        return self._hash
+
+    def __reduce__(self):
+        # made again, not copied: str hashes differ from one process to the next
+        return type(self), (self.model_name, self.kv_rank, self.group, self.chunk_hash)
+
+    def _pack(self, model):
+        k = Key(model=model, kv_rank=self.kv_rank, group=self.group,
+                hash_len=len(self.chunk_hash))
         ctypes.memmove(k.hash, self.chunk_hash, len(self.chunk_hash))
+        return bytes(k)
 
     @classmethod
     def _from_c(cls, k):
@@ -37,16 +55,18 @@ class ObjectKey:
 
 
 def key_array(keys):
-    """A kva_key[] holding keys (a non-empty list of ObjectKey)."""
-    keys = list(keys)
+    """A kva_key[] holding keys (a non-empty list of ObjectKey), joined from their packed bytes."""
+    keys = keys if isinstance(keys, list) else list(keys)
     if not keys:
         raise ValueError("an empty key list")
-    arr = (Key * len(keys))()
-    for i, key in enumerate(keys):
-        if not isinstance(key, ObjectKey):
-            raise TypeError("keys must be kvact.ObjectKey, got %r" % type(key).__name__)
-        key._fill(arr[i])
-    return arr
+    try:
+        data = b"".join([key._kva_key for key in keys])
+    except AttributeError:
+        data = b""
+    if len(data) != len(keys) * _KEY_BYTES:
+        bad = next(k for k in keys if not isinstance(k, ObjectKey))
+        raise TypeError("keys must be kvact.ObjectKey, got %r" % type(bad).__name__)
+    return (Key * len(keys)).from_buffer_copy(data)
 
 
 def chunk_keys(model, tokens, chunk_tokens, kv_rank=0, salt="", include_partial=False):

@@ -199,7 +199,7 @@ class StorageManager:
         n = check(lib.kva_finish_read_prefetched(self._ptr, key_array(keys), len(keys),
                                                  _readers(extra_readers)))
         with self._lock:
-            for key in keys:
+            for key in keys if self._reads else ():  # no per-key pops when nothing is held
                 for obj in self._reads.pop(key, ()):
                     obj._release()
         return n

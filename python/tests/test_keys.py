@@ -1,0 +1,53 @@
+"""test_keys.py — ObjectKey's packed kva_key bytes and cached hash stay true to its fields."""
+import ctypes
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+import kvact
+from kvact._lib import Key
+from kvact.keys import key_array
+
+
+def filled(key):
+    """The kva_key of key, filled field by field."""
+    k = Key()
+    k.model, k.kv_rank, k.group = key.model_name.encode(), key.kv_rank, key.group
+    k.hash_len = len(key.chunk_hash)
+    ctypes.memmove(k.hash, key.chunk_hash, len(key.chunk_hash))
+    return bytes(k)
+
+
+def test_key_array_holds_each_keys_fields():
+    keys = kvact.chunk_keys("m", list(range(1024)), 256, kv_rank=3) + [
+        kvact.ObjectKey("other", 1 << 31, 7, b"\xff" * 32)]
+    arr = key_array(keys)
+    assert [bytes(arr[i]) for i in range(len(keys))] == [filled(k) for k in keys]
+    assert [kvact.ObjectKey._from_c(arr[i]) for i in range(len(keys))] == keys
+
+
+def test_key_array_refuses_what_is_not_a_key():
+    with pytest.raises(TypeError):
+        key_array([kvact.ObjectKey("m", 0, 0, b"\x01"), ("m", 0, 0, b"\x01")])
+    with pytest.raises(ValueError):
+        key_array([])
+
+
+def test_a_bytearray_hash_is_frozen_into_bytes():
+    raw = bytearray(b"\x01\x02")
+    key = kvact.ObjectKey("m", 0, 0, raw)
+    raw[0] = 9
+    assert key.chunk_hash == b"\x01\x02" and key == kvact.ObjectKey("m", 0, 0, b"\x01\x02")
+    assert hash(key) == hash(kvact.ObjectKey("m", 0, 0, b"\x01\x02"))
+
+
+def test_a_key_pickled_to_another_process_hashes_there_as_its_own():
+    key = kvact.ObjectKey("model", 1, 2, b"\x05" * 16)
+    code = ("import pickle, sys, kvact; k = pickle.loads(sys.stdin.buffer.read()); "
+            "print(k in {kvact.ObjectKey('model', 1, 2, bytes([5]) * 16): 1})")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(key),
+                         capture_output=True, check=True).stdout
+    assert out.strip() == b"True"
+    assert pickle.loads(pickle.dumps(key)) == key
