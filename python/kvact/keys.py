@@ -5,11 +5,13 @@ when it is made: a batched call's kva_key[] is then one join of those
 bytes (key_array), not a field-by-field fill of every key at every call.
 """
 import ctypes
+import operator
 from dataclasses import dataclass
 
 from ._lib import Key, lib
 
 _KEY_BYTES = ctypes.sizeof(Key)
+_PACKED = operator.attrgetter("_kva_key")
 
 
 @dataclass(frozen=True)
@@ -55,18 +57,19 @@ class ObjectKey:
 
 
 def key_array(keys):
-    """A kva_key[] holding keys (a non-empty list of ObjectKey), joined from their packed bytes."""
+    """The kva_key[] of keys (a non-empty list of ObjectKey) as bytes: their packed bytes
+    joined, passed to C as a const kva_key * without a copy."""
     keys = keys if isinstance(keys, list) else list(keys)
     if not keys:
         raise ValueError("an empty key list")
     try:
-        data = b"".join([key._kva_key for key in keys])
-    except AttributeError:
+        data = b"".join(map(_PACKED, keys))
+    except (AttributeError, TypeError):
         data = b""
     if len(data) != len(keys) * _KEY_BYTES:
         bad = next(k for k in keys if not isinstance(k, ObjectKey))
         raise TypeError("keys must be kvact.ObjectKey, got %r" % type(bad).__name__)
-    return (Key * len(keys)).from_buffer_copy(data)
+    return data
 
 
 def chunk_keys(model, tokens, chunk_tokens, kv_rank=0, salt="", include_partial=False):

@@ -15,6 +15,8 @@ from .layout import DTYPES
 class MemoryObj:
     """LMCache's MemoryObj: .key, .layout, .buffer, .array(s), .tensor(s)."""
 
+    __slots__ = ("key", "layout", "_ptr", "_len", "_valid")
+
     def __init__(self, key, layout, ptr, nbytes):
         self.key, self.layout = key, layout
         self._ptr, self._len = ptr, nbytes

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 
 from . import _async
-from ._lib import STATS_FIELDS, Buf, L2TierStats, StorageStats, TierHits, lib
+from ._lib import STATS_FIELDS, Buf, L2TierStats, StorageStats, TierHit, TierHits, lib
 from .errors import KvactError, check
 from .keys import key_array
 from .layout import MemoryLayoutDesc
@@ -28,6 +28,23 @@ class LookupResult:
 
     total: int
     tiers: dict
+
+
+_TIER0, _TIER_SIZE, _NAME_LEN = TierHits.tier.offset, ctypes.sizeof(TierHit), TierHit.hits.offset
+_TIER_NAMES = {}  # a tier's name field as kvact wrote it -> its str
+
+
+def _tier_hits(raw, ntiers):
+    """{name: hits} of a kva_tier_hits' raw bytes, read without a ctypes object per field."""
+    out = {}
+    for i in range(min(ntiers, 8)):
+        off = _TIER0 + i * _TIER_SIZE
+        field = raw[off:off + _NAME_LEN]
+        name = _TIER_NAMES.get(field)
+        if name is None:
+            name = _TIER_NAMES[field] = field.split(b"\0", 1)[0].decode()
+        out[name] = int.from_bytes(raw[off + _NAME_LEN:off + _TIER_SIZE], "little")
+    return out
 
 
 class PrefetchHandle:
@@ -111,8 +128,9 @@ class StorageManager:
     def __init__(self, ptr, runtime):
         self._ptr, self._runtime = ptr, runtime
         self._lock = threading.Lock()
-        self._writes = {}  # ObjectKey -> MemoryObj, write-locked by this manager
-        self._reads = {}   # ObjectKey -> [MemoryObj], from read_prefetched_results
+        # keyed by the keys' packed kva_key bytes, whose hash is C's and cached
+        self._writes = {}  # key bytes -> MemoryObj, write-locked by this manager
+        self._reads = {}   # key bytes -> [MemoryObj], from read_prefetched_results
 
     # ---- write path -----------------------------------------------------------
     def reserve_write(self, keys, layout, mode="new"):
@@ -124,12 +142,15 @@ class StorageManager:
         bufs, status = (Buf * len(keys))(), (ctypes.c_int * len(keys))()
         check(lib.kva_reserve_write(self._ptr, arr, len(keys), _layout(layout), _MODES[mode],
                                     bufs, status))
-        out = {}
-        for i, key in enumerate(keys):
-            if status[i] == 0:
-                out[key] = MemoryObj(key, layout, bufs[i].ptr, bufs[i].len)
+        words = memoryview(bufs).cast("B").cast("Q").tolist()  # ptr, len of each key
+        out, held = {}, {}
+        for i, st in enumerate(memoryview(status).cast("B").cast("i").tolist()):
+            if st == 0:
+                key = keys[i]
+                obj = out[key] = MemoryObj(key, layout, words[2 * i], words[2 * i + 1])
+                held[key._kva_key] = obj
         with self._lock:
-            self._writes.update(out)
+            self._writes.update(held)
         return out
 
     def finish_write(self, keys):
@@ -139,14 +160,15 @@ class StorageManager:
         status = (ctypes.c_int * len(keys))()
         check(lib.kva_finish_write(self._ptr, arr, len(keys), status))
         self._release_writes(keys)
-        return list(status)
+        return memoryview(status).cast("B").cast("i").tolist()
 
     def _release_writes(self, keys):
         with self._lock:
+            pop = self._writes.pop
             for key in keys:
-                obj = self._writes.pop(key, None)
+                obj = pop(key._kva_key, None)
                 if obj is not None:
-                    obj._release()
+                    obj._valid = False
 
     # ---- read path ------------------------------------------------------------
     def submit_prefetch_task(self, keys, layout=None, extra_readers=0):
@@ -188,7 +210,7 @@ class StorageManager:
         objs = [MemoryObj(k, layout, bufs[i].ptr, bufs[i].len) for i, k in enumerate(keys)]
         with self._lock:
             for obj in objs:
-                self._reads.setdefault(obj.key, []).append(obj)
+                self._reads.setdefault(obj.key._kva_key, []).append(obj)
         return objs
 
     def finish_read_prefetched(self, keys, extra_readers=0):
@@ -200,7 +222,7 @@ class StorageManager:
                                                  _readers(extra_readers)))
         with self._lock:
             for key in keys if self._reads else ():  # no per-key pops when nothing is held
-                for obj in self._reads.pop(key, ()):
+                for obj in self._reads.pop(key._kva_key, ()):
                     obj._release()
         return n
 
@@ -251,11 +273,10 @@ class StorageManager:
     def lookup(self, keys, pin=False):
         """The contiguous prefix of keys held, per tier (a LookupResult); pin=True keeps
         the L1 hits from eviction until unpin."""
-        keys = list(keys)
+        keys = keys if isinstance(keys, list) else list(keys)
         out = TierHits()
         check(lib.kva_lookup(self._ptr, key_array(keys), len(keys), int(pin), ctypes.byref(out)))
-        tiers = {out.tier[i].name.decode(): out.tier[i].hits for i in range(out.ntiers)}
-        return LookupResult(out.total, tiers)
+        return LookupResult(out.total, _tier_hits(bytes(out), out.ntiers))
 
     def unpin(self, keys):
         """Drops one pin of each key: the number of keys unpinned."""

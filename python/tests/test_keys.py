@@ -23,9 +23,10 @@ def filled(key):
 def test_key_array_holds_each_keys_fields():
     keys = kvact.chunk_keys("m", list(range(1024)), 256, kv_rank=3) + [
         kvact.ObjectKey("other", 1 << 31, 7, b"\xff" * 32)]
-    arr = key_array(keys)
-    assert [bytes(arr[i]) for i in range(len(keys))] == [filled(k) for k in keys]
-    assert [kvact.ObjectKey._from_c(arr[i]) for i in range(len(keys))] == keys
+    arr, size = key_array(keys), ctypes.sizeof(Key)
+    items = [arr[i * size:(i + 1) * size] for i in range(len(keys))]
+    assert len(arr) == len(keys) * size and items == [filled(k) for k in keys]
+    assert [kvact.ObjectKey._from_c(Key.from_buffer_copy(b)) for b in items] == keys
 
 
 def test_key_array_refuses_what_is_not_a_key():
