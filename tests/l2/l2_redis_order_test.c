@@ -17,7 +17,7 @@
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
-#define NKEYS 61 /* not a multiple of the connections: a rotation would split a key */
+#define NKEYS 61         /* not a multiple of the connections: a rotation would split a key */
 #define VLEN (64u << 10) /* a few values per pipeline's byte budget */
 
 /* One request of the burst: its keys, buffers and reply slot. */
