@@ -158,6 +158,9 @@ static const config_key keys[] = {
     STR("redis", "username", "", "AUTH user name (ACL); \"\" = default user."),
     STR("redis", "namespace", "kvact", "Prefix of every key the tier writes."),
     INT("redis", "pipeline", 1, 65536, "64", 0, "Commands in flight per connection."),
+    INT("redis", "connections", 1, 64, "4", 0,
+        "Connections per server (per master with cluster); a key always uses the same one, "
+        "so its operations keep their order."),
     INT("redis", "timeout_ms", 1, MAX_MS, "1000", 0, "Per-command timeout."),
     INT("redis", "capacity_bytes", 0, I64MAX, "0", 0,
         "Bytes the tier may use; 0 = no limit of its own (the server's maxmemory)."),

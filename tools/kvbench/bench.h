@@ -10,22 +10,25 @@
 #include "kvact.h"
 
 typedef struct bench_opts {
-  int workers;            /* runtime.workers for kvact and the CAF anchor */
-  int reps;               /* repetitions; figures are medians */
-  uint64_t pingpong;      /* round trips */
-  uint64_t fanin;         /* messages, all senders together */
-  uint64_t ring_hops;     /* token-ring hops */
-  uint64_t ring_msgs;     /* raw ck_ring anchor messages */
-  const char *anchors;    /* folder holding caf_bench and ring_anchor */
-  uint64_t cycle_bytes;   /* l1: bytes through the write+read cycle per size */
-  uint64_t cp_cycles;     /* l1: 64-key control-plane cycles per thread */
-  uint64_t rtt_samples;   /* l1: single-key prefetch round trips */
-  const char *disk_file;  /* disk: the tier's file (NULL: kvbench-disk.tmp in the
-                             directory bazel run was called from) */
-  unsigned disk_chunks;   /* disk: 8 MiB objects per pass */
-  const char *redis_addr; /* redis: HOST:PORT, NULL = start a redis-server */
-  unsigned redis_objects; /* redis: objects per pass and size */
-  uint64_t mp_iters;      /* mp: timed single-key round trips per rep */
+  int workers;                /* runtime.workers for kvact and the CAF anchor */
+  int reps;                   /* repetitions; figures are medians */
+  uint64_t pingpong;          /* round trips */
+  uint64_t fanin;             /* messages, all senders together */
+  uint64_t ring_hops;         /* token-ring hops */
+  uint64_t ring_msgs;         /* raw ck_ring anchor messages */
+  const char *anchors;        /* folder holding caf_bench and ring_anchor */
+  uint64_t cycle_bytes;       /* l1: bytes through the write+read cycle per size */
+  uint64_t cp_cycles;         /* l1: 64-key control-plane cycles per thread */
+  uint64_t rtt_samples;       /* l1: single-key prefetch round trips */
+  const char *disk_file;      /* disk: the tier's file (NULL: kvbench-disk.tmp in the
+                                 directory bazel run was called from) */
+  unsigned disk_chunks;       /* disk: 8 MiB objects per pass */
+  const char *redis_addr;     /* redis: HOST:PORT, NULL = start a redis-server */
+  unsigned redis_objects;     /* redis: objects per pass and size */
+  unsigned redis_connections; /* redis: the tier's connections (0: its default) */
+  unsigned redis_pipeline;    /* redis: the tier's pipeline (0: its default) */
+  int redis_no_cluster;       /* redis: skip the three-master cluster pass */
+  uint64_t mp_iters;          /* mp: timed single-key round trips per rep */
 } bench_opts;
 
 int suite_runtime(const bench_opts *o);

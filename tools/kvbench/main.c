@@ -39,6 +39,9 @@ static void usage(FILE *f) {
              "  --redis-addr H:P  redis: use this server (default: start a redis-server\n"
              "                    on a free loopback port, stopped at the end)\n"
              "  --redis-objects N redis: objects per pass, each size (64)\n"
+             "  --redis-connections N, --redis-pipeline N\n"
+             "                    redis: the tier's settings (default: its defaults)\n"
+             "  --redis-no-cluster redis: one server only (no three-master pass)\n"
              "  --mp-iters N      mp: single-key round trips per rep (50000); each\n"
              "                    batch client makes N / 10 + 1\n"
              "  --quick           small sizes (a smoke run, figures meaningless)\n");
@@ -93,12 +96,24 @@ int main(int argc, char **argv) {
                   .redis_objects = 64,
                   .mp_iters = 50000};
   const char *suite = "runtime";
-  static const struct option opts[] = {
-      {"suite", 1, 0, 's'},         {"reps", 1, 0, 'r'},     {"workers", 1, 0, 'w'},
-      {"pingpong", 1, 0, 'p'},      {"fanin", 1, 0, 'f'},    {"ring-hops", 1, 0, 'h'},
-      {"anchors", 1, 0, 'a'},       {"quick", 0, 0, 'q'},    {"disk-file", 1, 0, 'D'},
-      {"disk-chunks", 1, 0, 'C'},   {"help", 0, 0, 'H'},     {"redis-addr", 1, 0, 'R'},
-      {"redis-objects", 1, 0, 'O'}, {"mp-iters", 1, 0, 'M'}, {0, 0, 0, 0}};
+  static const struct option opts[] = {{"suite", 1, 0, 's'},
+                                       {"reps", 1, 0, 'r'},
+                                       {"workers", 1, 0, 'w'},
+                                       {"pingpong", 1, 0, 'p'},
+                                       {"fanin", 1, 0, 'f'},
+                                       {"ring-hops", 1, 0, 'h'},
+                                       {"anchors", 1, 0, 'a'},
+                                       {"quick", 0, 0, 'q'},
+                                       {"disk-file", 1, 0, 'D'},
+                                       {"disk-chunks", 1, 0, 'C'},
+                                       {"help", 0, 0, 'H'},
+                                       {"redis-addr", 1, 0, 'R'},
+                                       {"redis-objects", 1, 0, 'O'},
+                                       {"mp-iters", 1, 0, 'M'},
+                                       {"redis-connections", 1, 0, 'K'},
+                                       {"redis-pipeline", 1, 0, 'P'},
+                                       {"redis-no-cluster", 0, 0, 'N'},
+                                       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
@@ -137,6 +152,15 @@ int main(int argc, char **argv) {
       break;
     case 'M':
       o.mp_iters = strtoull(optarg, NULL, 10);
+      break;
+    case 'K':
+      o.redis_connections = (unsigned)strtoul(optarg, NULL, 10);
+      break;
+    case 'P':
+      o.redis_pipeline = (unsigned)strtoul(optarg, NULL, 10);
+      break;
+    case 'N':
+      o.redis_no_cluster = 1;
       break;
     case 'q':
       o.reps = 1;

@@ -1,225 +1,225 @@
 /*
  * suite_redis.c — kvbench --suite redis: store and load bandwidth of 1 MiB
- * and 8 MiB objects through kvact's redis tier, against redis-benchmark
- * SET and GET of the same value size on the same server, in the same run:
+ * and 8 MiB objects through kvact's redis tier, against the best that
+ * redis-benchmark reaches on the same server in the same run; once on one
+ * server, once on a cluster of three masters (redis_servers.h):
  *
  *  - the server: a redis-server this suite starts on a free loopback port
- *    (no persistence), or --redis-addr HOST:PORT;
+ *    (no persistence), or --redis-addr HOST:PORT (then no cluster pass);
  *  - store: N objects (--redis-objects, 64) reserved and filled, timed from
- *    finish_write to kva_flush's return (the adapter pipelines SETs, at most
- *    PIPELINE in flight on its one connection);
+ *    finish_write to kva_flush's return;
  *  - load: with L1 cleared, a prefetch of the N keys timed to its wait
  *    (pipelined EXISTS, then GETs), every object checked;
- *  - anchor: redis-benchmark -c 1 -P PIPELINE -d SIZE -n N -t set / get:
- *    one client, the same pipelining depth and value size; its requests
- *    per second times the size is its bandwidth.
+ *  - kvact's tier runs with its defaults (connections, pipeline), or
+ *    --redis-connections / --redis-pipeline;
+ *  - anchor: redis-benchmark -t set / get -d SIZE swept over -c 1/2/4/8
+ *    (per master in the cluster: --cluster -c 3/6/12/24) x -P 1/4/16, each
+ *    point max(c x P, 128 MiB / SIZE) requests (bounded: the sweep of a rep
+ *    moves a few GB); its requests per second times the size is its
+ *    bandwidth. Each point's median over the reps is taken and the best
+ *    point per size and direction is the anchor (its -c and -P printed).
  *
- * ratio = kvact / anchor, target 0.8 both ways. kvact's values carry a
+ * ratio = kvact / anchor, target >= 0.8 both ways. kvact's values carry a
  * header (key, layout, checksum) of a few hundred bytes more than the
- * anchor's. The reps interleave (anchor, kvact) so both share the
- * machine's drift; medians are reported.
+ * anchor's. The reps interleave (SET sweep, kvact store, GET sweep, kvact
+ * load) so both share the machine's drift.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "tools/kvbench/bench.h"
+#include "tools/kvbench/redis_servers.h"
 #include "tools/kvbench/tier_side.h"
 
 #define MiB (1024ull * 1024ull)
-#define PIPELINE 16
 #define TARGET 0.8
 #define GB 1e9
 #define TIER "redis0"
 #define MAX_REPS 64
+#define POINT_BYTES (128 * MiB) /* an anchor point moves at least this much */
 
-extern char **environ;
+static const int sweep_c[] = {1, 2, 4, 8}, sweep_p[] = {1, 4, 16};
+#define NC 4
+#define NP 3
 
-typedef struct server {
-  char host[256];
-  int port;
-  pid_t pid; /* ours, or 0 for --redis-addr */
-  char dir[64];
-} server;
+/* Where the suite runs: one server, or RB_MASTERS masters. */
+typedef struct topo {
+  const char *label; /* "" or "cluster-" in the measure names */
+  rb_server *nodes;
+  int nnodes;
+  int cluster;
+} topo;
 
-/* A loopback port nobody listens on now. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
-
-static int server_ping(const server *sv) {
-  char cmd[400], out[64];
-  snprintf(cmd, sizeof cmd, "redis-cli -h '%s' -p %d ping 2>/dev/null", sv->host, sv->port);
-  return bench_capture(cmd, out, sizeof out) == 0 && strncmp(out, "PONG", 4) == 0 ? 0 : -1;
-}
-
-/* Starts redis-server on a free port (persistence off, its files in a
- * temporary directory) and waits until it answers PING. */
-static int server_start(server *sv) {
-  snprintf(sv->host, sizeof sv->host, "127.0.0.1");
-  snprintf(sv->dir, sizeof sv->dir, "/tmp/kvbench-redis.XXXXXX");
-  if (!mkdtemp(sv->dir) || (sv->port = free_port()) < 0) return -1;
-  char port[16];
-  snprintf(port, sizeof port, "%d", sv->port);
-  char *argv[] = {"redis-server", "--port", port,    "--bind", "127.0.0.1", "--save", "",
-                  "--appendonly", "no",     "--dir", sv->dir,  "--logfile", "",       NULL};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  int rc = posix_spawnp(&sv->pid, "redis-server", &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    fprintf(stderr, "kvbench: cannot start redis-server: %s\n", strerror(rc));
-    sv->pid = 0;
-    return -1;
-  }
-  for (int i = 0; i < 500; i++) {
-    if (server_ping(sv) == 0) return 0;
-    usleep(10000);
-  }
-  fprintf(stderr, "kvbench: redis-server on port %d did not answer PING\n", sv->port);
-  return -1;
-}
-
-static void server_stop(server *sv) {
-  if (sv->pid > 0) {
-    kill(sv->pid, SIGTERM);
-    waitpid(sv->pid, NULL, 0);
-  }
-  if (sv->dir[0]) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", sv->dir);
-    if (system(cmd) != 0) fprintf(stderr, "kvbench: could not remove %s\n", sv->dir);
-  }
-}
-
-/* --redis-addr HOST:PORT */
-static int server_parse(server *sv, const char *addr) {
-  const char *colon = strrchr(addr, ':');
-  if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof sv->host) return -1;
-  memcpy(sv->host, addr, (size_t)(colon - addr));
-  sv->host[colon - addr] = 0;
-  sv->port = atoi(colon + 1);
-  return sv->port > 0 && sv->port < 65536 && !strpbrk(sv->host, "'\"\\ ") ? 0 : -1;
-}
-
-/* redis-benchmark's SET or GET bandwidth in GB/s, or -1. */
-static double anchor_pass(const server *sv, const char *test, uint64_t size, unsigned n) {
-  char cmd[600], out[4096];
-  snprintf(cmd, sizeof cmd,
-           "redis-benchmark -h '%s' -p %d -c 1 -P %d -d %llu -n %u -t %s --csv 2>/dev/null",
-           sv->host, sv->port, PIPELINE, (unsigned long long)size, n, test);
-  if (bench_capture(cmd, out, sizeof out) != 0) return -1;
-  char want[16];
-  snprintf(want, sizeof want, "\"%s\",\"", strcmp(test, "set") == 0 ? "SET" : "GET");
-  const char *p = strstr(out, want);
-  double rps = p ? atof(p + strlen(want)) : -1;
-  return rps > 0 ? rps * (double)size / GB : -1;
-}
-
-enum { KV_STORE, KV_LOAD, A_SET, A_GET, NMEASURES };
+enum { KV_STORE, KV_LOAD, NKV };
+enum { A_SET, A_GET, NA };
 
 typedef struct size_run {
   uint64_t size;
-  double gbps[NMEASURES][MAX_REPS];
+  double kv[NKV][MAX_REPS];
+  double anchor[NA][NC][NP][MAX_REPS];
   int reps;
 } size_run;
 
-static double med(const size_run *r, int m) {
+/* redis-benchmark's SET or GET bandwidth in GB/s at -c c -P p, or -1. */
+static double anchor_pass(const topo *t, const char *test, uint64_t size, int c, int p) {
+  char cmd[600], out[4096];
+  unsigned n = (unsigned)(POINT_BYTES / size);
+  if (n < (unsigned)(c * p)) n = (unsigned)(c * p);
+  snprintf(cmd, sizeof cmd,
+           "redis-benchmark -h '%s' -p %d%s -c %d -P %d -d %llu -n %u -t %s --csv 2>/dev/null",
+           t->nodes[0].host, t->nodes[0].port, t->cluster ? " --cluster" : "", c, p,
+           (unsigned long long)size, n, test);
+  if (bench_capture(cmd, out, sizeof out) != 0) return -1;
+  char want[16];
+  snprintf(want, sizeof want, "\"%s\",\"", strcmp(test, "set") == 0 ? "SET" : "GET");
+  const char *s = strstr(out, want);
+  double rps = s ? atof(s + strlen(want)) : -1;
+  return rps > 0 ? rps * (double)size / GB : -1;
+}
+
+static void sweep(const topo *t, size_run *r, int a, int rep) {
+  for (int i = 0; i < NC; i++)
+    for (int j = 0; j < NP; j++)
+      r->anchor[a][i][j][rep] =
+          anchor_pass(t, a == A_SET ? "set" : "get", r->size, sweep_c[i] * t->nnodes, sweep_p[j]);
+}
+
+static double med(const double *v, int reps) {
   double tmp[MAX_REPS];
-  memcpy(tmp, r->gbps[m], sizeof(double) * (size_t)r->reps);
-  return bench_median(tmp, r->reps);
+  memcpy(tmp, v, sizeof(double) * (size_t)reps);
+  return bench_median(tmp, reps);
 }
 
-static void report(const size_run *r, const tier_side *k, const char *what, int kvm, int am,
-                   const char *anchor) {
-  double kv = k->ok ? med(r, kvm) : -1, a = med(r, am);
-  printf("measure=%s-%lluMiB", what, (unsigned long long)(r->size / MiB));
-  if (kv > 0)
-    printf(" kvact=%.3g", kv);
-  else
-    printf(" kvact=unavailable");
-  if (a > 0)
-    printf(" anchor=%s:%.3g", anchor, a);
-  else
-    printf(" anchor=%s:unavailable", anchor);
-  if (kv > 0 && a > 0)
-    printf(" ratio=%.2f", kv / a);
-  else
-    printf(" ratio=n/a");
-  printf(" target=%.1f unit=GB/s\n", TARGET);
+/* The best point's median; its -c and -P. */
+static double best(const topo *t, const size_run *r, int a, int *c, int *p) {
+  double b = -1;
+  for (int i = 0; i < NC; i++)
+    for (int j = 0; j < NP; j++) {
+      double m = med(r->anchor[a][i][j], r->reps);
+      if (m > b) b = m, *c = sweep_c[i] * t->nnodes, *p = sweep_p[j];
+    }
+  return b;
 }
 
-/* The tier's JSON for the server. */
-static void tier_json(const server *sv, char *out, size_t len) {
-  snprintf(out, len,
-           "[{\"type\":\"redis\",\"name\":\"" TIER "\",\"addrs\":[\"%s:%d\"],\"pipeline\":%d,"
-           "\"timeout_ms\":60000,\"namespace\":\"kvbench\"}]",
-           sv->host, sv->port, PIPELINE);
+/* The sweep's medians, for the record. */
+static void print_sweep(const topo *t, const size_run *r, int a) {
+  printf("measure=%sanchor-sweep-%s-%lluMiB", t->label, a == A_SET ? "set" : "get",
+         (unsigned long long)(r->size / MiB));
+  for (int i = 0; i < NC; i++)
+    for (int j = 0; j < NP; j++)
+      printf(" c%dP%d=%.3g", sweep_c[i] * t->nnodes, sweep_p[j], med(r->anchor[a][i][j], r->reps));
+  printf(" unit=GB/s\n");
 }
 
-/* One size: a warm-up pass, then reps of (anchor SET, kvact store, anchor
- * GET, kvact load). */
-static void run_size(const bench_opts *o, const server *sv, size_run *r, unsigned n, int reps) {
-  char tier[600];
-  tier_json(sv, tier, sizeof tier);
+static void report(const topo *t, const size_run *r, const tier_side *k, int kvm, int a) {
+  int c = 0, p = 0;
+  double kv = k->ok ? med(r->kv[kvm], r->reps) : -1, an = best(t, r, a, &c, &p);
+  printf("measure=%s%s-%lluMiB", t->label, kvm == KV_STORE ? "store" : "load",
+         (unsigned long long)(r->size / MiB));
+  printf(kv > 0 ? " kvact=%.3g" : " kvact=unavailable", kv);
+  if (an > 0)
+    printf(" anchor=redis-benchmark-%s-c%d-P%d:%.3g", a == A_SET ? "set" : "get", c, p, an);
+  else
+    printf(" anchor=redis-benchmark-%s:unavailable", a == A_SET ? "set" : "get");
+  if (kv > 0 && an > 0)
+    printf(" ratio=%.2f target=>=%.1f ok=%s", kv / an, TARGET, kv / an >= TARGET ? "yes" : "no");
+  else
+    printf(" ratio=n/a target=>=%.1f ok=no", TARGET);
+  printf(" unit=GB/s\n");
+}
+
+/* The tier's JSON: every node a seed; connections and pipeline only when
+ * asked for (else the tier's defaults). */
+static void tier_json(const bench_opts *o, const topo *t, char *out, size_t len) {
+  int w = snprintf(out, len, "[{\"type\":\"redis\",\"name\":\"" TIER "\",\"addrs\":[");
+  for (int i = 0; i < t->nnodes; i++)
+    w += snprintf(out + w, len - (size_t)w, "%s\"%s:%d\"", i ? "," : "", t->nodes[i].host,
+                  t->nodes[i].port);
+  w += snprintf(out + w, len - (size_t)w, "],\"cluster\":%s", t->cluster ? "true" : "false");
+  if (o->redis_connections)
+    w += snprintf(out + w, len - (size_t)w, ",\"connections\":%u", o->redis_connections);
+  if (o->redis_pipeline)
+    w += snprintf(out + w, len - (size_t)w, ",\"pipeline\":%u", o->redis_pipeline);
+  snprintf(out + w, len - (size_t)w, ",\"timeout_ms\":60000,\"namespace\":\"kvbench\"}]");
+}
+
+static void kv_pass(tier_side *k, size_run *r, int slot, int fill, int store) {
+  double secs = 0;
+  int rc = store ? tier_side_store(k, fill, &secs) : tier_side_load(k, fill, &secs);
+  if (k->ok && rc == 0)
+    r->kv[store ? KV_STORE : KV_LOAD][slot] = (double)k->n * (double)r->size / secs / GB;
+}
+
+/* One size: a warm-up pass of kvact, then reps of (SET sweep, kvact
+ * store, GET sweep, kvact load). */
+static void run_size(const bench_opts *o, const topo *t, size_run *r, unsigned n, int reps) {
+  char tier[2048], model[48];
+  tier_json(o, t, tier, sizeof tier);
   tier_side k = {0};
-  char model[32];
-  snprintf(model, sizeof model, "kvbench-redis-%llu", (unsigned long long)(r->size / MiB));
+  snprintf(model, sizeof model, "kvbench-redis-%s%llu", t->label,
+           (unsigned long long)(r->size / MiB));
   tier_side_start(&k, o->workers, model, n, r->size, TIER, tier);
   for (int rep = -1; rep < reps; rep++) {
     int slot = rep < 0 ? 0 : rep, fill = 5 + 3 * (rep + 1);
-    double secs = 0;
-    r->gbps[A_SET][slot] = anchor_pass(sv, "set", r->size, n);
-    if (k.ok && tier_side_store(&k, fill, &secs) == 0)
-      r->gbps[KV_STORE][slot] = (double)n * (double)r->size / secs / GB;
-    r->gbps[A_GET][slot] = anchor_pass(sv, "get", r->size, n);
-    if (k.ok && tier_side_load(&k, fill, &secs) == 0)
-      r->gbps[KV_LOAD][slot] = (double)n * (double)r->size / secs / GB;
+    if (rep >= 0) sweep(t, r, A_SET, rep);
+    kv_pass(&k, r, slot, fill, 1);
+    if (rep >= 0) sweep(t, r, A_GET, rep);
+    kv_pass(&k, r, slot, fill, 0);
     if (rep >= 0) r->reps = rep + 1;
   }
-  report(r, &k, "store", KV_STORE, A_SET, "redis-benchmark-set");
-  report(r, &k, "load", KV_LOAD, A_GET, "redis-benchmark-get");
+  print_sweep(t, r, A_SET);
+  print_sweep(t, r, A_GET);
+  report(t, r, &k, KV_STORE, A_SET);
+  report(t, r, &k, KV_LOAD, A_GET);
   if (!k.ok) printf("# kvact side unavailable: %s\n", k.why);
   fflush(stdout);
   tier_side_stop(&k);
 }
 
-int suite_redis(const bench_opts *o) {
-  int reps = o->reps < MAX_REPS ? o->reps : MAX_REPS;
-  server sv = {0};
-  if (o->redis_addr ? server_parse(&sv, o->redis_addr) : server_start(&sv)) {
-    if (o->redis_addr) fprintf(stderr, "kvbench: --redis-addr wants HOST:PORT\n");
-    server_stop(&sv);
-    return 1;
-  }
+static void run_topo(const bench_opts *o, const topo *t, int reps) {
+  static size_run runs[2];
+  runs[0] = (size_run){.size = 1 * MiB};
+  runs[1] = (size_run){.size = 8 * MiB};
+  for (int i = 0; i < 2; i++) run_size(o, t, &runs[i], o->redis_objects, reps);
+}
+
+static void header(const bench_opts *o, const topo *t, int reps) {
   char version[128] = "unknown";
   if (bench_capture("redis-server --version 2>/dev/null", version, sizeof version) == 0)
     version[strcspn(version, "\n")] = 0;
-  printf("suite=redis workers=%d reps=%d (medians) server=%s:%d%s objects=%u pipeline=%d "
-         "clients=1 version=\"%s\"\n",
-         o->workers, reps, sv.host, sv.port, sv.pid ? " (started by kvbench)" : "",
-         o->redis_objects, PIPELINE, version);
+  printf("suite=redis%s workers=%d reps=%d (medians) server=%s:%d%s masters=%d objects=%u "
+         "connections=%s pipeline=%s version=\"%s\"\n",
+         t->cluster ? "-cluster" : "", o->workers, reps, t->nodes[0].host, t->nodes[0].port,
+         t->nodes[0].pid ? " (started by kvbench)" : "", t->nnodes, o->redis_objects,
+         o->redis_connections ? "set" : "default", o->redis_pipeline ? "set" : "default", version);
+  if (o->redis_connections || o->redis_pipeline)
+    printf("# tier: connections=%u pipeline=%u (0 = default)\n", o->redis_connections,
+           o->redis_pipeline);
   fflush(stdout);
-  static size_run runs[2] = {{.size = 1 * MiB}, {.size = 8 * MiB}};
-  for (int i = 0; i < 2; i++) run_size(o, &sv, &runs[i], o->redis_objects, reps);
-  server_stop(&sv);
+}
+
+static int run_cluster(const bench_opts *o, int reps) {
+  rb_server nodes[RB_MASTERS] = {0};
+  if (rb_cluster_start(nodes) != 0) return 1;
+  topo t = {.label = "cluster-", .nodes = nodes, .nnodes = RB_MASTERS, .cluster = 1};
+  header(o, &t, reps);
+  run_topo(o, &t, reps);
+  rb_cluster_stop(nodes);
   return 0;
+}
+
+int suite_redis(const bench_opts *o) {
+  int reps = o->reps < MAX_REPS ? o->reps : MAX_REPS;
+  rb_server sv = {0};
+  if (o->redis_addr ? rb_server_parse(&sv, o->redis_addr) : rb_server_start(&sv)) {
+    if (o->redis_addr) fprintf(stderr, "kvbench: --redis-addr wants HOST:PORT\n");
+    rb_server_stop(&sv);
+    return 1;
+  }
+  topo t = {.label = "", .nodes = &sv, .nnodes = 1};
+  header(o, &t, reps);
+  run_topo(o, &t, reps);
+  rb_server_stop(&sv);
+  return o->redis_addr || o->redis_no_cluster ? 0 : run_cluster(o, reps);
 }

@@ -118,6 +118,6 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *privdata) {
 }
 
 void redis_slots_refresh(redis *r, redis_node *n) {
-  if (r->refreshing || !n->ac) return;
-  if (redisAsyncCommand(n->ac, on_slots, n, "CLUSTER SLOTS") == REDIS_OK) r->refreshing = true;
+  redis_conn *k = r->refreshing ? NULL : redis_node_connected(n);
+  if (k && redisAsyncCommand(k->ac, on_slots, n, "CLUSTER SLOTS") == REDIS_OK) r->refreshing = true;
 }

@@ -1,8 +1,19 @@
 /*
- * redis_conn.c — the redis adapter's connections (redis_internal.h): one
- * hiredis async context per node, driven by the runtime's poller through
- * hiredis's event hooks, the pipeline, per-command deadlines and the
- * reconnect back-off.
+ * redis_conn.c — the redis adapter's connections (redis_internal.h):
+ * `connections` hiredis async contexts per node, driven by the runtime's
+ * poller through hiredis's event hooks, the pipeline, per-command
+ * deadlines and the reconnect back-off.
+ *
+ * Several connections. One connection is one stream the server parses in
+ * order, and a big value pipelined behind another costs the server a copy
+ * (it can take a bulk argument as its value without copying only when it
+ * starts its query buffer); several connections with few commands each is
+ * how redis-benchmark moves big values fastest. A key's commands all go
+ * to one connection of its node, picked by the key's hash, so a key's
+ * order of operations (STORE v1, STORE v2, LOAD) is the order they were
+ * queued; keys of a batch spread over the connections. The back-off and
+ * the outage warning are the node's: a server that refuses one
+ * connection refuses them all.
  *
  * Events. The poller's watches are edge-triggered and a watch cannot be
  * changed, so each connection is watched once, for EPOLLIN | EPOLLOUT |
@@ -17,7 +28,7 @@
  * Lifetimes. hiredis frees a context itself when the connection fails: it
  * calls every pending callback with a NULL reply, then our cleanup hook
  * (which forgets the context and starts the back-off), then frees it. So
- * after any hiredis call n->ac is re-read, never a stale copy. We free a
+ * after any hiredis call k->ac is re-read, never a stale copy. We free a
  * context only outside hiredis's callbacks (timeouts, AUTH refused, stop).
  *
  * Timeouts. hiredis 0.14 has none: every command gets a deadline when it
@@ -46,7 +57,7 @@
 
 #define WATCH_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP)
 
-static void redis_node_drop(redis_node *n, int result, const char *reason);
+static void redis_conn_drop(redis_conn *k, int result, const char *reason);
 
 /* Deadlines and back-off run on real time in both modes (the runtime's
  * virtual time stands still while a deterministic adapter waits). */
@@ -110,13 +121,14 @@ static void redis_list_remove(redis_list *l, redis_cmd *c) {
 }
 
 void redis_node_enqueue(redis_node *n, redis_cmd *c) {
-  c->node = n;
-  redis_list_push(&n->queue, c);
+  uint64_t h = kva_key_hash(&c->task->req->keys[c->key]);
+  c->conn = &n->conns[h % n->nconns];
+  redis_list_push(&c->conn->queue, c);
 }
 
-void redis_flight_done(redis_node *n, redis_cmd *c) {
-  redis_list_remove(&n->flight, c);
-  n->flight_bytes -= c->bytes;
+void redis_flight_done(redis_conn *k, redis_cmd *c) {
+  redis_list_remove(&k->flight, c);
+  k->flight_bytes -= c->bytes;
 }
 
 static void cmd_fail(redis *r, redis_cmd *c, int result) {
@@ -125,11 +137,11 @@ static void cmd_fail(redis *r, redis_cmd *c, int result) {
   redis_task_step(r, t, result);
 }
 
-static void fail_queue(redis_node *n, int result) {
-  while (n->queue.head) {
-    redis_cmd *c = n->queue.head;
-    redis_list_remove(&n->queue, c);
-    cmd_fail(n->r, c, result);
+static void fail_queue(redis_conn *k, int result) {
+  while (k->queue.head) {
+    redis_cmd *c = k->queue.head;
+    redis_list_remove(&k->queue, c);
+    cmd_fail(k->node->r, c, result);
   }
 }
 
@@ -143,19 +155,23 @@ redis_node *redis_node_get(redis *r, const char *host, int port) {
   redis_node **nodes = realloc(r->nodes, (r->nnodes + 1u) * sizeof(*nodes));
   if (!nodes) return NULL;
   r->nodes = nodes;
-  redis_node *n = calloc(1, sizeof(*n));
+  uint16_t nconns = (uint16_t)r->cfg.connections;
+  redis_node *n = calloc(1, sizeof(*n) + nconns * sizeof(n->conns[0]));
   if (!n) return NULL;
   n->r = r;
   n->id = r->nnodes;
   snprintf(n->addr.host, sizeof(n->addr.host), "%s", host);
   n->addr.port = port;
-  n->drop_result = KVA_EIO;
+  n->nconns = nconns;
+  for (uint16_t i = 0; i < nconns; i++)
+    n->conns[i] = (redis_conn){.node = n, .idx = i, .drop_result = KVA_EIO};
   r->nodes[r->nnodes++] = n;
   return n;
 }
 
-static uint64_t fd_tag(const redis_node *n) {
-  return (uint64_t)n->gen << 16 | n->id;
+/* gen | connection | node: an event of a closed connection is told apart. */
+static uint64_t fd_tag(const redis_conn *k) {
+  return (uint64_t)k->gen << 32 | (uint64_t)k->idx << 16 | k->node->id;
 }
 
 /* The next dial waits: 50 ms after an outage begins, doubling to 2 s. */
@@ -182,15 +198,16 @@ static void lost(redis_node *n, const char *why) {
  * backs off at once, so a hung or refusing server is not hammered. In
  * cluster mode a lost node may mean a failover: the map is read again. */
 static void ev_cleanup(void *privdata) {
-  redis_node *n = privdata;
-  redisAsyncContext *ac = n->ac;
+  redis_conn *k = privdata;
+  redis_node *n = k->node;
+  redisAsyncContext *ac = k->ac;
   if (!ac) return;
-  bool clean = (ac->c.flags & REDIS_CONNECTED) && !n->reason;
-  if (n->watched) kva_unwatch_fd(n->r->self, ac->c.fd);
-  n->watched = false;
-  if (n->drop_result != KVA_ESHUTDOWN) lost(n, n->reason ? n->reason : ac->errstr);
-  n->ac = NULL;
-  n->kill = false;
+  bool clean = (ac->c.flags & REDIS_CONNECTED) && !k->reason;
+  if (k->watched) kva_unwatch_fd(n->r->self, ac->c.fd);
+  k->watched = false;
+  if (k->drop_result != KVA_ESHUTDOWN) lost(n, k->reason ? k->reason : ac->errstr);
+  k->ac = NULL;
+  k->kill = false;
   n->r->map_stale = n->r->cfg.cluster;
   if (clean)
     n->retry_at = 0;
@@ -203,7 +220,7 @@ static void ev_noop(void *privdata) {
 }
 
 static void on_connect(const redisAsyncContext *ac, int status) {
-  redis_node *n = ac->data;
+  redis_node *n = ((redis_conn *)ac->data)->node;
   if (status != REDIS_OK) return; /* hiredis frees it: ev_cleanup */
   n->backoff_ns = 0;
   if (n->warned)
@@ -213,24 +230,26 @@ static void on_connect(const redisAsyncContext *ac, int status) {
 }
 
 static void on_auth(redisAsyncContext *ac, void *reply, void *privdata) {
-  redis_node *n = privdata;
+  redis_conn *k = privdata;
+  const redis_node *n = k->node;
   const redisReply *rep = reply;
   if (!rep || rep->type != REDIS_REPLY_ERROR) return;
   kva_log(KVA_LOG_ERROR, "%s: redis %s:%d: AUTH refused: %s", n->r->cfg.name, n->addr.host,
           n->addr.port, rep->str);
-  n->kill = true; /* the commands behind it fail with NOAUTH; then the pump drops it */
+  k->kill = true; /* the commands behind it fail with NOAUTH; then the pump drops it */
 }
 
-static void hooks(redisAsyncContext *ac, redis_node *n) {
-  ac->data = n;
-  ac->ev.data = n;
+static void hooks(redisAsyncContext *ac, redis_conn *k) {
+  ac->data = k;
+  ac->ev.data = k;
   ac->ev.addRead = ac->ev.delRead = ac->ev.addWrite = ac->ev.delWrite = ev_noop;
   ac->ev.cleanup = ev_cleanup;
 }
 
 /* A non-blocking dial; AUTH goes first in the pipeline. False when it
  * failed at once (the back-off has started). */
-static bool dial(redis_node *n) {
+static bool dial(redis_conn *k) {
+  redis_node *n = k->node;
   redis *r = n->r;
   redisAsyncContext *ac = redisAsyncConnect(n->addr.host, n->addr.port);
   if (!ac || ac->err) {
@@ -239,31 +258,31 @@ static bool dial(redis_node *n) {
     backoff(n);
     return false;
   }
-  n->ac = ac;
-  n->gen++;
-  n->reason = NULL;
-  hooks(ac, n);
-  if (!r->det && kva_watch_fd(r->self, ac->c.fd, WATCH_EVENTS, fd_tag(n)) != KVA_OK) {
-    redis_node_drop(n, KVA_EIO, "cannot watch the socket");
+  k->ac = ac;
+  k->gen++;
+  k->reason = NULL;
+  hooks(ac, k);
+  if (!r->det && kva_watch_fd(r->self, ac->c.fd, WATCH_EVENTS, fd_tag(k)) != KVA_OK) {
+    redis_conn_drop(k, KVA_EIO, "cannot watch the socket");
     return false;
   }
-  n->watched = !r->det;
+  k->watched = !r->det;
   redisAsyncSetConnectCallback(ac, on_connect);
   const char *argv[3];
   size_t lens[3];
   int argc = redis_auth_argv(&r->cfg, argv, lens);
-  if (argc) redisAsyncCommandArgv(ac, on_auth, n, argc, argv, lens);
+  if (argc) redisAsyncCommandArgv(ac, on_auth, k, argc, argv, lens);
   return true;
 }
 
-/* Drops n's connection: every command on it fails with `result`. */
-static void redis_node_drop(redis_node *n, int result, const char *reason) {
-  if (!n->ac) return;
-  n->drop_result = result;
-  n->reason = reason;
-  redisAsyncFree(n->ac); /* callbacks with NULL replies, then ev_cleanup */
-  n->drop_result = KVA_EIO;
-  n->reason = NULL;
+/* Drops k: every command on it fails with `result`. */
+static void redis_conn_drop(redis_conn *k, int result, const char *reason) {
+  if (!k->ac) return;
+  k->drop_result = result;
+  k->reason = reason;
+  redisAsyncFree(k->ac); /* callbacks with NULL replies, then ev_cleanup */
+  k->drop_result = KVA_EIO;
+  k->reason = NULL;
 }
 
 /* ---- reading and writing ------------------------------------------------ */
@@ -279,83 +298,90 @@ static bool connected(const redisAsyncContext *ac) {
 
 /* Until the socket is empty; once more after a hang-up, so hiredis sees
  * the end of the stream and fails what is pending. */
-static void read_all(redis_node *n, bool hup) {
-  redisAsyncContext *ac = n->ac;
+static void read_all(redis_conn *k, bool hup) {
+  redisAsyncContext *ac = k->ac;
   do {
     redisAsyncHandleRead(ac);
-  } while (n->ac == ac && readable(ac->c.fd) > 0);
-  if (n->ac == ac && hup) redisAsyncHandleRead(ac);
-  if (n->ac == ac && hup) redis_node_drop(n, KVA_EIO, "connection closed");
+  } while (k->ac == ac && readable(ac->c.fd) > 0);
+  if (k->ac == ac && hup) redisAsyncHandleRead(ac);
+  if (k->ac == ac && hup) redis_conn_drop(k, KVA_EIO, "connection closed");
 }
 
 /* Until hiredis's buffer is empty or the kernel takes nothing more. */
-static void write_all(redis_node *n) {
-  redisAsyncContext *ac = n->ac;
+static void write_all(redis_conn *k) {
+  redisAsyncContext *ac = k->ac;
   for (;;) {
     bool was = connected(ac);
     size_t before = sdslen(ac->c.obuf);
     if (was && before == 0) return;
     redisAsyncHandleWrite(ac); /* completes a dial first */
-    if (n->ac != ac || !connected(ac)) return;
+    if (k->ac != ac || !connected(ac)) return;
     size_t after = sdslen(ac->c.obuf);
     if (after == 0 || (was && after == before)) return;
   }
 }
 
-static void on_events(redis_node *n, uint32_t events) {
-  if (!n->ac) return;
-  if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) write_all(n);
-  if (n->ac && (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)))
-    read_all(n, (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0);
+static void on_events(redis_conn *k, uint32_t events) {
+  if (!k->ac) return;
+  if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) write_all(k);
+  if (k->ac && (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)))
+    read_all(k, (events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0);
 }
 
 void redis_on_fd(redis *r, const kva_msg *msg) {
   kva_fd_event ev;
   if (msg->len != sizeof(ev)) return;
   memcpy(&ev, msg->data, sizeof(ev));
-  uint16_t id = (uint16_t)(msg->tag & 0xffff);
-  if (id >= r->nnodes) return;
-  redis_node *n = r->nodes[id];
-  if (n->ac && fd_tag(n) == msg->tag) on_events(n, ev.events);
+  uint16_t id = (uint16_t)(msg->tag & 0xffff), idx = (uint16_t)(msg->tag >> 16 & 0xffff);
+  if (id >= r->nnodes || idx >= r->nodes[id]->nconns) return;
+  redis_conn *k = &r->nodes[id]->conns[idx];
+  if (k->ac && fd_tag(k) == msg->tag) on_events(k, ev.events);
+}
+
+redis_conn *redis_node_connected(redis_node *n) {
+  for (uint16_t i = 0; i < n->nconns; i++)
+    if (n->conns[i].ac && connected(n->conns[i].ac)) return &n->conns[i];
+  return NULL;
 }
 
 /* ---- the pipeline ------------------------------------------------------- */
 
-/* Whether the head of the queue may go now: up to `pipeline` commands and
+/* Whether the head of k's queue may go now: up to `pipeline` commands and
  * REDIS_FLIGHT_BYTES of values in flight (always at least one). */
-static bool room(const redis *r, const redis_node *n) {
-  const redis_cmd *c = n->queue.head;
-  return c && n->flight.n < r->cfg.pipeline &&
-         (n->flight.n == 0 || n->flight_bytes + c->bytes <= REDIS_FLIGHT_BYTES);
+static bool room(const redis *r, const redis_conn *k) {
+  const redis_cmd *c = k->queue.head;
+  return c && k->flight.n < r->cfg.pipeline &&
+         (k->flight.n == 0 || k->flight_bytes + c->bytes <= REDIS_FLIGHT_BYTES);
 }
 
-static void hand_off(redis *r, redis_node *n, uint64_t now) {
-  while (n->ac && room(r, n)) {
-    redis_cmd *c = n->queue.head;
-    redis_list_remove(&n->queue, c);
-    if (!redis_cmd_send(r, n, c)) {
+static void hand_off(redis *r, redis_conn *k, uint64_t now) {
+  while (k->ac && room(r, k)) {
+    redis_cmd *c = k->queue.head;
+    redis_list_remove(&k->queue, c);
+    if (!redis_cmd_send(r, k, c)) {
       cmd_fail(r, c, KVA_EIO);
       continue;
     }
     c->deadline = now + r->cfg.timeout_ns;
-    redis_list_push(&n->flight, c);
-    n->flight_bytes += c->bytes;
+    redis_list_push(&k->flight, c);
+    k->flight_bytes += c->bytes;
   }
 }
 
-static void pump_node(redis *r, redis_node *n, uint64_t now) {
-  if (n->kill) redis_node_drop(n, KVA_EIO, "AUTH refused");
-  if (n->queue.n && !n->ac && (now < n->retry_at || !dial(n))) {
-    fail_queue(n, KVA_EIO); /* in back-off: fail fast rather than wait */
+static void pump_conn(redis *r, redis_conn *k, uint64_t now) {
+  if (k->kill) redis_conn_drop(k, KVA_EIO, "AUTH refused");
+  if (k->queue.n && !k->ac && (now < k->node->retry_at || !dial(k))) {
+    fail_queue(k, KVA_EIO); /* in back-off: fail fast rather than wait */
     return;
   }
-  hand_off(r, n, now);
-  if (n->ac && connected(n->ac)) write_all(n);
+  hand_off(r, k, now);
+  if (k->ac && connected(k->ac)) write_all(k);
 }
 
 static bool busy(const redis *r) {
   for (uint16_t i = 0; i < r->nnodes; i++)
-    if (r->nodes[i]->flight.n || r->nodes[i]->queue.n) return true;
+    for (uint16_t j = 0; j < r->nodes[i]->nconns; j++)
+      if (r->nodes[i]->conns[j].flight.n || r->nodes[i]->conns[j].queue.n) return true;
   return false;
 }
 
@@ -363,9 +389,8 @@ static bool busy(const redis *r) {
  * (the next MOVED would do it too, but a failed master sends none). */
 static void refresh_stale_map(redis *r) {
   for (uint16_t i = 0; r->map_stale && !r->refreshing && i < r->nnodes; i++) {
-    redis_node *n = r->nodes[i];
-    if (!n->ac || !connected(n->ac)) continue;
-    redis_slots_refresh(r, n);
+    if (!redis_node_connected(r->nodes[i])) continue;
+    redis_slots_refresh(r, r->nodes[i]);
     r->map_stale = false;
   }
 }
@@ -374,44 +399,57 @@ static void pump_all(redis *r) {
   uint64_t now = redis_now();
   refresh_stale_map(r);
   /* a node may be added (a redirect) while we go: re-read nnodes */
-  for (uint16_t i = 0; i < r->nnodes; i++) pump_node(r, r->nodes[i], now);
+  for (uint16_t i = 0; i < r->nnodes; i++)
+    for (uint16_t j = 0; j < r->nodes[i]->nconns; j++) pump_conn(r, &r->nodes[i]->conns[j], now);
 }
 
 static void expire(redis *r, uint64_t now) {
-  for (uint16_t i = 0; i < r->nnodes; i++) {
-    redis_node *n = r->nodes[i];
-    if (n->ac && n->flight.head && n->flight.head->deadline <= now)
-      redis_node_drop(n, KVA_ETIMEDOUT, "no reply within timeout_ms: connection dropped");
-  }
+  for (uint16_t i = 0; i < r->nnodes; i++)
+    for (uint16_t j = 0; j < r->nodes[i]->nconns; j++) {
+      redis_conn *k = &r->nodes[i]->conns[j];
+      if (k->ac && k->flight.head && k->flight.head->deadline <= now)
+        redis_conn_drop(k, KVA_ETIMEDOUT, "no reply within timeout_ms: connection dropped");
+    }
 }
 
 void redis_on_tick(redis *r) {
   expire(r, redis_now());
 }
 
+#define DET_FDS 256 /* deterministic mode polls this many connections at most */
+
+/* The pollfds of the open connections (at most DET_FDS); *first is the
+ * earliest deadline in flight. */
+static nfds_t det_fds(redis *r, struct pollfd *pf, redis_conn **conns, uint64_t *first) {
+  nfds_t k = 0;
+  *first = UINT64_MAX;
+  for (uint16_t i = 0; i < r->nnodes; i++)
+    for (uint16_t j = 0; j < r->nodes[i]->nconns && k < DET_FDS; j++) {
+      redis_conn *c = &r->nodes[i]->conns[j];
+      if (!c->ac) continue;
+      bool out = !connected(c->ac) || sdslen(c->ac->c.obuf) > 0;
+      pf[k] = (struct pollfd){.fd = c->ac->c.fd, .events = (short)(POLLIN | (out ? POLLOUT : 0))};
+      conns[k++] = c;
+      if (c->flight.head && c->flight.head->deadline < *first) *first = c->flight.head->deadline;
+    }
+  return k;
+}
+
 /* Deterministic mode: poll the sockets until nothing is queued or in
  * flight (each round expires what is past its deadline). */
 static void det_wait(redis *r) {
-  struct pollfd pf[64];
-  uint16_t ids[64];
+  struct pollfd pf[DET_FDS];
+  redis_conn *conns[DET_FDS];
   while (busy(r)) {
-    nfds_t k = 0;
-    uint64_t now = redis_now(), first = UINT64_MAX;
-    for (uint16_t i = 0; i < r->nnodes && k < 64; i++) {
-      redis_node *n = r->nodes[i];
-      if (!n->ac) continue;
-      bool out = !connected(n->ac) || sdslen(n->ac->c.obuf) > 0;
-      pf[k] = (struct pollfd){.fd = n->ac->c.fd, .events = (short)(POLLIN | (out ? POLLOUT : 0))};
-      ids[k++] = i;
-      if (n->flight.head && n->flight.head->deadline < first) first = n->flight.head->deadline;
-    }
+    uint64_t now = redis_now(), first;
+    nfds_t k = det_fds(r, pf, conns, &first);
     int ms = first == UINT64_MAX ? 10 : first <= now ? 0 : (int)((first - now) / 1000000 + 1);
     if (poll(pf, k, ms) > 0)
       for (nfds_t j = 0; j < k; j++) {
         uint32_t ev =
             (pf[j].revents & POLLIN ? EPOLLIN : 0) | (pf[j].revents & POLLOUT ? EPOLLOUT : 0) |
             (pf[j].revents & POLLERR ? EPOLLERR : 0) | (pf[j].revents & POLLHUP ? EPOLLHUP : 0);
-        if (ev) on_events(r->nodes[ids[j]], ev);
+        if (ev) on_events(conns[j], ev);
       }
     expire(r, redis_now());
     pump_all(r);
@@ -426,10 +464,11 @@ void redis_pump(redis *r) {
 /* ---- stop --------------------------------------------------------------- */
 
 void redis_nodes_close(redis *r, int result) {
-  for (uint16_t i = 0; i < r->nnodes; i++) {
-    redis_node_drop(r->nodes[i], result, NULL);
-    fail_queue(r->nodes[i], result);
-  }
+  for (uint16_t i = 0; i < r->nnodes; i++)
+    for (uint16_t j = 0; j < r->nodes[i]->nconns; j++) {
+      redis_conn_drop(&r->nodes[i]->conns[j], result, NULL);
+      fail_queue(&r->nodes[i]->conns[j], result);
+    }
 }
 
 void redis_nodes_free(redis *r) {

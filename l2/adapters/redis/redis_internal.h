@@ -5,8 +5,9 @@
  *                    UNLOCK, stop, spawn
  *   redis_ops.c      requests as commands: EXISTS / SET / GET, their
  *                    replies, value verification, redirects
- *   redis_conn.c     node connections: hiredis event hooks, reads and
- *                    writes, the pipeline, timeouts, back-off
+ *   redis_conn.c     node connections (`connections` per node, a key
+ *                    always on the same one): hiredis event hooks, reads
+ *                    and writes, the pipeline, timeouts, back-off
  *   redis_cluster.c  hash slots (CRC16), the slot map, MOVED / ASK
  *   redis_start.c    config, and the synchronous check at start (AUTH)
  *   redis_locks.c    client-side lookup lock counts
@@ -30,10 +31,14 @@
 #define REDIS_MAX_NODES 1024u
 #define REDIS_MAX_SEEDS 16u
 #define REDIS_HOST_MAX 256u
-#define REDIS_KEY_MAX 512u             /* namespace + ':' + the printed key */
-#define REDIS_NS_MAX 256u              /* namespace bytes */
-#define REDIS_MAX_REDIRECTS 5u         /* MOVED / ASK hops of one command */
-#define REDIS_FLIGHT_BYTES (64u << 20) /* value bytes in flight per node (at least one command) */
+#define REDIS_KEY_MAX 512u     /* namespace + ':' + the printed key */
+#define REDIS_NS_MAX 256u      /* namespace bytes */
+#define REDIS_MAX_REDIRECTS 5u /* MOVED / ASK hops of one command */
+/* Value bytes in flight per connection (at least one command): hiredis
+ * moves what is left of its output buffer to the front after every partial
+ * write, so a deep buffer of big values costs a memmove per write; a few
+ * MiB per connection, with several connections, keeps the server busy. */
+#define REDIS_FLIGHT_BYTES (2u << 20)
 #define REDIS_BACKOFF_MIN_NS 50000000ull
 #define REDIS_BACKOFF_MAX_NS 2000000000ull
 
@@ -49,7 +54,8 @@ typedef struct redis_cfg {
   bool cluster;
   char username[REDIS_HOST_MAX], password[REDIS_HOST_MAX];
   char ns[REDIS_NS_MAX + 1];
-  uint32_t pipeline;
+  uint32_t pipeline;    /* commands in flight per connection */
+  uint32_t connections; /* connections per node */
   uint64_t timeout_ns;
   uint64_t capacity;
 } redis_cfg;
@@ -57,7 +63,7 @@ typedef struct redis_cfg {
 enum { CMD_EXISTS = 0, CMD_SET = 1, CMD_GET = 2 };
 
 struct redis_task;
-struct redis_node;
+struct redis_conn;
 
 /* One command of a task (one key). Pooled. */
 typedef struct redis_cmd {
@@ -68,7 +74,7 @@ typedef struct redis_cmd {
   bool asking;             /* an ASK redirect: ASKING goes first */
   uint64_t deadline;       /* set when handed to hiredis */
   uint64_t bytes;          /* value bytes it moves (pipeline accounting) */
-  struct redis_node *node; /* where it is queued or in flight */
+  struct redis_conn *conn; /* where it is queued or in flight */
   struct redis_cmd *prev, *next;
 } redis_cmd;
 
@@ -90,11 +96,13 @@ typedef struct redis_task {
   struct redis_task *prev, *next; /* live list, or the free list */
 } redis_task;
 
-/* One server. Never freed before the adapter stops. */
-typedef struct redis_node {
-  struct redis *r;
-  uint16_t id;
-  redis_addr addr;
+/* One connection of a node: a hiredis async context and its commands.
+ * Every command of a key goes to the same connection of its node (the
+ * key's hash picks it), so a key's commands are sent and answered in the
+ * order they were queued. */
+typedef struct redis_conn {
+  struct redis_node *node;
+  uint16_t idx;          /* in node->conns */
   redisAsyncContext *ac; /* NULL: no connection */
   uint32_t gen;          /* bumped per connection: a stale fd event is told apart */
   bool watched;          /* its fd is watched by the poller */
@@ -102,11 +110,21 @@ typedef struct redis_node {
   redis_list queue;      /* waiting for a pipeline slot, in order */
   redis_list flight;     /* handed to hiredis, oldest first */
   uint64_t flight_bytes;
+  bool kill;          /* AUTH was refused: dropped at the next pump */
+  const char *reason; /* why we drop it (NULL: hiredis's own error) */
+} redis_conn;
+
+/* One server. Never freed before the adapter stops. Its outage state
+ * (back-off, the warning) is the server's, shared by its connections. */
+typedef struct redis_node {
+  struct redis *r;
+  uint16_t id;
+  redis_addr addr;
   uint64_t retry_at;   /* back-off: not dialled before (CLOCK_MONOTONIC ns) */
   uint64_t backoff_ns; /* the next back-off; 0 after a connect that worked */
   bool warned;         /* this outage was logged */
-  bool kill;           /* AUTH was refused: dropped at the next pump */
-  const char *reason;  /* why we drop it (NULL: hiredis's own error) */
+  uint16_t nconns;     /* cfg.connections */
+  redis_conn conns[];
 } redis_node;
 
 typedef struct redis_lock_entry {
@@ -153,14 +171,17 @@ void redis_task_step(redis *r, redis_task *t, int result);
 /* Commands of a request, queued on their nodes; false when out of memory
  * (then nothing was queued). */
 bool redis_task_start(redis *r, redis_task *t);
-/* Hands c to hiredis on its node; false when hiredis refused it. */
-bool redis_cmd_send(redis *r, redis_node *n, redis_cmd *c);
+/* Hands c to hiredis on its connection; false when hiredis refused it. */
+bool redis_cmd_send(redis *r, redis_conn *k, redis_cmd *c);
 
 /* redis_conn.c */
 redis_node *redis_node_get(redis *r, const char *host, int port); /* NULL when full / ENOMEM */
+/* Queues c on the connection of n that its key always uses. */
 void redis_node_enqueue(redis_node *n, redis_cmd *c);
-/* A command left its node's flight list (answered or failed). */
-void redis_flight_done(redis_node *n, redis_cmd *c);
+/* A command left its connection's flight list (answered or failed). */
+void redis_flight_done(redis_conn *k, redis_cmd *c);
+/* A connection of n that is up, or NULL. */
+redis_conn *redis_node_connected(redis_node *n);
 /* After every message: connects, hands queued commands to hiredis up to
  * the pipeline, writes; fails what cannot go (back-off). Deterministic
  * mode waits here until nothing is in flight. */

@@ -92,7 +92,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 /* SET key [header][payload], formatted here so the payload is copied once
  * on its way into hiredis's buffer. */
-static bool send_set(redis *r, redis_node *n, redis_cmd *c, const char *key, size_t klen) {
+static bool send_set(redis *r, redis_conn *k, redis_cmd *c, const char *key, size_t klen) {
   const redis_task *t = c->task;
   const kva_buf *b = &t->req->bufs[c->key];
   char head[128];
@@ -110,18 +110,18 @@ static bool send_set(redis *r, redis_node *n, redis_cmd *c, const char *key, siz
   memcpy(p += ml, &h, REDIS_VALUE_HDR);
   memcpy(p += REDIS_VALUE_HDR, b->ptr, b->len);
   memcpy(p + b->len, "\r\n", 2);
-  return redisAsyncFormattedCommand(n->ac, on_reply, c, r->scratch, total) == REDIS_OK;
+  return redisAsyncFormattedCommand(k->ac, on_reply, c, r->scratch, total) == REDIS_OK;
 }
 
-bool redis_cmd_send(redis *r, redis_node *n, redis_cmd *c) {
+bool redis_cmd_send(redis *r, redis_conn *k, redis_cmd *c) {
   char key[REDIS_KEY_MAX];
   size_t klen = redis_key(r, &c->task->req->keys[c->key], key);
-  if (c->asking && redisAsyncCommand(n->ac, NULL, NULL, "ASKING") != REDIS_OK) return false;
+  if (c->asking && redisAsyncCommand(k->ac, NULL, NULL, "ASKING") != REDIS_OK) return false;
   c->asking = false;
-  if (c->kind == CMD_SET) return send_set(r, n, c, key, klen);
+  if (c->kind == CMD_SET) return send_set(r, k, c, key, klen);
   const char *argv[2] = {c->kind == CMD_GET ? "GET" : "EXISTS", key};
   size_t lens[2] = {strlen(argv[0]), klen};
-  return redisAsyncCommandArgv(n->ac, on_reply, c, 2, argv, lens) == REDIS_OK;
+  return redisAsyncCommandArgv(k->ac, on_reply, c, 2, argv, lens) == REDIS_OK;
 }
 
 /* ---- replies ------------------------------------------------------------ */
@@ -218,12 +218,13 @@ static bool redirect(redis *r, redis_node *n, redis_cmd *c, const redisReply *re
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
   redis_cmd *c = privdata;
-  redis_node *n = c->node;
+  redis_conn *k = c->conn;
+  redis_node *n = k->node;
   redis *r = n->r;
   const redisReply *rep = reply;
-  redis_flight_done(n, c);
+  redis_flight_done(k, c);
   if (!rep) {
-    finish(r, c, n->drop_result);
+    finish(r, c, k->drop_result);
   } else if (rep->type == REDIS_REPLY_ERROR) {
     if (!redirect(r, n, c, rep)) finish(r, c, got_error(r, n, c, rep));
   } else if (c->kind == CMD_GET) {

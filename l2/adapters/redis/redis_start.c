@@ -59,7 +59,7 @@ static const char *read_str(const kva_config_node *cfg, const char *key, char *o
  * username needs a password). */
 const char *redis_read_config(redis_cfg *c, const kva_config_node *cfg) {
   const char *name = "";
-  uint64_t pipeline = 0, timeout_ms = 0;
+  uint64_t pipeline = 0, connections = 0, timeout_ms = 0;
   int cluster = 0;
   *c = (redis_cfg){0};
   if (!cfg && !(cfg = kva_config_node_default("redis"))) return "redis: out of memory";
@@ -73,9 +73,11 @@ const char *redis_read_config(redis_cfg *c, const kva_config_node *cfg) {
   if (read_str(cfg, "password", c->password, sizeof(c->password))) return "password: too long";
   if (read_str(cfg, "namespace", c->ns, sizeof(c->ns))) return "namespace: longer than 256 bytes";
   kva_config_node_u64(cfg, "pipeline", &pipeline);
+  kva_config_node_u64(cfg, "connections", &connections);
   kva_config_node_u64(cfg, "timeout_ms", &timeout_ms);
   kva_config_node_u64(cfg, "capacity_bytes", &c->capacity);
   c->pipeline = (uint32_t)pipeline;
+  c->connections = (uint32_t)connections;
   c->timeout_ns = timeout_ms * 1000000ull;
   if (c->username[0] && !c->password[0]) return "username: set without a password";
   if (!c->cluster && c->nseeds > 1)
