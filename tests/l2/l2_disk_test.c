@@ -250,8 +250,8 @@ END_TEST
 /* ---- the I/O engine (a pipe never answers unless written to) -------------- */
 
 typedef struct io_seen {
-  int res[8];
-  intptr_t who[8];
+  int res[32];
+  intptr_t who[32];
   int n;
 } io_seen;
 
@@ -310,6 +310,51 @@ START_TEST(ios_beyond_the_depth_wait_in_order_without_blocking) {
 }
 END_TEST
 
+/* Reads queued behind a store batch's payload writes go into the kernel
+ * first, and the writes take a quarter of the depth while reads are
+ * there; with no read left, the writes get the whole depth again. */
+START_TEST(reads_go_first_and_writes_keep_a_share_of_the_depth) {
+  char path[] = "/tmp/kva-disk-io-XXXXXX", err[256];
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  unlink(path);
+  static char buf[12][4096];
+  ck_assert_int_eq(pwrite(fd, buf[0], sizeof(buf[0]), 0), (ssize_t)sizeof(buf[0]));
+  disk_io io;
+  io_seen seen = {.n = 0};
+  ck_assert_int_eq(disk_io_init(&io, fd, 8, 5000, io_done, &seen, err, sizeof(err)), KVA_OK);
+  disk_op op[12];
+  for (int i = 0; i < 12; i++) { /* 9 payload writes, then 3 reads */
+    op[i] = (disk_op){.write = i < 9,
+                      .off = 4096 * (uint64_t)(i < 9 ? i + 1 : 0),
+                      .iov = {{buf[i], 4096}},
+                      .niov = 1,
+                      .ctx = (void *)(intptr_t)i};
+    disk_io_queue(&io, &op[i]);
+  }
+  ck_assert_int_eq(disk_io_submit(&io), KVA_OK);
+  ck_assert_uint_eq(io.inflight_reads, 3);
+  ck_assert_uint_eq(io.inflight_writes, 8 / DISK_IO_WRITE_SHARE);
+  ck_assert_uint_eq(io.npend, 9 - 8 / DISK_IO_WRITE_SHARE);
+  while (disk_io_busy(&io)) disk_io_wait(&io);
+  ck_assert_int_eq(seen.n, 12);
+  for (int i = 0; i < 12; i++) ck_assert_int_eq(seen.res[i], 0);
+  for (int i = 0; i < 8; i++) { /* writes alone: the whole depth */
+    op[i] = (disk_op){.write = true,
+                      .off = 4096 * (uint64_t)(i + 1),
+                      .iov = {{buf[i], 4096}},
+                      .niov = 1,
+                      .ctx = (void *)(intptr_t)i};
+    disk_io_queue(&io, &op[i]);
+  }
+  ck_assert_int_eq(disk_io_submit(&io), KVA_OK);
+  ck_assert_uint_eq(io.inflight_writes, 8);
+  while (disk_io_busy(&io)) disk_io_wait(&io);
+  disk_io_destroy(&io);
+  close(fd);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *su = suite_create("l2_disk");
   TCase *tc = tcase_create("disk");
@@ -327,6 +372,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, read_errors_bypass_the_tier);
   tcase_add_test(tc, an_io_past_its_deadline_completes_timed_out);
   tcase_add_test(tc, ios_beyond_the_depth_wait_in_order_without_blocking);
+  tcase_add_test(tc, reads_go_first_and_writes_keep_a_share_of_the_depth);
   suite_add_tcase(su, tc);
   return su;
 }

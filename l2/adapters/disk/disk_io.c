@@ -56,24 +56,31 @@ void disk_io_destroy(disk_io *io) {
   io->efd = -1;
 }
 
+/* Payload writes wait in pend[1], reads and header blocks in pend[0]. */
+static int pend_class(const disk_op *op) {
+  return op->write && !op->small;
+}
+
 void disk_io_queue(disk_io *io, disk_op *op) {
+  int c = pend_class(op);
   op->next = NULL;
-  if (io->pend_tail)
-    io->pend_tail->next = op;
+  if (io->pend[c].tail)
+    io->pend[c].tail->next = op;
   else
-    io->pend_head = op;
-  io->pend_tail = op;
+    io->pend[c].head = op;
+  io->pend[c].tail = op;
   io->npend++;
 }
 
 void disk_io_queue_front(disk_io *io, disk_op *op) {
-  op->next = io->pend_head;
-  io->pend_head = op;
-  if (!io->pend_tail) io->pend_tail = op;
+  int c = pend_class(op);
+  op->next = io->pend[c].head;
+  io->pend[c].head = op;
+  if (!io->pend[c].tail) io->pend[c].tail = op;
   io->npend++;
 }
 
-/* Two SQEs for the head of the FIFO; false when the ring has no room. */
+/* Two SQEs for op; false when the ring has no room. */
 static bool prep_one(disk_io *io, disk_op *op) {
   if (io_uring_sq_space_left(&io->ring) < 2) return false;
   struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
@@ -89,20 +96,40 @@ static bool prep_one(disk_io *io, disk_op *op) {
   return true;
 }
 
+/* Whether the head of pend[c] may go into the kernel now. */
+static bool may_start(const disk_io *io, int c) {
+  const disk_op *op = io->pend[c].head;
+  if (!op) return false;
+  if (op->small) return io->inflight_small < io->depth;
+  if (io->inflight >= io->depth) return false;
+  if (c == 0 || (!io->pend[0].head && !io->inflight_reads)) return true;
+  unsigned share = io->depth / DISK_IO_WRITE_SHARE;
+  return io->inflight_writes < (share ? share : 1);
+}
+
+static void count_start(disk_io *io, const disk_op *op, int delta) {
+  if (op->small) {
+    io->inflight_small += (unsigned)delta;
+    return;
+  }
+  io->inflight += (unsigned)delta;
+  if (op->write)
+    io->inflight_writes += (unsigned)delta;
+  else
+    io->inflight_reads += (unsigned)delta;
+}
+
 int disk_io_submit(disk_io *io) {
   unsigned added = 0;
-  while (io->pend_head && (io->pend_head->small ? io->inflight_small : io->inflight) < io->depth &&
-         prep_one(io, io->pend_head)) {
-    disk_op *op = io->pend_head;
-    io->pend_head = op->next;
-    if (!io->pend_head) io->pend_tail = NULL;
-    io->npend--;
-    if (op->small)
-      io->inflight_small++;
-    else
-      io->inflight++;
-    added++;
-  }
+  for (int c = 0; c < 2; c++)
+    while (may_start(io, c) && prep_one(io, io->pend[c].head)) {
+      disk_op *op = io->pend[c].head;
+      io->pend[c].head = op->next;
+      if (!io->pend[c].head) io->pend[c].tail = NULL;
+      io->npend--;
+      count_start(io, op, 1);
+      added++;
+    }
   if (!added && !io_uring_sq_ready(&io->ring)) return KVA_OK;
   /* SQEs the kernel did not take stay in the ring for the next call */
   int rc = io_uring_submit(&io->ring);
@@ -134,10 +161,7 @@ static unsigned take_cqes(disk_io *io, disk_op **done) {
     int res = cqe->res;
     io_uring_cqe_seen(&io->ring, cqe);
     if (!op) continue; /* a link timeout's own CQE */
-    if (op->small)
-      io->inflight_small--;
-    else
-      io->inflight--;
+    count_start(io, op, -1);
     op->res = op_result(op, res);
     done[n++] = op;
   }

@@ -5,9 +5,19 @@
  * buffers for what O_DIRECT cannot take straight from L1 memory.
  *
  * Never blocks on submission: at most `depth` operations are in the
- * kernel, later ones wait in a FIFO inside disk_io and go in as
- * completions make room. The only blocking call is disk_io_wait, for
- * on_stop and deterministic mode.
+ * kernel, later ones wait inside disk_io and go in as completions make
+ * room. The only blocking call is disk_io_wait, for on_stop and
+ * deterministic mode.
+ *
+ * Reads go first: loads are what an engine waits for, stores are
+ * write-behind. Waiting operations sit in two FIFOs, reads and header
+ * blocks in one, payload writes in the other; the first is always drained
+ * first, and while reads are waiting or in the kernel at most
+ * DISK_IO_WRITE_SHARE of the depth (at least one) is payload writes, so a
+ * store batch cannot fill the device's queue ahead of a prefetch. Each
+ * FIFO keeps its order; a read and a write are never of the same slot at
+ * once (the index serves a slot only once its store is done, and never
+ * rewrites a slot being loaded), so their order between them is free.
  *
  * Fixed buffers (io_uring_register_buffers over the L1 pool) are not used:
  * the pool belongs to the L1 manager, a registration is limited to 1 GiB
@@ -26,7 +36,8 @@
 
 #include <liburing.h>
 
-#define DISK_IO_MAX_IOV 3 /* header block, L1 body, bounce tail */
+#define DISK_IO_MAX_IOV 3     /* header block, L1 body, bounce tail */
+#define DISK_IO_WRITE_SHARE 4 /* payload writes take 1/4 of the depth while reads wait */
 
 /* One read or write. The caller owns it and leaves it alone from
  * disk_io_queue until its completion callback. */
@@ -52,9 +63,13 @@ typedef struct disk_io {
   unsigned depth; /* operations in the kernel at most (and
                      as many small ones besides) */
   unsigned inflight_small;
-  unsigned inflight;              /* operations in the kernel now */
-  disk_op *pend_head, *pend_tail; /* waiting for room, in order */
-  unsigned npend;
+  unsigned inflight;        /* operations in the kernel now */
+  unsigned inflight_writes; /* of which payload writes */
+  unsigned inflight_reads;  /* of which reads */
+  struct {
+    disk_op *head, *tail;
+  } pend[2];      /* waiting for room, in order: [0] reads and headers, [1] payload writes */
+  unsigned npend; /* in both */
   struct __kernel_timespec timeout; /* copied by the kernel at submission */
   disk_io_done done;
   void *done_arg;
