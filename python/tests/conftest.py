@@ -11,6 +11,12 @@ def small_config(**extra):
     return kvact.Config(settings)
 
 
+def clean(sm):
+    """memcheck() once the store-behind to L2 is done (its copies hold read locks meanwhile)."""
+    sm.flush(timeout=10.0)
+    return sm.memcheck()
+
+
 @pytest.fixture
 def rt():
     with kvact.Runtime(small_config()) as runtime:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import kvact
+from conftest import clean
 
 KVACTD = os.environ.get("KVACT_KVACTD", os.path.join(os.path.dirname(__file__), "..", "..",
                                                      "bazel-bin", "tools", "kvactd"))
@@ -94,7 +95,7 @@ def test_one_process_writes_and_another_reads_the_same_bytes(daemon):
             assert all(torch.equal(o.tensor, src(i)) for i, o in enumerate(objs))
         assert sm.finish_read_prefetched(keys) == 4
         sm.flush(timeout=10.0)
-        assert sm.memcheck()
+        assert clean(sm)
 
 
 STORER = """
@@ -122,7 +123,7 @@ def test_a_paged_cache_stored_by_one_process_loads_bit_exact_in_another(daemon):
             for got, want in zip(token_kv(dst, "flash", int(b[t])),
                                  token_kv(src, "flash", int(a[t]))):
                 assert torch.equal(got, want)
-        assert rt.storage.memcheck()
+        assert clean(rt.storage)
 
 
 HOLDER = """

@@ -7,7 +7,7 @@ import time
 import torch
 
 import kvact
-from conftest import small_config
+from conftest import clean, small_config
 
 LAYOUT = kvact.MemoryLayoutDesc(shapes=[(64, 64)], dtypes=["float32"])
 LATENCY_S = 0.4
@@ -52,7 +52,7 @@ def test_prefetches_are_awaited_together_from_asyncio():
         assert hits == [2, 2, 2]
         for keys in groups:
             sm.finish_read_prefetched(keys)
-        assert sm.memcheck()
+        assert clean(sm)
 
 
 def test_a_thread_keeps_running_python_while_another_waits_in_kvact():
@@ -83,7 +83,7 @@ def test_a_thread_keeps_running_python_while_another_waits_in_kvact():
         lo, hi = span["start"] + LATENCY_S / 4, span["start"] + LATENCY_S * 3 / 4
         assert [s for s in stamps if lo < s < hi]
         sm.finish_read_prefetched(keys)
-        assert sm.memcheck()
+        assert clean(sm)
 
 
 def test_many_threads_write_and_read_their_own_keys_at_once(sm):
@@ -110,7 +110,7 @@ def test_many_threads_write_and_read_their_own_keys_at_once(sm):
         t.join()
     assert errors == []
     sm.flush(timeout=10.0)
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def test_one_handle_shared_by_threads_gives_each_the_result():
@@ -128,4 +128,4 @@ def test_one_handle_shared_by_threads_gives_each_the_result():
             t.join()
         assert results == [1, 1, 1, 1]
         sm.finish_read_prefetched(keys)
-        assert sm.memcheck()
+        assert clean(sm)

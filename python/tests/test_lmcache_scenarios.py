@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import kvact
-from conftest import small_config
+from conftest import clean, small_config
 
 SMALL = kvact.MemoryLayoutDesc(shapes=[(4, 256)], dtypes=["float32"])          # 4 KiB
 LARGE = kvact.MemoryLayoutDesc(shapes=[(1024, 2048)], dtypes=["float32"])      # 8 MiB
@@ -40,11 +40,11 @@ def test_a_batch_larger_than_l1_is_refused_whole_and_leaks_nothing(sm):
     keys = keys_of(3, "oom")  # 24 MiB against a 16 MiB L1
     assert sm.reserve_write(keys, LARGE) == {}
     st = sm.stats()
-    assert st["out_of_memory"] == 3 and st["l1_used_bytes"] == 0 and sm.memcheck()
+    assert st["out_of_memory"] == 3 and st["l1_used_bytes"] == 0 and clean(sm)
     assert len(sm.reserve_write(keys[:1], LARGE)) == 1  # what fits still fits
     sm.finish_write(keys[:1])
     sm.flush(timeout=5.0)  # the mock tier's store holds a read lock while it copies
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def test_a_full_l1_of_evictable_objects_makes_room_for_new_writes(sm):
@@ -56,7 +56,7 @@ def test_a_full_l1_of_evictable_objects_makes_room_for_new_writes(sm):
     assert len(sm.reserve_write(new, LARGE)) == 1  # evicts one of the finished ones
     sm.finish_write(new)
     sm.flush(timeout=5.0)
-    assert sm.stats()["evicted_on_demand"] >= 1 and sm.memcheck()
+    assert sm.stats()["evicted_on_demand"] >= 1 and clean(sm)
 
 
 def test_prefetch_stops_at_the_first_gap_and_leaves_the_rest_unlocked(sm):
@@ -69,7 +69,7 @@ def test_prefetch_stops_at_the_first_gap_and_leaves_the_rest_unlocked(sm):
     assert st["l1_read_locked"] == 2 and st["hits"] == 2 and st["misses"] == 3
     assert is_free(sm, keys[3]) and is_free(sm, keys[4])
     assert not is_free(sm, keys[0])
-    assert sm.finish_read_prefetched(keys[:2]) == 2 and sm.memcheck()
+    assert sm.finish_read_prefetched(keys[:2]) == 2 and clean(sm)
 
 
 def test_extra_readers_hold_one_plus_extra_locks(sm):
@@ -80,12 +80,13 @@ def test_extra_readers_hold_one_plus_extra_locks(sm):
     assert sm.delete(keys) == [5, 5]  # KVA_KEY_LOCKED: one reader left
     assert not sm.memcheck()
     assert sm.finish_read_prefetched(keys) == 2
-    assert sm.memcheck() and sm.delete(keys) == [0, 0]
+    assert clean(sm) and sm.delete(keys) == [0, 0]
 
 
 def test_each_reader_sees_the_bytes_while_another_still_holds_them(sm):
     keys = keys_of(3, "multi")
     write(sm, keys)
+    sm.flush(timeout=10.0)  # only the readers' locks from here on
     handles = [sm.submit_prefetch_task(keys, SMALL) for _ in range(3)]
     assert [h.wait(5.0) for h in handles] == [3, 3, 3]
     for reader in range(3):
@@ -107,7 +108,7 @@ def test_the_prefix_spans_l1_then_l2_and_is_served_byte_exact(sm):
     with sm.read_prefetched_results(keys, SMALL) as objs:
         assert all(torch.equal(o.tensor, fill(i)) for i, o in enumerate(objs))
     assert sm.finish_read_prefetched(keys) == 4
-    assert sm.tier_stats("mock0")["loaded_keys"] == 2 and sm.memcheck()
+    assert sm.tier_stats("mock0")["loaded_keys"] == 2 and clean(sm)
 
 
 def test_a_pinned_prefix_survives_clear_until_unpinned(sm):
@@ -116,7 +117,7 @@ def test_a_pinned_prefix_survives_clear_until_unpinned(sm):
     assert sm.lookup(keys, pin=True).tiers["L1"] == 2
     assert sm.clear() == 0 and sm.lookup(keys).tiers["L1"] == 2
     assert not sm.memcheck()
-    assert sm.unpin(keys) == 2 and sm.memcheck()
+    assert sm.unpin(keys) == 2 and clean(sm)
     assert sm.clear() == 2 and sm.lookup(keys).tiers["L1"] == 0
 
 
@@ -141,7 +142,7 @@ def test_freeze_and_bypass_keep_l2_out():
             sm.set_tier_bypass("L1", True)
         with pytest.raises(kvact.KvactError):
             sm.tier_stats("nosuchtier")
-        assert sm.memcheck()
+        assert clean(sm)
 
 
 def test_a_forced_delete_and_rewrite_never_serves_the_old_bytes(sm):
@@ -162,4 +163,4 @@ def test_a_forced_delete_and_rewrite_never_serves_the_old_bytes(sm):
     with sm.read_prefetched_results(key, SMALL) as objs:
         assert torch.equal(objs[0].tensor, torch.full((4, 256), 42.0))
     sm.finish_read_prefetched(key)
-    assert sm.memcheck()
+    assert clean(sm)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import kvact
+from conftest import clean
 
 LAYERS, BLOCKS, BLOCK, HEADS, DIM, CT = 3, 12, 8, 2, 16, 16
 
@@ -69,7 +70,7 @@ def test_store_then_load_into_other_slots_is_bit_exact(sm, fmt, dtype):
     for slot in set(range(BLOCKS * BLOCK)) - written:  # nothing else of dst changed
         for got, was in zip(token_kv(dst, fmt, slot), token_kv(untouched, fmt, slot)):
             assert torch.equal(got, was)
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def test_a_skipped_slot_is_stored_as_zeros_and_not_written_on_load(sm):
@@ -90,7 +91,7 @@ def test_a_skipped_slot_is_stored_as_zeros_and_not_written_on_load(sm):
         assert kd.load(keys, b).wait(5.0) == 0  # releases the prefetch's lock
     assert all(torch.equal(x, y) for x, y in zip(token_kv(dst, "flash", int(slots_of(CT, 2)[5])),
                                                 before))
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def test_chunk_layout_is_two_layers_tokens_features(sm):
@@ -113,7 +114,7 @@ def test_ops_are_awaitable(sm):
 
     with kvact.PagedKVCache(sm, src, chunk_tokens=CT) as kv:
         assert asyncio.run(main(kv)) == (0, 2, 0)
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def test_loading_keys_not_prefetched_fails_and_writes_nothing(sm):
@@ -122,7 +123,7 @@ def test_loading_keys_not_prefetched_fails_and_writes_nothing(sm):
     with kvact.PagedKVCache(sm, dst, chunk_tokens=CT) as kv:
         assert kv.load(keys_for(1, salt="never"), slots_of(CT, 1)).wait(5.0) == 1  # NOT_EXIST
     assert all(torch.equal(x.view(torch.uint8), y.view(torch.uint8)) for x, y in zip(dst, before))
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def bad_layers():
@@ -143,7 +144,7 @@ def bad_layers():
 def test_bad_layers_are_refused(sm, layers, exc):
     with pytest.raises(exc):
         kvact.PagedKVCache(sm, layers)
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def test_bad_format_and_chunk_size_are_refused(sm):
@@ -171,7 +172,7 @@ def test_bad_slot_mappings_are_refused_and_change_nothing(sm, slots, exc):
         with pytest.raises(exc):
             kv.store(keys, slots)
     st = sm.stats()
-    assert st["l1_objects"] == 0 and st["reserved"] == 0 and sm.memcheck()
+    assert st["l1_objects"] == 0 and st["reserved"] == 0 and clean(sm)
 
 
 def test_a_closed_cache_refuses_calls_and_waits_its_ops(sm):
@@ -182,7 +183,7 @@ def test_a_closed_cache_refuses_calls_and_waits_its_ops(sm):
     assert op.wait() == 0  # close waited for it
     with pytest.raises(ValueError):
         kv.store(keys_for(1, salt="closed2"), slots_of(CT, 1))
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def test_a_layer_out_of_range_is_refused(sm):

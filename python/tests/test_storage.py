@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import kvact
+from conftest import clean
 
 LAYOUT = kvact.MemoryLayoutDesc(shapes=[(2, 4, 64)], dtypes=["bfloat16"])
 
@@ -39,7 +40,7 @@ def test_usage_example_round_trips_bytes_through_torch_and_numpy(sm):
             assert bytes(obj.buffer[:LAYOUT.nbytes]) == obj.array.tobytes()
     assert sm.finish_read_prefetched(keys[:hits]) == 4
     sm.flush(timeout=5.0)
-    assert sm.memcheck()
+    assert clean(sm)
 
 
 def test_views_are_the_pool_not_copies(sm):
@@ -154,7 +155,7 @@ def test_bad_arguments_raise_and_change_nothing(sm):
         sm.lookup("abc")
     with pytest.raises(kvact.KvactError):
         sm.l2_contains("nosuchtier", keys_of(1)[0])
-    assert sm.stats()["reserved"] == 0 and sm.memcheck()
+    assert sm.stats()["reserved"] == 0 and clean(sm)
 
 
 def test_multi_tensor_layout_views_each_tensor(sm):

@@ -386,6 +386,7 @@ def check_shared_prefixes(engine):
     assert engine.computed["B"] == 34 - 24 + 2 and engine.computed["C"] == 29 - 24 + 2
     assert not any(engine.load_errors)
     assert engine.done["C"] == engine.done["A"]
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 
 
@@ -397,6 +398,7 @@ def test_the_last_token_is_always_computed(engine):
     engine.run()
     # A stored 3 chunks, but B may load only 2: its last token (23) must be computed
     assert engine.matched["B"] == [16]
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 
 
@@ -409,6 +411,7 @@ def test_chunked_prefill_stores_chunks_as_they_complete(engine):
     engine.add("B", prompt(27, 5))
     engine.run(max_steps=200)
     assert engine.matched["B"] == [24] and not any(engine.load_errors)
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 
 
@@ -422,6 +425,7 @@ def test_a_preempted_request_reloads_its_chunks(engine):
     # computed: the prompt and tokens 30, 31 before; after the reload only tokens 32..34
     assert engine.computed["A"] == 32 + 3
     assert not any(engine.load_errors)
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 
 
@@ -450,6 +454,7 @@ def test_a_failed_l2_load_is_reported_and_recomputed(engine):
     engine.add("C", own)
     engine.run()
     assert engine.matched["C"] == [32] and engine.done["C"] == engine.done["B"]
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 
 
@@ -466,6 +471,7 @@ def test_several_requests_in_one_batch_share_and_store(engine):
     engine.run()
     assert engine.matched["S"] == [24] and engine.matched["T"] == [16]
     assert engine.done["S"] == engine.done["R0"]
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 
 
@@ -481,6 +487,7 @@ def test_tokens_in_vllms_own_prefix_cache_are_not_loaded(engine):
     engine.run()
     assert engine.matched["B"] == [20] and engine.computed["B"] == 29 - 24 + 2
     assert not any(engine.load_errors)
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 
 
@@ -494,6 +501,7 @@ def test_scheduler_and_worker_processes_share_one_kvactd(kvactd):
         engine.preempt("P")
         engine.run()
         assert engine.matched["P"] == [0, 32] and engine.computed["P"] == 32 + 3
+        engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
         assert engine.sm.memcheck(), engine.sm.memcheck_report()
     finally:
         engine.close()

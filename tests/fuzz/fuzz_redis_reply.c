@@ -19,8 +19,8 @@
  * libFuzzer's malloc limit), and that is hiredis's code, not kvact's.
  *
  * Without redis_conn.c (hiredis connections, the poller) the fuzzer uses
- * the stand-in for redis_node_get below; the corpus test links the real
- * one.
+ * the stand-ins for redis_node_get and redis_node_connected below; the
+ * corpus test links the real ones.
  *
  * Build: bazel build //tests/fuzz:fuzz_redis_reply; run: tests/fuzz/run_fuzz.sh.
  */
@@ -52,6 +52,12 @@ __attribute__((weak)) redis_node *redis_node_get(redis *r, const char *host, int
   n->addr.port = port;
   r->nodes[r->nnodes++] = n;
   return n;
+}
+
+/* redis_conn.c's: a connected connection of n; the fuzzer has none. */
+__attribute__((weak)) redis_conn *redis_node_connected(redis_node *n) {
+  (void)n;
+  return NULL;
 }
 
 static void quiet(int level, const char *msg, void *arg) {
