@@ -99,7 +99,8 @@ def test_many_threads_write_and_read_their_own_keys_at_once(sm):
                     for i, obj in enumerate(objs):
                         assert torch.equal(obj.tensor, torch.full((64, 64), n * 1000 + rnd + i))
                 assert sm.finish_read_prefetched(keys) == 3
-                assert sm.delete(keys) == [0, 0, 0]
+                # forced: the store-behind to L2 may still be copying them
+                assert sm.delete(keys, force=True) == [0, 0, 0]
         except Exception as e:  # reported by the main thread
             errors.append(e)
 
