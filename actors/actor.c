@@ -77,6 +77,14 @@ void actor_free(kva_actor *a) {
   free(a);
 }
 
+/* The sending actor is muted on `to` after its receive (sched.c): pooled
+ * actors only, never on a port (its thread is no actor that releases). */
+static void mute_sender_on(kva_actor *to) {
+  kva_actor *cur = rt_current;
+  if (cur && cur != to && cur->kind == ACTOR_POOLED && to->kind != ACTOR_PORT && !to->rt->det)
+    cur->mute_target = to;
+}
+
 /* Ring full (or overflow queue in use). Actors and the runtime's own
  * threads must never wait here — two actors filling each other's mailboxes
  * would deadlock their workers — so their message goes to the overflow
@@ -84,20 +92,18 @@ void actor_free(kva_actor *a) {
  * (the engine's, ports) wait for room: that is the back-pressure. */
 static int push_slow(kva_actor *to, const mailbox_env *e) {
   kva_runtime *rt = to->rt;
-  kva_actor *cur = rt_current;
   ck_pr_inc_64(&to->stats->backpressure);
-  if (cur || rt_internal_thread || rt->det) {
+  if (rt_current || rt_internal_thread || rt->det) {
     if (mailbox_push_overflow(&to->mb, e) != 0) return KVA_ENOMEM;
     ck_pr_inc_64(&to->stats->overflowed);
     ck_pr_inc_64(&rt->n_overflowed);
-    if (cur && cur != to && cur->kind == ACTOR_POOLED && to->kind != ACTOR_PORT && !rt->det)
-      cur->mute_target = to;
-    sched_wake_parked_self(to);
+    mute_sender_on(to);
     return KVA_OK;
   }
   ck_pr_inc_64(&rt->n_blocked);
+  uint32_t depth;
   for (unsigned i = 0;; i++) {
-    if (mailbox_try_push(&to->mb, e)) return KVA_OK;
+    if (mailbox_try_push(&to->mb, e, &depth)) return KVA_OK;
     if (ck_pr_load_32(&to->life) == LIFE_DEAD) return KVA_ESHUTDOWN;
     backoff_wait(i, 1);
   }
@@ -129,14 +135,21 @@ static int actor_push(kva_actor *to, uint32_t type, const void *data, uint32_t l
     if (!e.u.heap) return KVA_ENOMEM;
     memcpy(e.u.heap, data, len);
   }
-  if (!mailbox_try_push(&to->mb, &e)) {
+  /* crowded: the receiver may have to be woken from a mute (sched_notify) */
+  uint32_t depth;
+  bool crowded;
+  if (mailbox_try_push(&to->mb, &e, &depth)) {
+    crowded = depth >= mailbox_low_mark(&to->mb);
+    if (depth >= mailbox_high_mark(&to->mb)) mute_sender_on(to);
+  } else {
     int rc = push_slow(to, &e);
     if (rc != KVA_OK) {
       if (len > MAILBOX_INLINE_BYTES) payload_pool_put(to->rt->pool, e.u.heap);
       return rc;
     }
+    crowded = true;
   }
-  sched_notify(to);
+  sched_notify(to, crowded);
   return KVA_OK;
 }
 
@@ -224,13 +237,15 @@ bool actor_run_batch(kva_actor *a, uint32_t max) {
   rt_current = a;
   uint32_t n = 0;
   mailbox_env e;
-  bool drained;
+  bool drained; /* muted senders are released at the end of the turn instead */
   while (n < max && mailbox_pop(&a->mb, &e, &drained)) {
     /* a send that raced with the end of the actor: nobody can receive it */
     if (!dead) actor_deliver(a, &e);
     release_payload(a, &e);
     n++;
-    if (drained) sched_mute_release(a);
+    /* muted by a send: end the turn now, so that the mute takes effect
+     * before our next message (often our own re-arm) sends more */
+    if (a->mute_target) break;
   }
   uint32_t left = mailbox_depth(&a->mb);
   /* enqueued first: a reader that sees the new dequeued sees it too */

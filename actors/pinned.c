@@ -32,7 +32,8 @@ static void *pinned_main(void *arg) {
         ck_pr_store_32(&a->scheduled, 0);
         return NULL;
       }
-      a->mute_target = NULL; /* pinned senders overflow but are not parked */
+      a->mute_target = NULL;           /* pinned senders overflow but are not parked */
+      if (more) sched_mute_release(a); /* P3 (sched.c); sched_release has its own */
       if (!more && !sched_release(a)) break;
     }
   }

@@ -114,10 +114,12 @@ kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
                         const kva_spawn_opts *o, uint32_t kind);
 
 /* sched.c */
-void sched_notify(kva_actor *a);  /* after a push: dispatch if idle */
+/* after a push: dispatch if idle; crowded = the push may have crowded it */
+void sched_notify(kva_actor *a, bool crowded);
 bool sched_release(kva_actor *a); /* runner: clear scheduled; true if it must go on */
+/* a turn that left messages ended: release the senders muted on target
+ * if it is calm (sched.c, P3) */
 void sched_mute_release(kva_actor *target);
-void sched_wake_parked_self(kva_actor *a);
 int sched_start(kva_runtime *rt);
 void sched_stop(kva_runtime *rt);
 void doorbell_ring(kva_actor *a);

@@ -31,13 +31,33 @@
  * announcing; a waker bumps `wake_seq` before FUTEX_WAKE, so a wake that
  * lands between the re-check and the wait makes the wait return at once.
  *
- * Muting (Pony's rule): a pooled actor whose send went to a receiver's
- * overflow queue is parked after its receive returns, until that receiver
- * has drained its overflow. It is not parked if its own overflow queue is
- * non-empty, and it is unparked as soon as someone overflows into it: a
- * parked actor's receiver therefore always has work it can do, so parking
- * never forms a cycle. A receiver that drains while an actor parks on it
- * is caught by a Dekker pair (try_park, sched_mute_release).
+ * Muting (Pony's rule, with marks on the ring; the marks are in mailbox.h).
+ * A pooled actor is muted — its turn ends after the receive, and it is
+ * parked — when one of its sends landed at the receiver's high mark or had
+ * to overflow (actor.c). It is unparked when the receiver ends a turn calm
+ * (not crowded: ring below the low mark, overflow queue empty), or every
+ * MUTE_RELEASE_TURNS turns of a receiver that stays crowded (threads that
+ * block rather than mute may keep it so; the muted must not starve).
+ *
+ * Why parking never deadlocks:
+ *  P1 an actor parks on a target only if, under mute_lock, the target is
+ *     crowded and the actor is not (try_park); it re-checks both after
+ *     publishing parked_on and the parked list, behind a full fence.
+ *  P2 a parked actor that becomes crowded is woken: a push that can make
+ *     it so (it reports a depth at or above the low mark, or it overflowed)
+ *     reads parked_on after its full fence S2 (sched_notify); against
+ *     try_park's re-check this is a Dekker pair. The depth a push reports
+ *     bounds the consumer's from above, and a parked actor does not consume.
+ *  P3 a target ends every turn with the check of sched_mute_release (full
+ *     fence, then the parked list) before it may park itself; against
+ *     try_park's re-check of the target, a Dekker pair.
+ *  So every parked actor is calm or has a wake-up coming (P1, P2). A
+ *  crowded target holds messages, hence is scheduled: unless parked itself
+ *  it runs turns, each ending with P3, until one ends calm or the turn
+ *  count releases. A target that parks is calm (P1), and became calm by
+ *  consuming, in a turn whose end (P3) released what was parked on it: a
+ *  parked actor's target is never parked for good, so parking forms no
+ *  cycle, and every chain ends at a target that runs.
  */
 #include <errno.h>
 #include <linux/futex.h>
@@ -110,6 +130,8 @@ typedef struct worker_ctx {
 static __thread worker_ctx *this_worker;
 
 #define RUNNEXT_STREAK 64u
+/* A receiver that stays crowded releases its muted senders this often. */
+#define MUTE_RELEASE_TURNS 16u
 
 static void runq_push(kva_runtime *rt, kva_actor *a) {
   /* cannot fail: an actor is in the queue at most once and the queue
@@ -157,9 +179,16 @@ static bool sched_take(kva_actor *a) {
   return true;
 }
 
-void sched_notify(kva_actor *a) {
+static void unpark_where(kva_runtime *rt, kva_actor *target, kva_actor *only);
+
+void sched_notify(kva_actor *a, bool crowded) {
   ck_pr_fence_memory(); /* S2: the push before the read of scheduled */
-  if (ck_pr_load_32(&a->scheduled)) return;
+  if (ck_pr_load_32(&a->scheduled)) {
+    /* P2: a parked actor holds its scheduled flag; the common case reads
+     * nothing more, and takes no lock */
+    if (crowded && ck_pr_load_ptr(&a->parked_on)) unpark_where(a->rt, NULL, a);
+    return;
+  }
   if (sched_take(a)) dispatch_to(a, true); /* S3 */
 }
 
@@ -167,7 +196,8 @@ bool sched_release(kva_actor *a) {
   TSAN_RELEASE(a);                  /* the turn is over: the next runner may start after it */
   ck_pr_fence_release();            /* the turn's loads and stores before R1 */
   ck_pr_store_32(&a->scheduled, 0); /* R1 */
-  ck_pr_fence_memory();             /* R2 */
+  ck_pr_fence_memory();             /* R2, and P3's fence: the turn ended with the mailbox empty */
+  if (ck_pr_load_ptr(&a->rt->parked)) unpark_where(a->rt, a, NULL);
   if (mailbox_empty(&a->mb)) return false;
   return sched_take(a); /* R3: lost = a sender dispatched */
 }
@@ -176,7 +206,7 @@ static bool try_park(kva_actor *a, kva_actor *target) {
   kva_runtime *rt = a->rt;
   bool parked = false;
   pthread_mutex_lock(&rt->mute_lock);
-  if (mailbox_overflow_depth(&target->mb) > 0 && mailbox_overflow_depth(&a->mb) == 0 &&
+  if (mailbox_crowded(&target->mb) && !mailbox_crowded(&a->mb) &&
       ck_pr_load_32(&target->life) != LIFE_DEAD) {
     ck_pr_store_ptr(&a->parked_on, target);
     a->park_next = rt->parked;
@@ -187,14 +217,12 @@ static bool try_park(kva_actor *a, kva_actor *target) {
   pthread_mutex_unlock(&rt->mute_lock);
   if (!parked) return false;
   /* Two Dekker pairs: parked_on and parked are published, then both
-   * overflow queues are re-read (the full fence between). A sender that
-   * overflowed into us meanwhile either sees parked_on
-   * (sched_wake_parked_self) or we see its message; a target that drained
-   * its overflow meanwhile either sees parked (sched_mute_release) or we
-   * see it drained. Either way someone unparks us (both may: harmless). */
+   * mailboxes are re-read (the full fence between). A sender that crowded
+   * us meanwhile either sees parked_on (P2) or we see its message; a target
+   * that calmed down meanwhile either sees parked (P3) or we see it calm.
+   * Either way someone unparks us (both may: harmless). */
   ck_pr_fence_memory();
-  if (mailbox_overflow_depth(&a->mb) > 0 || mailbox_overflow_depth(&target->mb) == 0)
-    sched_wake_parked_self(a);
+  if (mailbox_crowded(&a->mb) || !mailbox_crowded(&target->mb)) unpark_where(rt, NULL, a);
   return true;
 }
 
@@ -223,29 +251,26 @@ static void unpark_where(kva_runtime *rt, kva_actor *target, kva_actor *only) {
 }
 
 void sched_mute_release(kva_actor *target) {
-  /* the drain before the read of parked (pairs with try_park): a sender
-   * that parked on us meanwhile is seen here or sees us drained */
+  /* P3: our pops before the read of parked (pairs with try_park): a sender
+   * that parked on us meanwhile is seen here or sees us calm */
   ck_pr_fence_memory();
   if (ck_pr_load_ptr(&target->rt->parked) == NULL) return; /* common case */
+  if (mailbox_crowded(&target->mb) && target->stats->turns % MUTE_RELEASE_TURNS != 0) return;
   unpark_where(target->rt, target, NULL);
-}
-
-void sched_wake_parked_self(kva_actor *a) {
-  /* the overflow push before the read of parked_on (pairs with try_park) */
-  ck_pr_fence_memory();
-  if (ck_pr_load_ptr(&a->parked_on) == NULL) return; /* the common case: no lock */
-  unpark_where(a->rt, NULL, a);
 }
 
 static void sched_after_turn(kva_actor *a, bool more) {
   kva_actor *target = a->mute_target;
   a->mute_target = NULL;
+  /* P3 before we may park; a turn that emptied the mailbox has its check
+   * in sched_release */
+  if (more || target) sched_mute_release(a);
   if (target && try_park(a, target)) return;
-  /* An overloaded actor (its overflow queue in use) keeps its worker for
-   * another turn, up to the runnext streak: its senders are being muted on
-   * it and only its progress releases them. Others go to the back. */
+  /* A crowded actor keeps its worker for another turn, up to the runnext
+   * streak: its senders are being muted on it and only its progress
+   * releases them. Others go to the back. */
   if (more)
-    dispatch_to(a, mailbox_overflow_depth(&a->mb) > 0);
+    dispatch_to(a, mailbox_crowded(&a->mb));
   else if (sched_release(a))
     dispatch(a);
 }

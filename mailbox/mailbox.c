@@ -90,16 +90,17 @@ void mailbox_destroy(mailbox *mb, payload_pool *pool) {
   mb->slots = NULL;
 }
 
-bool mailbox_try_push(mailbox *mb, const mailbox_env *e) {
+bool mailbox_try_push(mailbox *mb, const mailbox_env *e, uint32_t *depth) {
   uint32_t overflowing = ck_pr_load_32(&mb->ovf_count);
   /* acquire, pairs with the release in take_overflow: a sender that reads
    * 0 pushes to the ring only after the consumer moved the overflow queue
    * to its own list, which it empties before it reads the ring again */
   ck_pr_fence_acquire();
   if (overflowing != 0) return false;
-  unsigned int ticket;
-  mailbox_env *slot = ck_ring_enqueue_reserve_mpsc_env(mb->ring, mb->slots, &ticket);
+  unsigned int ticket, size;
+  mailbox_env *slot = ck_ring_enqueue_reserve_mpsc_size_env(mb->ring, mb->slots, &ticket, &size);
   if (!slot) return false;
+  *depth = size + 1;  /* ck's size: reserved slots ahead of ours */
   TSAN_ACQUIRE(slot); /* P1: the consumer's read of the slot's last lap came first */
   *slot = *e;
   TSAN_RELEASE(slot); /* P2: the contents before the commit */
@@ -220,6 +221,10 @@ bool mailbox_pop(mailbox *mb, mailbox_env *out, bool *overflow_drained) {
 
 uint32_t mailbox_overflow_depth(const mailbox *mb) {
   return ck_pr_load_32((uint32_t *)&mb->ovf_count) + ck_pr_load_32((uint32_t *)&mb->own_count);
+}
+
+bool mailbox_crowded(const mailbox *mb) {
+  return ck_ring_size(mb->ring) >= mailbox_low_mark(mb) || mailbox_overflow_depth(mb) > 0;
 }
 
 bool mailbox_empty(const mailbox *mb) {

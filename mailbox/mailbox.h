@@ -18,6 +18,13 @@
  *  sent after the move, goes to the ring, which the consumer reads only
  *  once its own list is empty.
  *
+ * Back-pressure marks (used by the scheduler's muting, actors/sched.c): a
+ * push reports the ring's depth including its message; a sender whose
+ * message lands at or above the high mark (3/4 of the ring) is muted, and a
+ * mailbox is "crowded" while its ring holds at least the low mark (1/4) or
+ * its overflow queue is in use. Between the two marks the ring absorbs the
+ * senders' in-flight bursts, so the overflow queue is rarely needed.
+ *
  * The mailbox knows nothing about scheduling: it only stores messages.
  */
 #ifndef KVA_MAILBOX_H
@@ -76,8 +83,10 @@ int mailbox_init(mailbox *mb, ck_ring_t *ring, uint32_t capacity);
 void mailbox_destroy(mailbox *mb, payload_pool *pool);
 
 /* Ring fast path; fails when the ring is full or the overflow queue is in
- * use (rule 1). Safe from any number of threads. */
-bool mailbox_try_push(mailbox *mb, const mailbox_env *e);
+ * use (rule 1). On success *depth is the ring's depth counting this message
+ * and every reserved one (an upper bound of what the consumer will see).
+ * Safe from any number of threads. */
+bool mailbox_try_push(mailbox *mb, const mailbox_env *e, uint32_t *depth);
 /* Always keeps the message (unless out of memory: -ENOMEM). */
 int mailbox_push_overflow(mailbox *mb, const mailbox_env *e);
 /* Single consumer. *overflow_drained is set when this pop took the last
@@ -87,5 +96,15 @@ bool mailbox_pop(mailbox *mb, mailbox_env *out, bool *overflow_drained);
 bool mailbox_empty(const mailbox *mb);
 uint32_t mailbox_depth(const mailbox *mb);
 uint32_t mailbox_overflow_depth(const mailbox *mb);
+/* Ring at or above the low mark, or overflow queue in use. Racy like the
+ * snapshots above; a full fence orders it against the caller's writes. */
+bool mailbox_crowded(const mailbox *mb);
+
+static inline uint32_t mailbox_high_mark(const mailbox *mb) {
+  return mb->capacity - mb->capacity / 4;
+}
+static inline uint32_t mailbox_low_mark(const mailbox *mb) {
+  return mb->capacity / 4;
+}
 
 #endif

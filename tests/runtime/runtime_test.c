@@ -22,6 +22,7 @@ typedef struct fifo_state {
   uint64_t next[PRODUCERS]; /* next sequence number expected per producer */
   uint64_t total, errors, expect;
   kva_port *done;
+  uint32_t work; /* busy iterations per message: a sink slower than its senders */
 } fifo_state;
 
 typedef struct seq_msg {
@@ -37,22 +38,29 @@ static void fifo_receive(kva_actor *self, void *state, const kva_msg *m) {
     return;
   }
   if (q->seq != s->next[q->producer]) s->errors++;
+  for (volatile uint32_t i = 0; i < s->work; i++) {
+  }
   s->next[q->producer] = q->seq + 1;
   if (++s->total == s->expect) kva_send(kva_port_actor(s->done), T_DONE, NULL, 0, self, 0);
 }
 
 static const kva_behavior fifo_behavior = {"fifo", fifo_receive, NULL};
 
-/* A fifo receiver with a capacity-4 mailbox expecting `expect` messages;
+/* A fifo receiver with a mailbox of `capacity` expecting `expect` messages;
  * it reports on `done` when all have arrived. */
-static kva_actor *fifo_sink(kva_runtime *rt, fifo_state *s, kva_port *done, uint64_t expect) {
+static kva_actor *fifo_sink_of(kva_runtime *rt, fifo_state *s, kva_port *done, uint64_t expect,
+                               uint32_t capacity) {
   memset(s, 0, sizeof(*s));
   s->expect = expect;
   s->done = done;
-  kva_spawn_opts o = {.mailbox_capacity = 4};
+  kva_spawn_opts o = {.mailbox_capacity = capacity};
   kva_actor *sink = kva_spawn(rt, &fifo_behavior, s, &o);
   ck_assert_ptr_nonnull(sink);
   return sink;
+}
+
+static kva_actor *fifo_sink(kva_runtime *rt, fifo_state *s, kva_port *done, uint64_t expect) {
+  return fifo_sink_of(rt, s, done, expect, 4);
 }
 
 static void fifo_check(const fifo_state *s, uint64_t per) {
@@ -103,11 +111,12 @@ typedef struct sender_state {
   kva_actor *to;
   uint32_t id;
   uint64_t sent, n;
+  uint32_t burst; /* messages per receive */
 } sender_state;
 
 static void sender_receive(kva_actor *self, void *state, const kva_msg *m) {
   sender_state *s = state;
-  for (int burst = 0; burst < 256 && s->sent < s->n; burst++, s->sent++) {
+  for (uint32_t burst = 0; burst < s->burst && s->sent < s->n; burst++, s->sent++) {
     seq_msg q = {s->id, s->sent};
     ck_assert_int_eq(kva_send(s->to, T_DATA, &q, sizeof(q), self, 0), KVA_OK);
   }
@@ -124,7 +133,7 @@ START_TEST(actor_senders_overflow_and_are_muted_without_reordering) {
   kva_actor *sink = fifo_sink(rt, &s, done, per * PRODUCERS);
   sender_state ss[PRODUCERS];
   for (uint32_t i = 0; i < PRODUCERS; i++) {
-    ss[i] = (sender_state){sink, i, 0, per};
+    ss[i] = (sender_state){sink, i, 0, per, 256};
     kva_actor *a = kva_spawn(rt, &sender_behavior, &ss[i], NULL);
     ck_assert_int_eq(kva_send(a, T_GO, NULL, 0, NULL, 0), KVA_OK);
   }
@@ -136,6 +145,33 @@ START_TEST(actor_senders_overflow_and_are_muted_without_reordering) {
   ck_assert_uint_gt(c.overflowed, 0);
   ck_assert_uint_gt(c.mutes, 0);
   ck_assert_uint_eq(c.blocked_sends, 0); /* actors never wait */
+}
+END_TEST
+
+/* Senders whose bursts fit between the marks are muted at the high mark
+ * (3/4 of the ring) and never overflow: four bursts of 32 stay below 1024
+ * even when all four land after the mark (mailbox.h, sched.c). */
+START_TEST(actor_senders_are_muted_at_the_high_mark_before_overflowing) {
+  const uint64_t per = 100000;
+  kva_runtime *rt = fixture_runtime(2, NULL);
+  kva_port *done = kva_port_open(rt, "done");
+  fifo_state s;
+  kva_actor *sink = fifo_sink_of(rt, &s, done, per * PRODUCERS, 1024);
+  s.work = 200;
+  sender_state ss[PRODUCERS];
+  for (uint32_t i = 0; i < PRODUCERS; i++) {
+    ss[i] = (sender_state){sink, i, 0, per, 32};
+    kva_actor *a = kva_spawn(rt, &sender_behavior, &ss[i], NULL);
+    ck_assert_int_eq(kva_send(a, T_GO, NULL, 0, NULL, 0), KVA_OK);
+  }
+  fixture_recv(done, NULL, 0, 60000);
+  kva_runtime_counters c;
+  kva_runtime_get_counters(rt, &c);
+  kva_runtime_shutdown(rt);
+  fifo_check(&s, per);
+  ck_assert_uint_gt(c.mutes, 0);
+  ck_assert_uint_eq(c.overflowed, 0);
+  ck_assert_uint_eq(c.blocked_sends, 0);
 }
 END_TEST
 
@@ -347,6 +383,7 @@ Suite *kva_test_suite(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, per_sender_fifo_holds_with_four_threads_into_capacity_four);
   tcase_add_test(tc, actor_senders_overflow_and_are_muted_without_reordering);
+  tcase_add_test(tc, actor_senders_are_muted_at_the_high_mark_before_overflowing);
   tcase_add_test(tc, an_actor_never_runs_on_two_threads_at_once);
   tcase_add_test(tc, ping_pong_delivers_every_message_in_order);
   tcase_add_test(tc, actor_stop_delivers_queued_messages_then_on_stop);
