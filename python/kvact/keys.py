@@ -1,73 +1,91 @@
 """keys.py — kvact.ObjectKey (hashable, compares by value) and chunk_keys over kva_chunk_keys.
 
-An ObjectKey is frozen, so it packs its kva_key bytes and its hash once,
-when it is made: a batched call's kva_key[] is then one join of those
-bytes (key_array), not a field-by-field fill of every key at every call.
+An ObjectKey is its kva_key's bytes: a bytes subclass holding the packed
+struct, made once when the key is. So a batched call's kva_key[] is one C
+join of the keys (key_array), and hashing and comparing keys in dicts are
+bytes' own, in C. Equal fields are equal bytes (the struct's unused bytes
+are zero), so keys compare by value; the fields are read back from the
+bytes when asked for.
 """
 import ctypes
-import operator
-from dataclasses import dataclass
 
 from ._lib import Key, lib
 
 _KEY_BYTES = ctypes.sizeof(Key)
-_PACKED = operator.attrgetter("_kva_key")
+_RANK, _GROUP, _HLEN, _HASH = Key.kv_rank.offset, Key.group.offset, Key.hash_len.offset, \
+    Key.hash.offset
 
 
-@dataclass(frozen=True)
-class ObjectKey:
+class ObjectKey(bytes):
     """One object's key: LMCache's ObjectKey(model_name, kv_rank, group, chunk_hash)."""
 
-    model_name: str
-    kv_rank: int
-    group: int
-    chunk_hash: bytes
+    __slots__ = ()
 
-    def __post_init__(self):
-        model = self.model_name.encode()
+    def __new__(cls, model_name, kv_rank, group, chunk_hash):
+        model = model_name.encode()
         if not model or len(model) > 63 or b"@" in model or b"\0" in model:
-            raise ValueError("model_name must be 1..63 bytes without '@': %r" % self.model_name)
-        if not 1 <= len(self.chunk_hash) <= 32:
-            raise ValueError("chunk_hash must be 1..32 bytes, got %d" % len(self.chunk_hash))
-        for name in ("kv_rank", "group"):
-            if not 0 <= getattr(self, name) < 1 << 32:
-                raise ValueError("%s must fit in 32 bits" % name)
-        # bytes, not a bytearray: the hash below must not change under the key
-        object.__setattr__(self, "chunk_hash", bytes(self.chunk_hash))
-        object.__setattr__(self, "_kva_key", self._pack(model))
-        object.__setattr__(self, "_hash", hash((self.model_name, self.kv_rank, self.group,
-                                                self.chunk_hash)))
+            raise ValueError("model_name must be 1..63 bytes without '@': %r" % model_name)
+        chunk_hash = bytes(chunk_hash)
+        if not 1 <= len(chunk_hash) <= 32:
+            raise ValueError("chunk_hash must be 1..32 bytes, got %d" % len(chunk_hash))
+        for name, v in (("kv_rank", kv_rank), ("group", group)):
+            if not isinstance(v, int) or not 0 <= v < 1 << 32:
+                raise ValueError("%s must be an int of 32 bits, got %r" % (name, v))
+        k = Key(model=model, kv_rank=kv_rank, group=group, hash_len=len(chunk_hash))
+        ctypes.memmove(k.hash, chunk_hash, len(chunk_hash))
+        return bytes.__new__(cls, bytes(k))
 
-    def __hash__(self):
-        return self._hash
+    @property
+    def model_name(self):
+        return bytes.__getitem__(self, slice(0, _RANK)).split(b"\0", 1)[0].decode()
+
+    @property
+    def kv_rank(self):
+        return int.from_bytes(bytes.__getitem__(self, slice(_RANK, _RANK + 4)), "little")
+
+    @property
+    def group(self):
+        return int.from_bytes(bytes.__getitem__(self, slice(_GROUP, _GROUP + 4)), "little")
+
+    @property
+    def chunk_hash(self):
+        n = bytes.__getitem__(self, _HLEN)
+        return bytes.__getitem__(self, slice(_HASH, _HASH + n))
+
+    def _replace(self, **fields):
+        """A copy with some fields changed, e.g. key._replace(kv_rank=1) (as a namedtuple's)."""
+        now = dict(model_name=self.model_name, kv_rank=self.kv_rank, group=self.group,
+                   chunk_hash=self.chunk_hash)
+        now.update(fields)
+        return ObjectKey(**now)
 
     def __reduce__(self):
-        # made again, not copied: str hashes differ from one process to the next
-        return type(self), (self.model_name, self.kv_rank, self.group, self.chunk_hash)
+        return ObjectKey, (self.model_name, self.kv_rank, self.group, self.chunk_hash)
 
-    def _pack(self, model):
-        k = Key(model=model, kv_rank=self.kv_rank, group=self.group,
-                hash_len=len(self.chunk_hash))
-        ctypes.memmove(k.hash, self.chunk_hash, len(self.chunk_hash))
-        return bytes(k)
+    def __repr__(self):
+        return "ObjectKey(model_name=%r, kv_rank=%d, group=%d, chunk_hash=%r)" % (
+            self.model_name, self.kv_rank, self.group, self.chunk_hash)
+
+    __str__ = __repr__
 
     @classmethod
     def _from_c(cls, k):
-        return cls(k.model.decode(), k.kv_rank, k.group, bytes(k.hash[:k.hash_len]))
+        """The key kvact wrote into k (a Key it checked)."""
+        return bytes.__new__(cls, bytes(k))
 
 
 def key_array(keys):
-    """The kva_key[] of keys (a non-empty list of ObjectKey) as bytes: their packed bytes
-    joined, passed to C as a const kva_key * without a copy."""
+    """The kva_key[] of keys (a non-empty list of ObjectKey) as bytes, passed to C as a
+    const kva_key * without a copy: the keys joined."""
     keys = keys if isinstance(keys, list) else list(keys)
     if not keys:
         raise ValueError("an empty key list")
     try:
-        data = b"".join(map(_PACKED, keys))
-    except (AttributeError, TypeError):
+        data = b"".join(keys)
+    except TypeError:
         data = b""
-    if len(data) != len(keys) * _KEY_BYTES:
-        bad = next(k for k in keys if not isinstance(k, ObjectKey))
+    if len(data) != len(keys) * _KEY_BYTES:  # kvact checks every key it is given as well
+        bad = next((k for k in keys if not isinstance(k, ObjectKey)), keys[0])
         raise TypeError("keys must be kvact.ObjectKey, got %r" % type(bad).__name__)
     return data
 

@@ -128,9 +128,8 @@ class StorageManager:
     def __init__(self, ptr, runtime):
         self._ptr, self._runtime = ptr, runtime
         self._lock = threading.Lock()
-        # keyed by the keys' packed kva_key bytes, whose hash is C's and cached
-        self._writes = {}  # key bytes -> MemoryObj, write-locked by this manager
-        self._reads = {}   # key bytes -> [MemoryObj], from read_prefetched_results
+        self._writes = {}  # ObjectKey -> MemoryObj, write-locked by this manager
+        self._reads = {}   # ObjectKey -> [MemoryObj], from read_prefetched_results
 
     # ---- write path -----------------------------------------------------------
     def reserve_write(self, keys, layout, mode="new"):
@@ -143,14 +142,13 @@ class StorageManager:
         check(lib.kva_reserve_write(self._ptr, arr, len(keys), _layout(layout), _MODES[mode],
                                     bufs, status))
         words = memoryview(bufs).cast("B").cast("Q").tolist()  # ptr, len of each key
-        out, held = {}, {}
+        out = {}
         for i, st in enumerate(memoryview(status).cast("B").cast("i").tolist()):
             if st == 0:
                 key = keys[i]
-                obj = out[key] = MemoryObj(key, layout, words[2 * i], words[2 * i + 1])
-                held[key._kva_key] = obj
+                out[key] = MemoryObj(key, layout, words[2 * i], words[2 * i + 1])
         with self._lock:
-            self._writes.update(held)
+            self._writes.update(out)
         return out
 
     def finish_write(self, keys):
@@ -166,7 +164,7 @@ class StorageManager:
         with self._lock:
             pop = self._writes.pop
             for key in keys:
-                obj = pop(key._kva_key, None)
+                obj = pop(key, None)
                 if obj is not None:
                     obj._valid = False
 
@@ -210,7 +208,7 @@ class StorageManager:
         objs = [MemoryObj(k, layout, bufs[i].ptr, bufs[i].len) for i, k in enumerate(keys)]
         with self._lock:
             for obj in objs:
-                self._reads.setdefault(obj.key._kva_key, []).append(obj)
+                self._reads.setdefault(obj.key, []).append(obj)
         return objs
 
     def finish_read_prefetched(self, keys, extra_readers=0):
@@ -222,7 +220,7 @@ class StorageManager:
                                                  _readers(extra_readers)))
         with self._lock:
             for key in keys if self._reads else ():  # no per-key pops when nothing is held
-                for obj in self._reads.pop(key._kva_key, ()):
+                for obj in self._reads.pop(key, ()):
                     obj._release()
         return n
 

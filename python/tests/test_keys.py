@@ -52,3 +52,17 @@ def test_a_key_pickled_to_another_process_hashes_there_as_its_own():
                          capture_output=True, check=True).stdout
     assert out.strip() == b"True"
     assert pickle.loads(pickle.dumps(key)) == key
+
+
+def test_keys_from_kvact_equal_keys_made_from_their_fields():
+    for key in kvact.chunk_keys("llama", list(range(4096)), 256, kv_rank=3, salt="s"):
+        twin = kvact.ObjectKey(key.model_name, key.kv_rank, key.group, key.chunk_hash)
+        assert key == twin and hash(key) == hash(twin) and len({key, twin}) == 1
+        assert key.kv_rank == 3 and key._replace(kv_rank=4).kv_rank == 4
+        assert key._replace(kv_rank=4) != key
+    with pytest.raises(ValueError):
+        kvact.ObjectKey("m", -1, 0, b"\x01")
+    with pytest.raises(ValueError):
+        kvact.ObjectKey("m", 0, "0", b"\x01")
+    with pytest.raises(AttributeError):
+        kvact.ObjectKey("m", 0, 0, b"\x01").kv_rank = 2

@@ -53,7 +53,7 @@ import hashlib
 import json
 import logging
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -358,7 +358,7 @@ class KvactConnector(KVConnectorBase_V1):
             self._errors.update(blocks)
 
     def _ranked(self, keys):
-        return keys if self._rank == 0 else [replace(k, kv_rank=self._rank) for k in keys]
+        return keys if self._rank == 0 else [k._replace(kv_rank=self._rank) for k in keys]
 
 
 def _hits(handle):
