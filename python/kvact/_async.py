@@ -21,3 +21,18 @@ async def fd_readable(fd):
         await done
     finally:
         loop.remove_reader(fd)
+
+
+class AwaitableByFd:
+    """`await x` for an object with fileno() (its completion eventfd, while it has one),
+    wait() (the result, blocking) and _ptr (None once the result is in)."""
+
+    __slots__ = ()
+
+    def __await__(self):
+        return self._wait_async().__await__()
+
+    async def _wait_async(self):
+        if self._ptr is not None:
+            await fd_readable(self.fileno())
+        return self.wait()

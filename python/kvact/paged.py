@@ -21,7 +21,7 @@ _DEVICE_HOST = -1
 _DTYPE_NAMES = {v[0]: k for k, v in DTYPES.items()}
 
 
-class KVOp:
+class KVOp(_async.AwaitableByFd):
     """One store or load in flight: wait() for its status, wait_layer(l), fileno(), await.
 
     A load refused per key at the call (a key not read-locked: KVA_KEY_NOT_EXIST,
@@ -68,14 +68,6 @@ class KVOp:
             if self._ptr is None:
                 raise ValueError("the op is complete and freed; it has no eventfd")
             return lib.kva_op_eventfd(self._ptr)
-
-    def __await__(self):
-        return self._wait_async().__await__()
-
-    async def _wait_async(self):
-        if self._ptr is not None:
-            await _async.fd_readable(self.fileno())
-        return self.wait()
 
 
 class PagedKVCache:

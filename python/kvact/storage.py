@@ -47,7 +47,7 @@ def _tier_hits(raw, ntiers):
     return out
 
 
-class PrefetchHandle:
+class PrefetchHandle(_async.AwaitableByFd):
     """A submitted prefetch; its result (the contiguous prefix hit count) is kept once read.
 
     Also a context manager (the block's end waits for the result, so the
@@ -91,14 +91,6 @@ class PrefetchHandle:
             if self._ptr is None:
                 raise ValueError("the prefetch's result was read; its handle is gone")
             return lib.kva_prefetch_eventfd(self._ptr)
-
-    def __await__(self):
-        return self._wait_async().__await__()
-
-    async def _wait_async(self):
-        if self._ptr is not None:
-            await _async.fd_readable(self.fileno())
-        return self.wait()
 
     def __enter__(self):
         return self
