@@ -125,15 +125,19 @@ static void sender_receive(kva_actor *self, void *state, const kva_msg *m) {
 
 static const kva_behavior sender_behavior = {"sender", sender_receive, NULL};
 
-START_TEST(actor_senders_overflow_and_are_muted_without_reordering) {
-  const uint64_t per = 200000;
+/* PRODUCERS sender actors send per messages each, in bursts of burst,
+ * into a sink of capacity cap doing `work` per message; checks per-sender
+ * FIFO and returns the runtime's counters. */
+static kva_runtime_counters run_senders(uint64_t per, uint32_t burst, uint32_t cap, uint32_t work) {
   kva_runtime *rt = fixture_runtime(2, NULL);
   kva_port *done = kva_port_open(rt, "done");
   fifo_state s;
-  kva_actor *sink = fifo_sink(rt, &s, done, per * PRODUCERS);
+  kva_actor *sink = cap ? fifo_sink_of(rt, &s, done, per * PRODUCERS, cap)
+                        : fifo_sink(rt, &s, done, per * PRODUCERS);
+  s.work = work;
   sender_state ss[PRODUCERS];
   for (uint32_t i = 0; i < PRODUCERS; i++) {
-    ss[i] = (sender_state){sink, i, 0, per, 256};
+    ss[i] = (sender_state){sink, i, 0, per, burst};
     kva_actor *a = kva_spawn(rt, &sender_behavior, &ss[i], NULL);
     ck_assert_int_eq(kva_send(a, T_GO, NULL, 0, NULL, 0), KVA_OK);
   }
@@ -142,6 +146,11 @@ START_TEST(actor_senders_overflow_and_are_muted_without_reordering) {
   kva_runtime_get_counters(rt, &c);
   kva_runtime_shutdown(rt);
   fifo_check(&s, per);
+  return c;
+}
+
+START_TEST(actor_senders_overflow_and_are_muted_without_reordering) {
+  kva_runtime_counters c = run_senders(200000, 256, 0, 0);
   ck_assert_uint_gt(c.overflowed, 0);
   ck_assert_uint_gt(c.mutes, 0);
   ck_assert_uint_eq(c.blocked_sends, 0); /* actors never wait */
@@ -152,23 +161,7 @@ END_TEST
  * (3/4 of the ring) and never overflow: four bursts of 32 stay below 1024
  * even when all four land after the mark (mailbox.h, sched.c). */
 START_TEST(actor_senders_are_muted_at_the_high_mark_before_overflowing) {
-  const uint64_t per = 100000;
-  kva_runtime *rt = fixture_runtime(2, NULL);
-  kva_port *done = kva_port_open(rt, "done");
-  fifo_state s;
-  kva_actor *sink = fifo_sink_of(rt, &s, done, per * PRODUCERS, 1024);
-  s.work = 200;
-  sender_state ss[PRODUCERS];
-  for (uint32_t i = 0; i < PRODUCERS; i++) {
-    ss[i] = (sender_state){sink, i, 0, per, 32};
-    kva_actor *a = kva_spawn(rt, &sender_behavior, &ss[i], NULL);
-    ck_assert_int_eq(kva_send(a, T_GO, NULL, 0, NULL, 0), KVA_OK);
-  }
-  fixture_recv(done, NULL, 0, 60000);
-  kva_runtime_counters c;
-  kva_runtime_get_counters(rt, &c);
-  kva_runtime_shutdown(rt);
-  fifo_check(&s, per);
+  kva_runtime_counters c = run_senders(100000, 32, 1024, 200);
   ck_assert_uint_gt(c.mutes, 0);
   ck_assert_uint_eq(c.overflowed, 0);
   ck_assert_uint_eq(c.blocked_sends, 0);
