@@ -148,6 +148,11 @@ _PROTOTYPES = {
 }
 
 
+def timeout_ms(timeout):
+    """A timeout in seconds (None: forever) as kvact's milliseconds (< 0: forever)."""
+    return -1 if timeout is None else max(0, int(timeout * 1000))
+
+
 def _declare(lib):
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)

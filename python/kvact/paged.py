@@ -11,7 +11,7 @@ import ctypes
 import threading
 
 from . import _async
-from ._lib import PagedKV, lib
+from ._lib import PagedKV, lib, timeout_ms
 from .errors import check
 from .keys import key_array
 from .layout import DTYPES, MemoryLayoutDesc
@@ -40,7 +40,7 @@ class KVOp(_async.AwaitableByFd):
             if self._ptr is None:
                 return self._status
             status = ctypes.c_int()
-            rc = lib.kva_op_wait(self._ptr, _ms(timeout), ctypes.byref(status))
+            rc = lib.kva_op_wait(self._ptr, timeout_ms(timeout), ctypes.byref(status))
             if rc == -5:  # KVA_ETIMEDOUT: still running
                 return None
             check(rc, "kva_op_wait")
@@ -56,7 +56,7 @@ class KVOp(_async.AwaitableByFd):
                 return True
             if not 0 <= layer < self._cache.num_layers:
                 raise IndexError("layer %d of %d" % (layer, self._cache.num_layers))
-            rc = lib.kva_op_wait_layer(self._ptr, layer, _ms(timeout))
+            rc = lib.kva_op_wait_layer(self._ptr, layer, timeout_ms(timeout))
             if rc == -5:
                 return False
             check(rc, "kva_op_wait_layer")
@@ -155,10 +155,6 @@ class PagedKVCache:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _ms(timeout):
-    return -1 if timeout is None else max(0, int(timeout * 1000))
 
 
 def _check_layers(layers, fmt):

@@ -11,7 +11,8 @@ import threading
 from dataclasses import dataclass
 
 from . import _async
-from ._lib import STATS_FIELDS, Buf, L2TierStats, StorageStats, TierHit, TierHits, lib
+from ._lib import (STATS_FIELDS, Buf, L2TierStats, StorageStats, TierHit, TierHits, lib,
+                   timeout_ms)
 from .errors import KvactError, check
 from .keys import key_array
 from .layout import MemoryLayoutDesc
@@ -80,10 +81,10 @@ class PrefetchHandle(_async.AwaitableByFd):
         with self._lock:
             if self._ptr is None:
                 return self._hits
-            ms = -1 if timeout is None else max(0, int(timeout * 1000))
             hits = ctypes.c_size_t()
-            return self._finish(lib.kva_wait_prefetch(self._sm._ptr, self._ptr, ms,
-                                                      ctypes.byref(hits)), hits)
+            rc = lib.kva_wait_prefetch(self._sm._ptr, self._ptr, timeout_ms(timeout),
+                                       ctypes.byref(hits))
+            return self._finish(rc, hits)
 
     def fileno(self):
         """An eventfd readable once done (for select/asyncio); only before the result is read."""
@@ -234,8 +235,7 @@ class StorageManager:
 
     def flush(self, timeout=None):
         """Waits until every L1->L2 store queued before the call is done (GIL released)."""
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        check(lib.kva_flush(self._ptr, ms), "flush")
+        check(lib.kva_flush(self._ptr, timeout_ms(timeout)), "flush")
 
     def memcheck(self):
         """True when no lock is held and the pool's accounting is consistent."""

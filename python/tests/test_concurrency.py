@@ -35,6 +35,13 @@ def only_in_l2(sm, keys):
     assert sm.clear() == len(keys)
 
 
+def slow_prefetch(sm, salt):
+    """A prefetch of one key that only the slow tier holds: (keys, its handle)."""
+    keys = keys_of(1, salt)
+    only_in_l2(sm, keys)
+    return keys, sm.submit_prefetch_task(keys, LAYOUT)
+
+
 def test_prefetches_are_awaited_together_from_asyncio():
     with slow_runtime() as rt:
         sm = rt.storage
@@ -58,9 +65,7 @@ def test_prefetches_are_awaited_together_from_asyncio():
 def test_a_thread_keeps_running_python_while_another_waits_in_kvact():
     with slow_runtime() as rt:
         sm = rt.storage
-        keys = keys_of(1, "gil")
-        only_in_l2(sm, keys)
-        h = sm.submit_prefetch_task(keys, LAYOUT)
+        keys, h = slow_prefetch(sm, "gil")
         span, stamps = {}, []
 
         def waiter():
@@ -110,16 +115,13 @@ def test_many_threads_write_and_read_their_own_keys_at_once(sm):
     for t in threads:
         t.join()
     assert errors == []
-    sm.flush(timeout=10.0)
     assert clean(sm)
 
 
 def test_one_handle_shared_by_threads_gives_each_the_result():
     with slow_runtime() as rt:
         sm = rt.storage
-        keys = keys_of(1, "shared")
-        only_in_l2(sm, keys)
-        h = sm.submit_prefetch_task(keys, LAYOUT)
+        keys, h = slow_prefetch(sm, "shared")
         results = []
         threads = [threading.Thread(target=lambda: results.append(h.wait(30.0)))
                    for _ in range(4)]
