@@ -201,7 +201,13 @@ KVA_API void kva_port_close(kva_port *p); /* not thread-safe with respect to the
  * kva_runtime_start unless l1.size_bytes is 0. Every call may be made from
  * many threads at once; each blocking call waits for one reply from the L1
  * manager actor on a port taken from a pool (no allocation, no thread-local
- * state). Calls racing with kva_runtime_shutdown return KVA_ESHUTDOWN; after
+ * state), and the calling thread runs the L1 manager's turn itself when it
+ * is idle. From the receive of an actor that is not pinned, a call that
+ * would wait for a storage actor (all but kva_submit_prefetch,
+ * kva_query_prefetch, kva_wait_prefetch with timeout 0 and pure helpers
+ * such as kva_chunk_keys) returns KVA_EINVAL at once: its worker must not
+ * wait.
+ * Calls racing with kva_runtime_shutdown return KVA_ESHUTDOWN; after
  * it returns, the storage pointer is gone like the runtime.
  * ------------------------------------------------------------------------ */
 typedef struct kva_key {

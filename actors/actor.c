@@ -223,6 +223,14 @@ static void release_payload(kva_actor *a, const mailbox_env *e) {
   if (e->len > MAILBOX_INLINE_BYTES) payload_pool_put(a->rt->pool, e->u.heap);
 }
 
+bool actor_in_turn(void) {
+  return rt_current != NULL;
+}
+
+bool actor_in_pooled_turn(void) {
+  return rt_current && rt_current->kind == ACTOR_POOLED && !rt_current->rt->det;
+}
+
 bool actor_run_batch(kva_actor *a, uint32_t max) {
   /* TSan cannot see the hand-off through the scheduled flag and the run
    * queue (ck atomics): announce that this turn follows the previous one,

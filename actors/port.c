@@ -66,6 +66,25 @@ static void port_settle(kva_actor *a) {
   if (sched_release(a)) doorbell_ring(a);
 }
 
+/* A request from the port's thread to `to`, which that thread lends itself
+ * to (sched_lend_begin): up to max_turns turns made ready by the send run
+ * here, until the reply is in when `receiving` (sched_lend_end). The port's flag is held meanwhile, as in
+ * spin_for_message, so a reply rings no doorbell; `receiving` says the
+ * caller receives next (kva_port_recv settles the flag once it took the
+ * reply); otherwise the flag is settled here, and a reply already in rings
+ * the doorbell, so that the port's fd stays readable exactly while
+ * messages wait. */
+int port_send_lent(kva_port *p, kva_actor *to, uint32_t type, const void *data, uint32_t len,
+                   uint64_t tag, uint32_t max_turns, bool receiving) {
+  worker_ctx w;
+  if (!sched_lend_begin(p->a->rt, &w)) return kva_send(to, type, data, len, p->a, tag);
+  bool held = ck_pr_cas_32(&p->a->scheduled, 0, 1); /* lost: a sender rang already */
+  int rc = kva_send(to, type, data, len, p->a, tag);
+  sched_lend_end(&w, p->a, rc == KVA_OK ? max_turns : 0, receiving);
+  if (held && (!receiving || rc != KVA_OK || mailbox_empty(&p->a->mb))) port_settle(p->a);
+  return rc;
+}
+
 static void copy_out(kva_actor *a, const mailbox_env *e, kva_msg *out, void *buf, uint32_t buflen) {
   const void *src = e->len <= MAILBOX_INLINE_BYTES ? (const void *)e->u.inl : e->u.heap;
   uint32_t n = e->len < buflen ? e->len : buflen;

@@ -24,7 +24,6 @@
 
 #define RUNQ_CAP (1u << 16) /* also the actor limit of one runtime */
 #define STATS_SLOTS 4096u
-#define SPIN_ITERS 2000u
 
 static int runtime_init(kva_runtime *rt) {
   bool stats_on = config_bool(rt->cfg, "runtime.stats");
@@ -32,7 +31,7 @@ static int runtime_init(kva_runtime *rt) {
   rt->batch = (uint32_t)config_i64(rt->cfg, "runtime.batch");
   rt->mailbox_capacity = (uint32_t)config_i64(rt->cfg, "runtime.mailbox_capacity");
   rt->runq_cap = RUNQ_CAP;
-  rt->spin_iters = SPIN_ITERS;
+  rt->spin_ns = (uint64_t)config_i64(rt->cfg, "runtime.spin_us") * 1000u;
   pthread_mutex_init(&rt->reg_lock, NULL);
   pthread_mutex_init(&rt->mute_lock, NULL);
   clock_calibrate();

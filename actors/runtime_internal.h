@@ -78,7 +78,7 @@ struct kva_runtime {
   uint32_t spinning; /* atomic: workers polling the run queue */
   uint32_t wake_seq; /* atomic futex word */
   uint32_t stop_workers;
-  uint32_t spin_iters;
+  uint64_t spin_ns; /* how long an idle worker polls the run queue before sleeping */
 
   det_state *det; /* deterministic mode (det.c), NULL otherwise */
   void *storage;  /* the storage facade (root), NULL without storage actors */
@@ -89,7 +89,7 @@ struct kva_runtime {
   kva_actor *parked;
 
   /* counters (atomic, relaxed) */
-  uint64_t n_overflowed, n_blocked, n_mutes, n_eventfd_writes, n_wakes, n_sleeps;
+  uint64_t n_overflowed, n_blocked, n_mutes, n_eventfd_writes, n_wakes, n_sleeps, n_lent_turns;
 };
 
 /* An envelope's sender. Its low 5 bits (actors are 64-byte aligned) hold
@@ -108,6 +108,9 @@ extern __thread int rt_internal_thread;
 
 /* actor.c */
 bool actor_run_batch(kva_actor *a, uint32_t max); /* true if more may wait */
+bool actor_in_turn(void);                          /* this thread runs a turn now */
+/* ... of a pooled actor: it must not block (the reply may need its worker) */
+bool actor_in_pooled_turn(void);
 void actor_free(kva_actor *a);
 int actor_send_internal(kva_actor *to, uint32_t type, const void *data, uint32_t len, uint64_t tag);
 kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
@@ -124,6 +127,26 @@ int sched_start(kva_runtime *rt);
 void sched_stop(kva_runtime *rt);
 void doorbell_ring(kva_actor *a);
 void doorbell_clear(kva_actor *a);
+
+/* A worker's state (sched.c): the actor it runs after the current turn,
+ * and how many turns in a row came from that slot. */
+typedef struct worker_ctx {
+  kva_runtime *rt;
+  kva_actor *next;
+  uint32_t streak;
+} worker_ctx;
+/* A thread of the engine's lends itself to the turns its send makes ready
+ * (sched.c): begin before the send (false: this thread may not lend);
+ * end runs them, at most max_turns, while `waiter` has no mail (when
+ * `waiting`) and then only those cheaper here than a hand-over. */
+bool sched_lend_begin(kva_runtime *rt, worker_ctx *w);
+void sched_lend_end(worker_ctx *w, const kva_actor *waiter, uint32_t max_turns, bool waiting);
+
+/* port.c: a send from the port's thread that lends it (sched_lend_begin)
+ * to what the send made ready, until the reply is in or max_turns ran;
+ * receiving = kva_port_recv follows at once. kva_send's result. */
+int port_send_lent(kva_port *p, kva_actor *to, uint32_t type, const void *data, uint32_t len,
+                   uint64_t tag, uint32_t max_turns, bool receiving);
 
 /* thread.c: a runtime thread (worker, pinned actor), SIGPIPE blocked in it
  * for good; rt_sigpipe_blocked is 1 on such threads. pthread_create's

@@ -69,6 +69,7 @@
 #include <ck_pr.h>
 #include <ck_ring.h>
 
+#include "actors/clock.h"
 #include "actors/log.h"
 #include "actors/runtime_internal.h"
 #include "mailbox/ring_commit.h"
@@ -117,16 +118,13 @@ void doorbell_clear(kva_actor *a) {
   if (read(a->efd, &v, sizeof(v)) < 0) ck_pr_store_32(&a->rung, 1);
 }
 
-/* The worker running on this thread: its `next` slot holds the actor it
- * will run after the current turn (Go's runnext). An actor made ready by a
- * message sent from a worker runs next on that same worker, cache-hot and
- * without waking anybody; the actor it displaces goes to the shared queue.
- * `streak` bounds how long two actors can keep one worker to themselves. */
-typedef struct worker_ctx {
-  kva_runtime *rt;
-  kva_actor *next;
-  uint32_t streak;
-} worker_ctx;
+/* The worker running on this thread (worker_ctx, runtime_internal.h):
+ * its `next` slot holds the actor it will run after the current turn
+ * (Go's runnext). An actor made ready by a message sent from a worker runs
+ * next on that same worker, cache-hot and without waking anybody; the
+ * actor it displaces goes to the shared queue. `streak` bounds how long
+ * two actors can keep one worker to themselves. A thread lending itself
+ * (sched_lend_begin) is a worker for that time. */
 static __thread worker_ctx *this_worker;
 
 #define RUNNEXT_STREAK 64u
@@ -306,8 +304,10 @@ static bool worker_spin(kva_runtime *rt, kva_actor **a) {
     return false;
   }
   ck_pr_fence_atomic_load();
-  for (uint32_t i = 0; i < rt->spin_iters && !ck_pr_load_32(&rt->stop_workers); i++) {
+  uint64_t end = clock_mono_ns() + rt->spin_ns;
+  for (uint32_t i = 0; !ck_pr_load_32(&rt->stop_workers); i++) {
     if ((found = runq_pop(rt, a))) break;
+    if (i % 64 == 63 && clock_mono_ns() >= end) break;
     ck_pr_stall();
   }
   ck_pr_dec_32(&rt->spinning);
@@ -371,6 +371,64 @@ static void *worker_main(void *arg) {
   }
   this_worker = NULL;
   return NULL;
+}
+
+/* Lending. A thread of the engine's that sends a request and will wait
+ * for the reply would otherwise wake a worker (a futex, which on a VM
+ * costs the waker tens of microseconds when the worker's vCPU is idle)
+ * and sleep itself: instead it runs the turns its send made ready, as a
+ * worker would. sched_lend_begin makes this thread a worker for that time,
+ * so that the send's sched_notify puts the receiver in its next slot, and
+ * what the receiver's turn makes ready goes there too; sched_lend_end runs
+ * them, at most max_turns:
+ *  - while the reply is not in (`waiting`: the caller would wait anyway);
+ *  - after it, or for a caller that does not wait, only what is cheaper to
+ *    run here than to hand over: no worker is spinning (one would take it
+ *    for free), the actor's receives have averaged under LEND_CHEAP_NS,
+ *    and LEND_AFTER_NS has not passed since the first of these turns (an
+ *    eviction note, say, but not an L2 adapter's copy);
+ * and hands what is left to the run queue. Nothing else changes: an actor
+ * runs only once its scheduled flag is won (S3/R3), its turns still follow
+ * one another (the same fences and TSan hand-off as a worker's next slot),
+ * and a turn run here ends as a worker's does (sched_after_turn: muting,
+ * P3). Only threads that are none of the runtime's and not inside a turn
+ * lend: a worker or an actor that waited here would hold up its queue. */
+#define LEND_CHEAP_NS 5000u
+#define LEND_AFTER_NS 20000u
+
+bool sched_lend_begin(kva_runtime *rt, worker_ctx *w) {
+  if (rt->det || this_worker || rt_internal_thread || actor_in_turn()) return false;
+  w->rt = rt;
+  w->next = NULL;
+  w->streak = 0;
+  this_worker = w;
+  return true;
+}
+
+static bool cheap_here(const kva_actor *a) {
+  uint64_t n = ck_pr_load_64(&a->stats->dequeued);
+  return n > 0 && ck_pr_load_64(&a->stats->recv_ns_total) < n * LEND_CHEAP_NS &&
+         ck_pr_load_32(&a->rt->spinning) == 0;
+}
+
+void sched_lend_end(worker_ctx *w, const kva_actor *waiter, uint32_t max_turns, bool waiting) {
+  kva_runtime *rt = w->rt;
+  uint64_t extra_since = 0; /* first turn run for the cheapness alone */
+  for (uint32_t t = 0; w->next && t < max_turns; t++) {
+    kva_actor *a = w->next;
+    if (t > 0 && !(waiting && mailbox_empty(&waiter->mb))) {
+      if (!cheap_here(a)) break;
+      uint64_t now = clock_mono_ns();
+      if (!extra_since) extra_since = now;
+      if (now - extra_since > LEND_AFTER_NS) break;
+    }
+    w->next = NULL;
+    sched_after_turn(a, actor_run_batch(a, rt->batch));
+    ck_pr_inc_64(&rt->n_lent_turns);
+  }
+  this_worker = NULL;
+  if (w->next) runq_push(rt, w->next);
+  w->next = NULL;
 }
 
 int sched_start(kva_runtime *rt) {

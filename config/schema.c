@@ -47,6 +47,11 @@ static const config_key keys[] = {
         "Mailbox slots per actor; rounded up to a power of two."),
     INT(NULL, "runtime.batch", 1, 65536, "64", 0,
         "Messages an actor handles per turn before its worker moves on."),
+    INT(NULL, "runtime.spin_us", 0, 1000000, "50", 0,
+        "Microseconds an idle worker polls for work before it sleeps (at most half the "
+        "workers poll at once). Waking a sleeping worker costs its waker a futex and, on a "
+        "VM, tens of microseconds; a longer poll spares that but takes a core from the "
+        "engine (and from a kvactd on the same cores). 0 = sleep at once."),
     BOOL(NULL, "runtime.stats", "true", "Publish counters in a shared-memory segment (kvinspect)."),
     BOOL(NULL, "runtime.trace", "false",
          "Record message events in the trace ring from the start (kvinspect trace turns "

@@ -103,20 +103,36 @@ int session_await(session *ss, int timeout_ms) {
   }
 }
 
-int session_send(session *ss, kva_actor *to, uint32_t type, const void *ptr) {
+/* The calling thread serves its own request (port_send_lent): the
+ * receiver's turn, and for a call that waits the turns that one makes
+ * ready, up to LENT_TURNS, run here until the reply is in; then, and for a
+ * prefetch submit (which does not wait: the L1 manager's turn answers
+ * resident keys, an L2 load goes on without us), only turns cheaper here
+ * than waking a worker for them. */
+#define LENT_TURNS 64u
+
+static int send_lent(session *ss, kva_actor *to, uint32_t type, const void *ptr, bool receiving) {
   kva_storage *s = ss->s;
   if (s->client && to == s->l1) /* a client's: the frame leaves from this thread */
     return client_conn_send(s->client, type, ptr, kva_port_actor(ss->port), ss->tag);
-  return kva_send(to, type, &ptr, ptr ? sizeof(ptr) : 0, kva_port_actor(ss->port), ss->tag);
+  return port_send_lent(ss->port, to, type, &ptr, ptr ? sizeof(ptr) : 0, ss->tag,
+                        LENT_TURNS, receiving);
+}
+
+int session_send(session *ss, kva_actor *to, uint32_t type, const void *ptr) {
+  return send_lent(ss, to, type, ptr, false);
 }
 
 int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int timeout_ms) {
   ss->tag++;
-  int rc = session_send(ss, to, type, ptr);
+  int rc = send_lent(ss, to, type, ptr, true);
   return rc == KVA_OK ? session_await(ss, timeout_ms) : rc;
 }
 
 int storage_with_session(kva_storage *s, int (*fn)(kva_storage *, session *, void *), void *arg) {
+  /* a pooled actor that waited here would hold the worker its reply may
+   * need (the L1 manager it made ready is in that worker's next slot) */
+  if (actor_in_pooled_turn()) return KVA_EINVAL;
   int rc = storage_enter(s);
   if (rc != KVA_OK) return rc;
   session *ss = session_take(s);
