@@ -102,6 +102,10 @@ def main(argv=None):
     rows = call_lines(calls) + paged_lines(paged, setup.nbytes)
     for row in rows:
         print(line(row), flush=True)
+    # as every kvbench suite ends: the measures below their target
+    below = [r["measure"] + ("-" + r["call"] if "call" in r else "") for r in rows
+             if r.get("ok") == "no"]
+    print("suite=python below_target=%s" % (",".join(below) or "none"), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows, "calls": calls, "paged": paged}, f,

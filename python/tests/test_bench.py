@@ -30,11 +30,13 @@ def bench(tmp_path_factory):
                           "--tokens", "300", "--json", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    return [dict(f.split("=", 1) for f in line.split()) for line in res.stdout.splitlines()], out
+    lines = res.stdout.splitlines()
+    assert lines[-1].startswith("suite=python below_target="), lines[-1]
+    return [dict(f.split("=", 1) for f in line.split()) for line in lines[:-1]], out, lines[-1]
 
 
 def test_bench_prints_every_row_with_its_fields(bench):
-    rows, _ = bench
+    rows, _, _ = bench
     calls = [r["call"] for r in rows if r["measure"] == "call-overhead"]
     assert calls == ["lookup64", "prefetch64", "write64"]
     assert [r["call"] for r in rows if r["measure"] == "call-overhead-parts"] == calls
@@ -49,8 +51,15 @@ def test_bench_prints_every_row_with_its_fields(bench):
     assert {int(r["bytes"]) for r in rows if "bytes" in r} == {2 * 2 * 300 * 8 * 128 * 2}
 
 
+def test_bench_ends_with_the_measures_below_target(bench):
+    rows, _, summary = bench
+    below = [r["measure"] + ("-" + r["call"] if "call" in r else "") for r in rows
+             if r.get("ok") == "no"]
+    assert summary == "suite=python below_target=" + (",".join(below) or "none")
+
+
 def test_bench_json_holds_the_rows_and_every_rep(bench):
-    rows, path = bench
+    rows, path, _ = bench
     data = json.loads(path.read_text())
     assert [r["measure"] for r in data["rows"]] == [r["measure"] for r in rows]
     assert len(data["calls"]) == len(data["paged"]) == 2

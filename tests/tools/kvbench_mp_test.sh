@@ -5,7 +5,8 @@
 # and client processes: single-key prefetch round trips, 64-key lookups
 # from 1, 2 and 4 clients, the write+read cycle of 8 and 32 MiB against
 # the same cycle in-process), prints each figure, positive, with p99 no
-# lower than p50 and every target line's verdict, and leaves no socket.
+# lower than p50 and every target line's verdict, ends with the line naming
+# the measures below target, and leaves no socket.
 set -eu
 kvbench=$1
 out=$(mktemp)
@@ -22,8 +23,9 @@ positive() { # positive WHAT VALUE
     failed=1
   fi
 }
-verdicts() { # verdicts MEASURE N: N targets on its line, each with ok=yes or ok=no
-  n=$(grep "^measure=$1 " "$out" | grep -o ' target=>=[0-9.e]* ok=\(yes\|no\)' | wc -l)
+verdicts() { # verdicts MEASURE N: N targets on its line, each with its ok=yes or ok=no
+  n=$(grep "^measure=$1 " "$out" |
+    grep -o ' \([a-z_]*_\)\{0,1\}target=[<>]=[0-9.e+-]* \([a-z_]*_\)\{0,1\}ok=\(yes\|no\)' | wc -l)
   if [ "$n" != "$2" ]; then
     echo "$1: want $2 targets with their verdicts, got $n"
     failed=1
@@ -40,7 +42,7 @@ done
 for f in release_p50_us release_p99_us ratio_raw ratio_zmq; do
   positive "rtt-1key kvact $f" "$(line rtt-1key kvact $f)"
 done
-verdicts rtt-1key 2
+verdicts rtt-1key 3
 for c in 1 2 4; do
   m=batch64-${c}client
   positive "$m unix-stream" "$(sed -n "s/^measure=$m .*anchor=unix-stream:\([0-9.e+]*\) .*/\1/p" "$out")"
@@ -53,6 +55,16 @@ for z in 8 32; do
   for f in kvact ratio; do positive "$m $f" "$(line $m in-process $f)"; done
   verdicts $m 1
 done
+# the suite's last line names what is below target: "none" exactly when
+# no line says ok=no
+summary=$(sed -n 's/^suite=mp below_target=\(.*\)$/\1/p' "$out")
+if [ -z "$summary" ]; then
+  echo "no suite=mp below_target= line"
+  failed=1
+elif grep -q 'ok=no' "$out" && [ "$summary" = none ] || ! grep -q 'ok=no' "$out" && [ "$summary" != none ]; then
+  echo "below_target=$summary disagrees with the lines' verdicts"
+  failed=1
+fi
 if [ -e /tmp/kvbench-mp-$pid.sock ]; then
   echo "the daemon's socket /tmp/kvbench-mp-$pid.sock is left"
   failed=1

@@ -4,6 +4,7 @@
 #ifndef KVA_TOOLS_BENCH_H
 #define KVA_TOOLS_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,19 @@ int suite_gpu(const bench_opts *o);
 int suite_mp(const bench_opts *o);
 
 double bench_median(double *v, int n);
+
+/* Targets (bench_target.c): prints " target=<op><target> ok=yes|no" for
+ * value (op ">=" or "<="; NaN = not measured, a miss), or with a label
+ * " <label>_target=... <label>_ok=...", and remembers a miss under
+ * `measure`; bench_no_target prints " target=none";
+ * bench_missed records a miss without printing (a measure that failed).
+ * bench_suite_end prints "suite=NAME below_target=m1,m2" (or "none") and
+ * forgets the misses. */
+bool bench_target(const char *measure, const char *label, double value, const char *op,
+                  double target);
+void bench_no_target(void);
+void bench_missed(const char *measure);
+void bench_suite_end(const char *suite);
 /* A runtime with `workers` workers and an L1 of l1_bytes (0 = no storage);
  * exits on failure. */
 kva_runtime *bench_start(int workers, uint64_t l1_bytes);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/kvbench/bench.h"
 #include "tools/kvbench/sim.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -119,6 +120,10 @@ void sim_report_text(const sim_result *r) {
   printf("\n");
   printf("  wrong bytes      %llu, errors %llu\n", (unsigned long long)st->wrong_bytes,
          (unsigned long long)st->errors);
+  if (!(over > 0 && over <= SIM_BOUND_TARGET)) bench_missed("ttft-bound");
+  if (st->wrong_bytes) bench_missed("wrong-bytes"); /* target 0, always */
+  if (st->errors) bench_missed("errors");
+  bench_suite_end("sim");
 }
 
 int sim_report_json(const sim_result *r) {

@@ -39,6 +39,7 @@
  */
 #include <jansson.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,7 +240,7 @@ static void report(disk_bench *b, const char *measure, int kvm, int raw, int slo
   else
     printf(" kvact=unavailable");
   anchor_field(b, "", "uring", raw, 1, kv);
-  printf(" target=%.1f", TARGET);
+  bench_target(measure, NULL, kv > 0 ? kv / med(b, b->gbps, raw) : NAN, ">=", TARGET);
   anchor_field(b, "_slot", "uring-slot", slot, 1, kv);
   anchor_field(b, "_fio", "fio", fio, b->fio, kv);
   if (kv > 0) printf(" ms=%.1f", (double)b->n * CHUNK_BYTES / (kv * GB) * 1e3);
@@ -307,6 +308,8 @@ int suite_disk(const bench_opts *o) {
   if (rc < 0) {
     fprintf(stderr, "kvbench: cannot open %s for the io_uring anchor: %s\n", b->path,
             strerror(-rc));
+    bench_missed("disk");
+    bench_suite_end("disk");
     tier_side_stop(&b->kv);
     unlink(b->path);
     free(b);
@@ -315,6 +318,7 @@ int suite_disk(const bench_opts *o) {
   one_rep(b, -1);
   for (int r = 0; r < reps; r++) one_rep(b, r);
   print_reports(b);
+  bench_suite_end("disk");
   uring_anchor_close(b->raw);
   tier_side_stop(&b->kv);
   unlink(b->path);

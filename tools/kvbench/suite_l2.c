@@ -14,7 +14,10 @@
  *    every page faulted in first: the mock copies on its one actor, so this
  *    bounds what its 10 GB/s emulation can reach on this machine.
  *
- * ratio = achieved / configured; the target is 0.9. One warm-up pass
+ * ratio = achieved / bound, bound = the lower of the configured bandwidth
+ * and the anchor's (the documented bound above); the target is 0.9. The
+ * line prints both, so a machine that copies slower than 10 GB/s shows as
+ * such rather than as the tier's shortfall. One warm-up pass
  * faults in the mock's buffers and the L1 pool (a cold store into the mock
  * takes one fault per 4 KiB page), then --reps repetitions, medians
  * reported; page_faults is the process's minor faults inside the timed
@@ -172,11 +175,14 @@ static void anchor_free(anchor *a) {
 /* ---- the suite -------------------------------------------------------------- */
 
 static void report(const char *measure, double secs, double memcpy_secs, double faults) {
+  /* the mock copies every byte: a machine that copies slower than the
+   * configured bandwidth bounds it at memcpy's rate, measured beside it */
   double gbps = TOTAL_BYTES / secs / GB, conf = (double)BANDWIDTH / GB;
-  printf("measure=%s kvact=%.3g configured=%.3g ratio=%.2f target=%.1f anchor=memcpy:%.3g "
-         "ms=%.1f page_faults=%.0f unit=GB/s\n",
-         measure, gbps, conf, gbps / conf, TARGET, TOTAL_BYTES / memcpy_secs / GB, secs * 1e3,
-         faults);
+  double mc = TOTAL_BYTES / memcpy_secs / GB, bound = conf < mc ? conf : mc;
+  printf("measure=%s kvact=%.3g configured=%.3g anchor=memcpy:%.3g bound=%.3g ratio=%.2f", measure,
+         gbps, conf, mc, bound, gbps / bound);
+  bench_target(measure, NULL, gbps / bound, ">=", TARGET);
+  printf(" ms=%.1f page_faults=%.0f unit=GB/s\n", secs * 1e3, faults);
 }
 
 int suite_l2_mock(const bench_opts *o) {
@@ -204,8 +210,10 @@ int suite_l2_mock(const bench_opts *o) {
   double m = bench_median(mc, reps);
   report("store-64x8MiB", bench_median(st, reps), m, bench_median(stf, reps));
   report("prefetch-64x8MiB", bench_median(pf, reps), m, bench_median(pff, reps));
-  printf("measure=memcpy-512MiB anchor=%.3g unit=GB/s\n", TOTAL_BYTES / m / GB);
-  fflush(stdout);
+  printf("measure=memcpy-512MiB anchor=%.3g", TOTAL_BYTES / m / GB);
+  bench_no_target(); /* the machine's copy rate, for reading the others */
+  printf(" unit=GB/s\n");
+  bench_suite_end("l2-mock");
   anchor_free(&a);
   kva_runtime_shutdown(b->rt);
   free(b);
