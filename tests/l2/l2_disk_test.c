@@ -311,37 +311,50 @@ START_TEST(ios_beyond_the_depth_wait_in_order_without_blocking) {
 END_TEST
 
 /* Reads queued behind a store batch's payload writes go into the kernel
- * first, and the writes take a quarter of the depth while reads are
- * there; with no read left, the writes get the whole depth again. */
-START_TEST(reads_go_first_and_writes_keep_a_share_of_the_depth) {
+ * first, within the read budget (at least one read: one larger than the
+ * budget runs alone), and the writes take a quarter of that budget (at
+ * least one write) while reads are there; with no read left, the writes
+ * get the whole depth again. The budget is lowered to 8 KiB so that 4 KiB
+ * operations show it. */
+START_TEST(reads_go_first_within_their_budget_and_writes_keep_a_share) {
   char path[] = "/tmp/kva-disk-io-XXXXXX", err[256];
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
   unlink(path);
-  static char buf[12][4096];
-  ck_assert_int_eq(pwrite(fd, buf[0], sizeof(buf[0]), 0), (ssize_t)sizeof(buf[0]));
+  static char buf[12][4096], big[3][12288];
+  ck_assert_int_eq(pwrite(fd, big[0], sizeof(big[0]), 0), (ssize_t)sizeof(big[0]));
   disk_io io;
   io_seen seen = {.n = 0};
   ck_assert_int_eq(disk_io_init(&io, fd, 8, 5000, io_done, &seen, err, sizeof(err)), KVA_OK);
+  ck_assert_uint_eq(io.read_budget, DISK_IO_READ_BYTES);
+  io.read_budget = 8192;
   disk_op op[12];
   for (int i = 0; i < 12; i++) { /* 9 payload writes, then 3 reads */
     op[i] = (disk_op){.write = i < 9,
-                      .off = 4096 * (uint64_t)(i < 9 ? i + 1 : 0),
+                      .off = 4096 * (uint64_t)(i < 9 ? i + 3 : 0),
                       .iov = {{buf[i], 4096}},
                       .niov = 1,
                       .ctx = (void *)(intptr_t)i};
     disk_io_queue(&io, &op[i]);
   }
   ck_assert_int_eq(disk_io_submit(&io), KVA_OK);
-  ck_assert_uint_eq(io.inflight_reads, 3);
-  ck_assert_uint_eq(io.inflight_writes, 8 / DISK_IO_WRITE_SHARE);
-  ck_assert_uint_eq(io.npend, 9 - 8 / DISK_IO_WRITE_SHARE);
+  ck_assert_uint_eq(io.inflight_reads, 2);  /* 8 KiB of reads */
+  ck_assert_uint_eq(io.inflight_writes, 1); /* 2 KiB of writes: at least one */
+  ck_assert_uint_eq(io.npend, 9);
   while (disk_io_busy(&io)) disk_io_wait(&io);
   ck_assert_int_eq(seen.n, 12);
   for (int i = 0; i < 12; i++) ck_assert_int_eq(seen.res[i], 0);
+  for (int i = 0; i < 3; i++) { /* reads of 12 KiB: one at a time */
+    op[i] = (disk_op){.iov = {{big[i], sizeof(big[i])}}, .niov = 1, .ctx = (void *)(intptr_t)i};
+    disk_io_queue(&io, &op[i]);
+  }
+  ck_assert_int_eq(disk_io_submit(&io), KVA_OK);
+  ck_assert_uint_eq(io.inflight_reads, 1);
+  while (disk_io_busy(&io)) disk_io_wait(&io);
+  ck_assert_int_eq(seen.n, 15);
   for (int i = 0; i < 8; i++) { /* writes alone: the whole depth */
     op[i] = (disk_op){.write = true,
-                      .off = 4096 * (uint64_t)(i + 1),
+                      .off = 4096 * (uint64_t)(i + 3),
                       .iov = {{buf[i], 4096}},
                       .niov = 1,
                       .ctx = (void *)(intptr_t)i};
@@ -372,7 +385,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, read_errors_bypass_the_tier);
   tcase_add_test(tc, an_io_past_its_deadline_completes_timed_out);
   tcase_add_test(tc, ios_beyond_the_depth_wait_in_order_without_blocking);
-  tcase_add_test(tc, reads_go_first_and_writes_keep_a_share_of_the_depth);
+  tcase_add_test(tc, reads_go_first_within_their_budget_and_writes_keep_a_share);
   suite_add_tcase(su, tc);
   return su;
 }

@@ -30,6 +30,7 @@ int disk_io_init(disk_io *io, int fd, unsigned depth, uint32_t timeout_ms, disk_
   io->fd = fd;
   io->efd = -1;
   io->depth = depth ? depth : 1;
+  io->read_budget = DISK_IO_READ_BYTES;
   io->done = done;
   io->done_arg = done_arg;
   io->timeout.tv_sec = timeout_ms / 1000;
@@ -96,15 +97,27 @@ static bool prep_one(disk_io *io, disk_op *op) {
   return true;
 }
 
-/* Whether the head of pend[c] may go into the kernel now. */
+static uint64_t iov_bytes(const disk_op *op) {
+  uint64_t n = 0;
+  for (int i = 0; i < op->niov; i++) n += op->iov[i].iov_len;
+  return n;
+}
+
+/* Whether the head of pend[c] may go into the kernel now: reads up to
+ * read_budget bytes in flight, so that they finish in the order they were
+ * asked for; payload writes as the depth allows while no read waits or
+ * runs, else up to 1/DISK_IO_WRITE_SHARE of the read budget. At least one
+ * of each may always run. */
 static bool may_start(const disk_io *io, int c) {
   const disk_op *op = io->pend[c].head;
   if (!op) return false;
   if (op->small) return io->inflight_small < io->depth;
   if (io->inflight >= io->depth) return false;
-  if (c == 0 || (!io->pend[0].head && !io->inflight_reads)) return true;
-  unsigned share = io->depth / DISK_IO_WRITE_SHARE;
-  return io->inflight_writes < (share ? share : 1);
+  uint64_t b = iov_bytes(op);
+  if (c == 0) return !io->inflight_reads || io->inflight_read_bytes + b <= io->read_budget;
+  if (!io->pend[0].head && !io->inflight_reads) return true;
+  return !io->inflight_writes ||
+         io->inflight_write_bytes + b <= io->read_budget / DISK_IO_WRITE_SHARE;
 }
 
 static void count_start(disk_io *io, const disk_op *op, int delta) {
@@ -113,10 +126,14 @@ static void count_start(disk_io *io, const disk_op *op, int delta) {
     return;
   }
   io->inflight += (unsigned)delta;
-  if (op->write)
+  uint64_t b = iov_bytes(op);
+  if (op->write) {
     io->inflight_writes += (unsigned)delta;
-  else
+    io->inflight_write_bytes = delta > 0 ? io->inflight_write_bytes + b : io->inflight_write_bytes - b;
+  } else {
     io->inflight_reads += (unsigned)delta;
+    io->inflight_read_bytes = delta > 0 ? io->inflight_read_bytes + b : io->inflight_read_bytes - b;
+  }
 }
 
 int disk_io_submit(disk_io *io) {
@@ -134,12 +151,6 @@ int disk_io_submit(disk_io *io) {
   /* SQEs the kernel did not take stay in the ring for the next call */
   int rc = io_uring_submit(&io->ring);
   return rc < 0 && rc != -EINTR ? KVA_EAGAIN : KVA_OK;
-}
-
-static uint64_t iov_bytes(const disk_op *op) {
-  uint64_t n = 0;
-  for (int i = 0; i < op->niov; i++) n += op->iov[i].iov_len;
-  return n;
 }
 
 /* The op's outcome: a short transfer is an error (the file never ends
