@@ -201,12 +201,18 @@ KVA_API void kva_port_close(kva_port *p); /* not thread-safe with respect to the
  * kva_runtime_start unless l1.size_bytes is 0. Every call may be made from
  * many threads at once; each blocking call waits for one reply from the L1
  * manager actor on a port taken from a pool (no allocation, no thread-local
- * state), and the calling thread runs the L1 manager's turn itself when it
- * is idle. From the receive of an actor that is not pinned, a call that
- * would wait for a storage actor (all but kva_submit_prefetch,
- * kva_query_prefetch, kva_wait_prefetch with timeout 0 and pure helpers
- * such as kva_chunk_keys) returns KVA_EINVAL at once: its worker must not
- * wait.
+ * state). Embedded, the calling thread serves its own request when the
+ * storage actors it needs are idle: it runs their turns (the L1 manager's,
+ * the eviction, store and prefetch controllers', eviction policies
+ * included; never an L2 adapter's, which run on the runtime's threads
+ * only), one message at a time, until its reply is in. From the receive of
+ * a pooled actor (not pinned, deterministic mode aside), a call of an
+ * embedded storage that would wait for a storage actor (all but
+ * kva_submit_prefetch, kva_query_prefetch, kva_wait_prefetch with timeout
+ * 0 and pure helpers such as kva_chunk_keys), and kva_op_wait or
+ * kva_op_wait_layer with a timeout other than 0, return KVA_EINVAL at
+ * once: that worker may be the one the reply needs. kva_kv_unregister
+ * must not be called there.
  * Calls racing with kva_runtime_shutdown return KVA_ESHUTDOWN; after
  * it returns, the storage pointer is gone like the runtime.
  * ------------------------------------------------------------------------ */

@@ -227,6 +227,10 @@ bool actor_in_turn(void) {
   return rt_current != NULL;
 }
 
+void actor_set_lendable(kva_actor *a) {
+  if (a && a->kind == ACTOR_POOLED) a->lendable = 1;
+}
+
 bool actor_in_pooled_turn(void) {
   return rt_current && rt_current->kind == ACTOR_POOLED && !rt_current->rt->det;
 }

@@ -33,6 +33,7 @@ struct kva_actor {
   uint32_t life;      /* atomic LIFE_* */
   uint32_t kind;      /* ACTOR_*, fixed at spawn */
   uint32_t stop_sent; /* atomic: kva_actor_stop already queued STOP */
+  uint32_t lendable;  /* its turns may run on a lending thread (sched.c); set before its first message */
   kva_runtime *rt;
   kva_behavior beh; /* copied at spawn */
   void *state;
@@ -109,6 +110,11 @@ extern __thread int rt_internal_thread;
 /* actor.c */
 bool actor_run_batch(kva_actor *a, uint32_t max); /* true if more may wait */
 bool actor_in_turn(void);                          /* this thread runs a turn now */
+/* Lets a's turns run on a thread that lends itself to its request
+ * (sched.c): only the runtime's own storage actors, whose receives never
+ * block nor write to a socket, and run no plug-in code but pure policies.
+ * Call before a's first message. */
+void actor_set_lendable(kva_actor *a);
 /* ... of a pooled actor: it must not block (the reply may need its worker) */
 bool actor_in_pooled_turn(void);
 void actor_free(kva_actor *a);

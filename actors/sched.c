@@ -380,7 +380,10 @@ static void *worker_main(void *arg) {
  * worker would. sched_lend_begin makes this thread a worker for that time,
  * so that the send's sched_notify puts the receiver in its next slot, and
  * what the receiver's turn makes ready goes there too; sched_lend_end runs
- * them, at most max_turns:
+ * them, one message a turn, at most max_turns, and only those of actors
+ * marked lendable (actor_set_lendable: the storage actors, never an L2
+ * adapter, which may be a plug-in and may write to sockets: adapters run
+ * on the runtime's threads only, where SIGPIPE is blocked):
  *  - while the reply is not in (`waiting`: the caller would wait anyway);
  *  - after it, or for a caller that does not wait, only what is cheaper to
  *    run here than to hand over: no worker is spinning (one would take it
@@ -414,7 +417,7 @@ static bool cheap_here(const kva_actor *a) {
 void sched_lend_end(worker_ctx *w, const kva_actor *waiter, uint32_t max_turns, bool waiting) {
   kva_runtime *rt = w->rt;
   uint64_t extra_since = 0; /* first turn run for the cheapness alone */
-  for (uint32_t t = 0; w->next && t < max_turns; t++) {
+  for (uint32_t t = 0; w->next && w->next->lendable && t < max_turns; t++) {
     kva_actor *a = w->next;
     if (t > 0 && !(waiting && mailbox_empty(&waiter->mb))) {
       if (!cheap_here(a)) break;
@@ -423,7 +426,9 @@ void sched_lend_end(worker_ctx *w, const kva_actor *waiter, uint32_t max_turns, 
       if (now - extra_since > LEND_AFTER_NS) break;
     }
     w->next = NULL;
-    sched_after_turn(a, actor_run_batch(a, rt->batch));
+    /* one message a turn: the caller goes back as soon as its reply is
+     * in, and what others queued behind it goes to a worker */
+    sched_after_turn(a, actor_run_batch(a, 1));
     ck_pr_inc_64(&rt->n_lent_turns);
   }
   this_worker = NULL;

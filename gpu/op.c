@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "actors/runtime_internal.h"
 #include "common/array.h"
 #include "gpu/kv_internal.h"
 
@@ -217,8 +218,14 @@ static int has_layer(const kva_op *op, uint32_t layer) {
   return op->layers_done > layer;
 }
 
+/* A pooled actor must not wait here: the op completes on the L1 manager's
+ * (or a client's connection's) replies, which may need its worker. */
+static bool may_wait(int timeout_ms) {
+  return timeout_ms == 0 || !actor_in_pooled_turn();
+}
+
 int kva_op_wait(kva_op *op, int timeout_ms, int *status) {
-  if (!op) return KVA_EINVAL;
+  if (!op || !may_wait(timeout_ms)) return KVA_EINVAL;
   pthread_mutex_lock(&op->lock);
   int rc = op_wait_until(op, is_complete, 0, timeout_ms);
   int st = op->status;
@@ -230,7 +237,7 @@ int kva_op_wait(kva_op *op, int timeout_ms, int *status) {
 }
 
 int kva_op_wait_layer(kva_op *op, uint32_t layer, int timeout_ms) {
-  if (!op || layer >= op->job.g.num_layers) return KVA_EINVAL;
+  if (!op || layer >= op->job.g.num_layers || !may_wait(timeout_ms)) return KVA_EINVAL;
   pthread_mutex_lock(&op->lock);
   int rc = op_wait_until(op, has_layer, layer, timeout_ms);
   pthread_mutex_unlock(&op->lock);

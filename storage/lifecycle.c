@@ -44,6 +44,7 @@ static int start_l1(kva_storage *s, const kva_config *c) {
     return KVA_ECONFIG;
   }
   s->l1 = l1_manager_actor(s->l1m);
+  actor_set_lendable(s->l1); /* engine threads may run its turns (sessions.c) */
   return KVA_OK;
 }
 
@@ -58,6 +59,7 @@ static int start_evictor(kva_storage *s, const kva_config *c) {
     LOG_ERROR("storage: %s", err);
     return KVA_ECONFIG;
   }
+  actor_set_lendable(s->evictor);
   l1_manager_set_evictor(s->l1m, s->evictor);
   return KVA_OK;
 }

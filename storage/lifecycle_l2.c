@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "actors/log.h"
+#include "actors/runtime_internal.h"
 #include "config/config_internal.h"
 #include "l2/prefetch_controller.h"
 #include "l2/registry.h"
@@ -84,6 +85,8 @@ int storage_start_l2(kva_storage *s, const kva_config *c) {
     LOG_ERROR("storage: cannot start the L2 controllers: out of memory");
     return KVA_ENOMEM;
   }
+  actor_set_lendable(s->store);
+  actor_set_lendable(s->prefetcher);
   l1_manager_set_store(s->l1m, s->store);
   l1_manager_set_prefetcher(s->l1m, s->prefetcher);
   kva_send(probe, PROBE_START, NULL, 0, NULL, 0);

@@ -131,8 +131,9 @@ int session_ask(session *ss, kva_actor *to, uint32_t type, const void *ptr, int 
 
 int storage_with_session(kva_storage *s, int (*fn)(kva_storage *, session *, void *), void *arg) {
   /* a pooled actor that waited here would hold the worker its reply may
-   * need (the L1 manager it made ready is in that worker's next slot) */
-  if (actor_in_pooled_turn()) return KVA_EINVAL;
+   * need (the L1 manager it made ready is in that worker's next slot); a
+   * client's replies come through the connection's reader thread */
+  if (s && !s->client && actor_in_pooled_turn()) return KVA_EINVAL;
   int rc = storage_enter(s);
   if (rc != KVA_OK) return rc;
   session *ss = session_take(s);

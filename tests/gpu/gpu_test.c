@@ -172,6 +172,46 @@ START_TEST(a_store_of_present_keys_only_completes_at_once) {
 }
 END_TEST
 
+/* A pooled actor that waits for an op holds a worker the op's completion
+ * may need (the L1 manager's replies to the copy actor): kva_op_wait and
+ * kva_op_wait_layer with a timeout are refused there, and the op is left
+ * to its owner, who waits for it as usual; a poll (timeout 0) is allowed. */
+typedef struct op_waiter {
+  kva_op *op;
+  kva_port *report;
+} op_waiter;
+
+static void op_waiter_receive(kva_actor *self, void *state, const kva_msg *m) {
+  op_waiter *w = state;
+  int rc[3] = {kva_op_wait(w->op, -1, &(int){0}), kva_op_wait_layer(w->op, 0, 1000),
+               kva_op_wait_layer(w->op, 0, 0)};
+  kva_send(kva_port_actor(w->report), KVA_MSG_USER + 1, rc, sizeof(rc), self, m->tag);
+}
+
+START_TEST(an_actor_may_not_wait_for_an_op) {
+  env e;
+  env_start(&e, 2, 8);
+  kva_key k[2];
+  gpu_test_keys(k, 0, 2);
+  int64_t slots[32];
+  identity_slots(slots, 32);
+  op_waiter w = {NULL, kva_port_open(e.rt, "report")};
+  ck_assert_int_eq(kva_kv_store(e.s, e.ks, k, 2, 16, slots, 32, &w.op), KVA_OK);
+  kva_behavior b = {.name = "op_waiter", .receive = op_waiter_receive};
+  kva_actor *a = kva_spawn(e.rt, &b, &w, NULL);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_int_eq(kva_send(a, KVA_MSG_USER, NULL, 0, NULL, 0), KVA_OK);
+  int rc[3];
+  fixture_recv(w.report, rc, sizeof(rc), 10000);
+  ck_assert_int_eq(rc[0], KVA_EINVAL);
+  ck_assert_int_eq(rc[1], KVA_EINVAL);
+  ck_assert(rc[2] == KVA_OK || rc[2] == KVA_ETIMEDOUT); /* a poll: landed or not yet */
+  ck_assert_int_eq(gpu_test_wait(w.op), KVA_OK); /* the op is still the engine's */
+  kva_port_close(w.report);
+  env_stop(&e);
+}
+END_TEST
+
 /* 600 chunks of 128 KiB cannot fit a 64 MiB L1: reservations are all or
  * nothing, so the op reports KVA_ENOMEM and nothing is left behind. */
 START_TEST(a_store_that_does_not_fit_reports_enomem) {
@@ -539,6 +579,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(t, keys_already_present_are_skipped);
   tcase_add_test(t, a_store_of_present_keys_only_completes_at_once);
   tcase_add_test(t, a_store_that_does_not_fit_reports_enomem);
+  tcase_add_test(t, an_actor_may_not_wait_for_an_op);
   tcase_add_test(t, a_load_reports_each_layer_once_it_has_landed);
   tcase_add_test(t, a_load_of_keys_not_prefetched_fails_cleanly);
   tcase_add_test(t, a_load_of_chunks_with_another_layout_fails_cleanly);

@@ -101,8 +101,18 @@ static void tiny_unlock(tiny *t, const kva_msg *m) {
   }
 }
 
+static unsigned unguarded; /* atomic: turns on a thread without SIGPIPE blocked */
+
+unsigned plugin_tiny_unguarded_turns(void) {
+  return __atomic_load_n(&unguarded, __ATOMIC_RELAXED);
+}
+
 static void tiny_receive(kva_actor *self, void *state, const kva_msg *m) {
   tiny *t = state;
+  /* kvact.h: outside deterministic mode an adapter runs on the runtime's
+   * threads, never on an engine's that lends itself to its own request */
+  if (!kva_thread_sigpipe_blocked() && !kva_runtime_deterministic(kva_actor_runtime(self)))
+    __atomic_add_fetch(&unguarded, 1, __ATOMIC_RELAXED);
   if (m->type == KVA_L2_UNLOCK) {
     tiny_unlock(t, m);
     return;

@@ -25,5 +25,9 @@ kva_actor *plugin_tiny_factory(kva_runtime *rt, const kva_config_node *cfg, char
 /* kva_l2_register("tiny", plugin_tiny_factory): KVA_OK the first time in a
  * process, KVA_EINVAL once it is registered. */
 int plugin_tiny_register(void);
+/* Receives of any "tiny" tier so far that ran outside deterministic mode
+ * on a thread that is not the runtime's (kva_thread_sigpipe_blocked 0):
+ * kvact.h says there are none. */
+unsigned plugin_tiny_unguarded_turns(void);
 
 #endif
