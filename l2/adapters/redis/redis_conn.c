@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/ioctl.h>
 #include <time.h>
 
@@ -207,7 +208,9 @@ static void ev_cleanup(void *privdata) {
   k->watched = false;
   if (k->drop_result != KVA_ESHUTDOWN) lost(n, k->reason ? k->reason : ac->errstr);
   k->ac = NULL;
+  redis_write_reset(k); /* the splices' commands were failed with it */
   k->kill = false;
+  k->kill_why = NULL;
   n->r->map_stale = n->r->cfg.cluster;
   if (clean)
     n->retry_at = 0;
@@ -260,7 +263,12 @@ static bool dial(redis_conn *k) {
   }
   k->ac = ac;
   k->gen++;
+  redis_write_reset(k);
   k->reason = NULL;
+  /* keep the reader's buffer once it has grown: by default hiredis frees
+   * an idle one over 16 KiB, so every large GET reply read into fresh
+   * pages (a page fault and a page clear every 4 KiB) */
+  ac->c.reader->maxbuf = 0;
   hooks(ac, k);
   if (!r->det && kva_watch_fd(r->self, ac->c.fd, WATCH_EVENTS, fd_tag(k)) != KVA_OK) {
     redis_conn_drop(k, KVA_EIO, "cannot watch the socket");
@@ -307,18 +315,27 @@ static void read_all(redis_conn *k, bool hup) {
   if (k->ac == ac && hup) redis_conn_drop(k, KVA_EIO, "connection closed");
 }
 
-/* Until hiredis's buffer is empty or the kernel takes nothing more. */
+/* hiredis completes the dial; then redis_write.c writes. hiredis's
+ * handler would write the buffer as soon as the dial completes, shifting
+ * it under our splices' offsets: it is shown an empty buffer for that
+ * call. A dial that fails frees the context, and the empty buffer with it. */
 static void write_all(redis_conn *k) {
   redisAsyncContext *ac = k->ac;
-  for (;;) {
-    bool was = connected(ac);
-    size_t before = sdslen(ac->c.obuf);
-    if (was && before == 0) return;
-    redisAsyncHandleWrite(ac); /* completes a dial first */
-    if (k->ac != ac || !connected(ac)) return;
-    size_t after = sdslen(ac->c.obuf);
-    if (after == 0 || (was && after == before)) return;
+  if (!connected(ac)) {
+    sds keep = ac->c.obuf, empty = sdsempty();
+    if (!empty) return; /* out of memory: the next event tries again */
+    ac->c.obuf = empty;
+    redisAsyncHandleWrite(ac); /* completes the dial, or fails it */
+    if (k->ac != ac) {
+      sdsfree(keep);
+      return;
+    }
+    sdsfree(ac->c.obuf);
+    ac->c.obuf = keep;
+    if (!connected(ac)) return;
   }
+  if (k->kill) return; /* a head without its payload must not leave (redis_ops.c) */
+  if (redis_write_some(k) != KVA_OK) redis_conn_drop(k, KVA_EIO, "write failed: connection dropped");
 }
 
 static void on_events(redis_conn *k, uint32_t events) {
@@ -369,7 +386,7 @@ static void hand_off(redis *r, redis_conn *k, uint64_t now) {
 }
 
 static void pump_conn(redis *r, redis_conn *k, uint64_t now) {
-  if (k->kill) redis_conn_drop(k, KVA_EIO, "AUTH refused");
+  if (k->kill) redis_conn_drop(k, KVA_EIO, k->kill_why ? k->kill_why : "AUTH refused");
   if (k->queue.n && !k->ac && (now < k->node->retry_at || !dial(k))) {
     fail_queue(k, KVA_EIO); /* in back-off: fail fast rather than wait */
     return;
@@ -427,7 +444,7 @@ static nfds_t det_fds(redis *r, struct pollfd *pf, redis_conn **conns, uint64_t 
     for (uint16_t j = 0; j < r->nodes[i]->nconns && k < DET_FDS; j++) {
       redis_conn *c = &r->nodes[i]->conns[j];
       if (!c->ac) continue;
-      bool out = !connected(c->ac) || sdslen(c->ac->c.obuf) > 0;
+      bool out = !connected(c->ac) || redis_write_pending(c);
       pf[k] = (struct pollfd){.fd = c->ac->c.fd, .events = (short)(POLLIN | (out ? POLLOUT : 0))};
       conns[k++] = c;
       if (c->flight.head && c->flight.head->deadline < *first) *first = c->flight.head->deadline;
@@ -472,7 +489,10 @@ void redis_nodes_close(redis *r, int result) {
 }
 
 void redis_nodes_free(redis *r) {
-  for (uint16_t i = 0; i < r->nnodes; i++) free(r->nodes[i]);
+  for (uint16_t i = 0; i < r->nnodes; i++) {
+    for (uint16_t j = 0; j < r->nodes[i]->nconns; j++) redis_write_free(&r->nodes[i]->conns[j]);
+    free(r->nodes[i]);
+  }
   free(r->nodes);
   r->nodes = NULL;
   r->nnodes = 0;

@@ -100,17 +100,29 @@ typedef struct redis_task {
  * Every command of a key goes to the same connection of its node (the
  * key's hash picks it), so a key's commands are sent and answered in the
  * order they were queued. */
+/* A large SET's payload, written from L1 after `at` bytes of the output
+ * buffer (redis_write.c); `sent` counts its bytes and the CRLF after it. */
+typedef struct redis_splice {
+  size_t at;
+  const void *p;
+  size_t len, sent;
+} redis_splice;
+
 typedef struct redis_conn {
   struct redis_node *node;
   uint16_t idx;          /* in node->conns */
   redisAsyncContext *ac; /* NULL: no connection */
+  size_t woff;           /* bytes of ac->c.obuf already written (redis_write.c) */
+  redis_splice *sp;      /* payloads spliced into the stream, [sp_head, sp_n) pending */
+  uint32_t sp_head, sp_n, sp_cap;
   uint32_t gen;          /* bumped per connection: a stale fd event is told apart */
   bool watched;          /* its fd is watched by the poller */
   int drop_result;       /* what the commands failed by a drop report */
   redis_list queue;      /* waiting for a pipeline slot, in order */
   redis_list flight;     /* handed to hiredis, oldest first */
   uint64_t flight_bytes;
-  bool kill;          /* AUTH was refused: dropped at the next pump */
+  bool kill;            /* AUTH was refused (or a splice failed): dropped at the next pump */
+  const char *kill_why; /* NULL: AUTH refused */
   const char *reason; /* why we drop it (NULL: hiredis's own error) */
 } redis_conn;
 
@@ -232,5 +244,16 @@ bool redis_lock(redis_locks *l, const kva_key *k); /* false on ENOMEM */
 void redis_unlock(redis_locks *l, const kva_key *k);
 bool redis_locked(const redis_locks *l, const kva_key *k);
 void redis_locks_free(redis_locks *l);
+
+/* redis_write.c: the connection's writer. Once connected, the only
+ * writer of ac->c.obuf's bytes. splice: p[0..len) and CRLF follow what the
+ * buffer holds now (false: out of memory); some: writes until done or the
+ * kernel takes no more (KVA_EIO: the connection is broken); pending: bytes
+ * wait; reset at a new connection, free at the adapter's stop. */
+bool redis_write_splice(redis_conn *k, const void *p, size_t len);
+int redis_write_some(redis_conn *k);
+bool redis_write_pending(const redis_conn *k);
+void redis_write_reset(redis_conn *k);
+void redis_write_free(redis_conn *k);
 
 #endif

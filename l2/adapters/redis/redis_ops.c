@@ -90,8 +90,12 @@ static char *scratch(redis *r, size_t len) {
 
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
-/* SET key [header][payload], formatted here so the payload is copied once
- * on its way into hiredis's buffer. */
+/* A payload this large is written from L1 (redis_write.c), not copied. */
+#define SPLICE_MIN_BYTES (64u * 1024u)
+
+/* SET key [header][payload]. A small payload is formatted here with the
+ * rest and copied into hiredis's buffer; a large one is spliced into the
+ * stream after the head, which hiredis queues with the reply callback. */
 static bool send_set(redis *r, redis_conn *k, redis_cmd *c, const char *key, size_t klen) {
   const redis_task *t = c->task;
   const kva_buf *b = &t->req->bufs[c->key];
@@ -99,7 +103,8 @@ static bool send_set(redis *r, redis_conn *k, redis_cmd *c, const char *key, siz
   int hl = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%zu\r\n", klen);
   char mid[64];
   int ml = snprintf(mid, sizeof(mid), "\r\n$%zu\r\n", REDIS_VALUE_HDR + b->len);
-  size_t total = (size_t)hl + klen + (size_t)ml + REDIS_VALUE_HDR + b->len + 2;
+  bool splice = b->len >= SPLICE_MIN_BYTES;
+  size_t total = (size_t)hl + klen + (size_t)ml + REDIS_VALUE_HDR + (splice ? 0 : b->len + 2);
   char *p = scratch(r, total);
   if (!p) return false;
   object_header h;
@@ -108,9 +113,17 @@ static bool send_set(redis *r, redis_conn *k, redis_cmd *c, const char *key, siz
   memcpy(p += hl, key, klen);
   memcpy(p += klen, mid, (size_t)ml);
   memcpy(p += ml, &h, REDIS_VALUE_HDR);
-  memcpy(p += REDIS_VALUE_HDR, b->ptr, b->len);
-  memcpy(p + b->len, "\r\n", 2);
-  return redisAsyncFormattedCommand(k->ac, on_reply, c, r->scratch, total) == REDIS_OK;
+  if (!splice) {
+    memcpy(p += REDIS_VALUE_HDR, b->ptr, b->len);
+    memcpy(p + b->len, "\r\n", 2);
+  }
+  if (redisAsyncFormattedCommand(k->ac, on_reply, c, r->scratch, total) != REDIS_OK) return false;
+  if (splice && !redis_write_splice(k, b->ptr, b->len)) {
+    /* the head is queued: the stream cannot go on without its payload */
+    k->kill_why = "out of memory for a splice";
+    k->kill = true;
+  }
+  return true;
 }
 
 bool redis_cmd_send(redis *r, redis_conn *k, redis_cmd *c) {
