@@ -33,7 +33,8 @@ struct kva_actor {
   uint32_t life;      /* atomic LIFE_* */
   uint32_t kind;      /* ACTOR_*, fixed at spawn */
   uint32_t stop_sent; /* atomic: kva_actor_stop already queued STOP */
-  uint32_t lendable;  /* its turns may run on a lending thread (sched.c); set before its first message */
+  /* its turns may run on a lending thread (sched.c); set before its first message */
+  uint32_t lendable;
   kva_runtime *rt;
   kva_behavior beh; /* copied at spawn */
   void *state;
@@ -90,7 +91,7 @@ struct kva_runtime {
   kva_actor *parked;
 
   /* counters (atomic, relaxed) */
-  uint64_t n_overflowed, n_blocked, n_mutes, n_eventfd_writes, n_wakes, n_sleeps, n_lent_turns;
+  uint64_t n_overflowed, n_blocked, n_mutes, n_eventfd_writes, n_wakes, n_sleeps;
 };
 
 /* An envelope's sender. Its low 5 bits (actors are 64-byte aligned) hold
@@ -109,7 +110,7 @@ extern __thread int rt_internal_thread;
 
 /* actor.c */
 bool actor_run_batch(kva_actor *a, uint32_t max); /* true if more may wait */
-bool actor_in_turn(void);                          /* this thread runs a turn now */
+bool actor_in_turn(void);                         /* this thread runs a turn now */
 /* Lets a's turns run on a thread that lends itself to its request
  * (sched.c): only the runtime's own storage actors, whose receives never
  * block nor write to a socket, and run no plug-in code but pure policies.

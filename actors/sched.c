@@ -429,11 +429,9 @@ void sched_lend_end(worker_ctx *w, const kva_actor *waiter, uint32_t max_turns, 
     /* one message a turn: the caller goes back as soon as its reply is
      * in, and what others queued behind it goes to a worker */
     sched_after_turn(a, actor_run_batch(a, 1));
-    ck_pr_inc_64(&rt->n_lent_turns);
   }
   this_worker = NULL;
   if (w->next) runq_push(rt, w->next);
-  w->next = NULL;
 }
 
 int sched_start(kva_runtime *rt) {

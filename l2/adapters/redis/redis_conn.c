@@ -48,7 +48,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <sys/ioctl.h>
 #include <time.h>
 
@@ -335,7 +334,8 @@ static void write_all(redis_conn *k) {
     if (!connected(ac)) return;
   }
   if (k->kill) return; /* a head without its payload must not leave (redis_ops.c) */
-  if (redis_write_some(k) != KVA_OK) redis_conn_drop(k, KVA_EIO, "write failed: connection dropped");
+  if (redis_write_some(k) != KVA_OK)
+    redis_conn_drop(k, KVA_EIO, "write failed: connection dropped");
 }
 
 static void on_events(redis_conn *k, uint32_t events) {
