@@ -68,12 +68,12 @@ static void port_settle(kva_actor *a) {
 
 /* A request from the port's thread to `to`, which that thread lends itself
  * to (sched_lend_begin): up to max_turns turns made ready by the send run
- * here, until the reply is in when `receiving` (sched_lend_end). The port's flag is held meanwhile, as in
- * spin_for_message, so a reply rings no doorbell; `receiving` says the
- * caller receives next (kva_port_recv settles the flag once it took the
- * reply); otherwise the flag is settled here, and a reply already in rings
- * the doorbell, so that the port's fd stays readable exactly while
- * messages wait. */
+ * here, until the reply is in when `receiving` (sched_lend_end). The
+ * port's flag is held meanwhile, as in spin_for_message, so a reply rings
+ * no doorbell; `receiving` says the caller receives next (kva_port_recv
+ * settles the flag once it took the reply); otherwise the flag is settled
+ * here, and a reply already in rings the doorbell, so that the port's fd
+ * stays readable exactly while messages wait. */
 int port_send_lent(kva_port *p, kva_actor *to, uint32_t type, const void *data, uint32_t len,
                    uint64_t tag, uint32_t max_turns, bool receiving) {
   worker_ctx w;

@@ -75,7 +75,7 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
 static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, int pending,
                            size_t *hits) {
   if (!s || (timeout_ms != 0 && !s->client && actor_in_pooled_turn()))
-    return KVA_EINVAL; /* see storage_with_session */
+    return KVA_EINVAL;       /* see storage_with_session */
   int rc = storage_enter(s); /* shutdown waits for us, then owns the handles */
   if (rc != KVA_OK) return rc;
   session *ss = session_of(h);

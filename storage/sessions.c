@@ -115,8 +115,8 @@ static int send_lent(session *ss, kva_actor *to, uint32_t type, const void *ptr,
   kva_storage *s = ss->s;
   if (s->client && to == s->l1) /* a client's: the frame leaves from this thread */
     return client_conn_send(s->client, type, ptr, kva_port_actor(ss->port), ss->tag);
-  return port_send_lent(ss->port, to, type, &ptr, ptr ? sizeof(ptr) : 0, ss->tag,
-                        LENT_TURNS, receiving);
+  return port_send_lent(ss->port, to, type, &ptr, ptr ? sizeof(ptr) : 0, ss->tag, LENT_TURNS,
+                        receiving);
 }
 
 int session_send(session *ss, kva_actor *to, uint32_t type, const void *ptr) {

@@ -206,7 +206,7 @@ START_TEST(an_actor_may_not_wait_for_an_op) {
   ck_assert_int_eq(rc[0], KVA_EINVAL);
   ck_assert_int_eq(rc[1], KVA_EINVAL);
   ck_assert(rc[2] == KVA_OK || rc[2] == KVA_ETIMEDOUT); /* a poll: landed or not yet */
-  ck_assert_int_eq(gpu_test_wait(w.op), KVA_OK); /* the op is still the engine's */
+  ck_assert_int_eq(gpu_test_wait(w.op), KVA_OK);        /* the op is still the engine's */
   kva_port_close(w.report);
   env_stop(&e);
 }

@@ -123,7 +123,8 @@ void sim_report_text(const sim_result *r) {
   for (uint32_t t = 1; t < st->ntiers && t < st->bw.ntiers; t++) {
     const kva_l2_tier_stats *ts = &r->tier[t];
     if (st->bw.bw[t] <= 0 || r->elapsed_s <= 0) continue;
-    double rd = (double)ts->loaded_bytes / r->elapsed_s, wr = (double)ts->stored_bytes / r->elapsed_s;
+    double rd = (double)ts->loaded_bytes / r->elapsed_s;
+    double wr = (double)ts->stored_bytes / r->elapsed_s;
     printf("  tier traffic     %s read %.2f GB/s + wrote %.2f GB/s on average = %.2f of its "
            "measured read rate\n",
            st->tier_name[t], rd / 1e9, wr / 1e9, (rd + wr) / st->bw.bw[t]);

@@ -224,7 +224,8 @@ static void print_bw(const gpu_bench *b, const char *measure, double kv_s, doubl
   const char *anchor = b->device == KVA_DEVICE_HOST ? "memcpy" : "cudaMemcpyAsync";
   double kv = b->bytes / kv_s / GB, a = b->bytes / anchor_s / GB;
   char m[64];
-  snprintf(m, sizeof m, "%s-%ux%uMiB", measure, b->nchunks, (unsigned)(b->bytes / b->nchunks >> 20));
+  snprintf(m, sizeof m, "%s-%ux%uMiB", measure, b->nchunks,
+           (unsigned)(b->bytes / b->nchunks >> 20));
   printf("measure=%s kvact=%.3g anchor=%s:%.3g ratio=%.2f", m, kv, anchor, a, kv / a);
   bench_target(m, NULL, kv / a, ">=", TARGET);
   printf(" ms=%.1f unit=GB/s\n", kv_s * 1e3);
@@ -255,8 +256,8 @@ int suite_gpu(const bench_opts *o) {
   double load_s = bench_median(ld, reps), layer0_s = bench_median(l0, reps);
   print_bw(&b, "store-gather", bench_median(st, reps), bench_median(sa, reps));
   print_bw(&b, "load-scatter", load_s, bench_median(la, reps));
-  printf("measure=load-layer0 layer0_ms=%.2f load_ms=%.2f ratio=%.3f", layer0_s * 1e3,
-         load_s * 1e3, layer0_s / load_s);
+  printf("measure=load-layer0 layer0_ms=%.2f load_ms=%.2f ratio=%.3f", layer0_s * 1e3, load_s * 1e3,
+         layer0_s / load_s);
   bench_no_target(); /* how early layer 0 is usable: read, not judged */
   printf(" unit=ms\n");
   double per_op = op_count ? (double)op_mallocs / (double)op_count : 0;

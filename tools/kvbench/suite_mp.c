@@ -76,8 +76,8 @@ static void print_rtt(const char *anchor, rtt_reps *v, int reps) {
 static void print_kvact_rtt(rtt_reps *trip, rtt_reps *release, double raw, double zmq, int reps) {
   print_rtt("kvact", trip, reps);
   double rate = bench_median(trip->rate, reps);
-  printf(" release_p50_us=%.2f release_p99_us=%.2f ratio_raw=%.2f", bench_median(release->p50, reps),
-         bench_median(release->p99, reps), rate / raw);
+  printf(" release_p50_us=%.2f release_p99_us=%.2f ratio_raw=%.2f",
+         bench_median(release->p50, reps), bench_median(release->p99, reps), rate / raw);
   bench_target("rtt-1key/unix-stream", "ratio_raw", rate / raw, ">=", RTT_VS_RAW);
   printf(" ratio_zmq=%.2f", rate / zmq);
   bench_target("rtt-1key/zmq", "ratio_zmq", rate / zmq, ">=", RTT_VS_ZMQ);

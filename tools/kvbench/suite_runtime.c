@@ -273,8 +273,8 @@ int suite_runtime(const bench_opts *o) {
     snprintf(m, sizeof(m), "%s-mallocs", costs[i].name);
     bench_target(m, "mallocs_per_msg", (double)k->mallocs / n, "<=", 1e-5);
     if (costs[i].c == &fc)
-      bench_target("fan-in-eventfd-writes", "eventfd_writes_per_msg",
-                   (double)k->eventfd_writes / n, "<=", 0.01);
+      bench_target("fan-in-eventfd-writes", "eventfd_writes_per_msg", (double)k->eventfd_writes / n,
+                   "<=", 0.01);
     printf("\n");
   }
   bench_suite_end("runtime");

@@ -129,7 +129,8 @@ static void count_start(disk_io *io, const disk_op *op, int delta) {
   uint64_t b = iov_bytes(op);
   if (op->write) {
     io->inflight_writes += (unsigned)delta;
-    io->inflight_write_bytes = delta > 0 ? io->inflight_write_bytes + b : io->inflight_write_bytes - b;
+    io->inflight_write_bytes =
+        delta > 0 ? io->inflight_write_bytes + b : io->inflight_write_bytes - b;
   } else {
     io->inflight_reads += (unsigned)delta;
     io->inflight_read_bytes = delta > 0 ? io->inflight_read_bytes + b : io->inflight_read_bytes - b;

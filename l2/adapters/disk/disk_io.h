@@ -42,9 +42,9 @@
 
 #include <liburing.h>
 
-#define DISK_IO_MAX_IOV 3     /* header block, L1 body, bounce tail */
+#define DISK_IO_MAX_IOV 3                /* header block, L1 body, bounce tail */
 #define DISK_IO_READ_BYTES (64ull << 20) /* reads in the kernel at most (bytes) */
-#define DISK_IO_WRITE_SHARE 4 /* payload writes take 1/4 of that while reads wait */
+#define DISK_IO_WRITE_SHARE 4            /* payload writes take 1/4 of that while reads wait */
 
 /* One read or write. The caller owns it and leaves it alone from
  * disk_io_queue until its completion callback. */

@@ -115,15 +115,15 @@ typedef struct redis_conn {
   size_t woff;           /* bytes of ac->c.obuf already written (redis_write.c) */
   redis_splice *sp;      /* payloads spliced into the stream, [sp_head, sp_n) pending */
   uint32_t sp_head, sp_n, sp_cap;
-  uint32_t gen;          /* bumped per connection: a stale fd event is told apart */
-  bool watched;          /* its fd is watched by the poller */
-  int drop_result;       /* what the commands failed by a drop report */
-  redis_list queue;      /* waiting for a pipeline slot, in order */
-  redis_list flight;     /* handed to hiredis, oldest first */
+  uint32_t gen;      /* bumped per connection: a stale fd event is told apart */
+  bool watched;      /* its fd is watched by the poller */
+  int drop_result;   /* what the commands failed by a drop report */
+  redis_list queue;  /* waiting for a pipeline slot, in order */
+  redis_list flight; /* handed to hiredis, oldest first */
   uint64_t flight_bytes;
   bool kill;            /* AUTH was refused (or a splice failed): dropped at the next pump */
   const char *kill_why; /* NULL: AUTH refused */
-  const char *reason; /* why we drop it (NULL: hiredis's own error) */
+  const char *reason;   /* why we drop it (NULL: hiredis's own error) */
 } redis_conn;
 
 /* One server. Never freed before the adapter stops. Its outage state
