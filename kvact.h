@@ -147,8 +147,22 @@ KVA_API kva_actor *kva_spawn(kva_runtime *rt, const kva_behavior *b, void *state
 KVA_API int kva_send(kva_actor *to, uint32_t type, const void *data, uint32_t len, kva_actor *from,
                      uint64_t tag);
 /* Already-queued messages are still delivered, then on_stop; later sends
- * return KVA_ESHUTDOWN. The actor's memory lives until runtime shutdown. */
+ * return KVA_ESHUTDOWN. Once on_stop has run and no send to it is in
+ * progress, the actor gives back everything it held (its memory, eventfd,
+ * mailbox and stats slot): spawning and stopping actors forever stays
+ * flat. So a kva_actor pointer is valid until its actor has stopped: a
+ * send that races with the stop fails cleanly, but one made after the
+ * caller knows on_stop ran (it ran it, or was told by it) uses freed
+ * memory. Keep a reply-to address only while the actor is known to live.
+ * Calling this twice is harmless while the actor has not stopped. */
 KVA_API void kva_actor_stop(kva_actor *a);
+/* A reference of the caller's: the actor's record (not its mailbox or
+ * eventfd once stopped) outlives its stop until kva_actor_release, so that
+ * a sender that may race with the stop gets KVA_ESHUTDOWN, never freed
+ * memory. Call hold while the actor is known to live. Runtime shutdown
+ * holds every actor until it returns. */
+KVA_API void kva_actor_hold(kva_actor *a);
+KVA_API void kva_actor_release(kva_actor *a);
 KVA_API int kva_actor_eventfd(const kva_actor *a);
 KVA_API const char *kva_actor_name(const kva_actor *a);
 KVA_API kva_runtime *kva_actor_runtime(const kva_actor *a);
@@ -158,6 +172,8 @@ KVA_API int kva_unwatch_fd(kva_actor *self, int fd);
 /* Returns a timer id >= 0; period 0 = once. In deterministic mode delays are
  * in virtual time (see kva_runtime_advance). */
 KVA_API int kva_timer(kva_actor *self, uint64_t delay_ns, uint64_t period_ns, uint64_t tag);
+/* A tick the poller had already queued when the timer is cancelled still
+ * arrives (its timer_id no longer names a timer of yours). */
 KVA_API int kva_timer_cancel(kva_actor *self, int timer_id);
 
 /* Deterministic mode (runtime.workers = 0): nothing runs until the caller
@@ -179,6 +195,7 @@ typedef struct kva_runtime_counters {
   uint64_t eventfd_writes; /* doorbells rung (pinned actors, ports) */
   uint64_t worker_wakes;   /* sleeping workers woken (futex) */
   uint64_t worker_sleeps;  /* times a worker went to sleep */
+  uint64_t actors;         /* actors and ports not yet freed (stopped ones go) */
 } kva_runtime_counters;
 KVA_API void kva_runtime_get_counters(kva_runtime *rt, kva_runtime_counters *out);
 /* Name of the shared-memory stats segment ("/kvact.<pid>.<n>"), or NULL. */
@@ -194,7 +211,10 @@ KVA_API int kva_port_fd(const kva_port *p);     /* eventfd, readable while messa
  * time (timeout_ms < 0 waits forever). In deterministic mode it runs the
  * scheduler until a message arrives or nothing is left to run. */
 KVA_API int kva_port_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int timeout_ms);
-KVA_API void kva_port_close(kva_port *p); /* not thread-safe with respect to the same port */
+/* Not thread-safe with respect to the same port. The port and its actor
+ * are freed once no send to it is in progress (later sends must not use
+ * kva_port_actor's pointer). */
+KVA_API void kva_port_close(kva_port *p);
 
 /* ------------------------------------------------------------------------
  * Storage manager: the engine-facing calls (seeds 004 and 002). Started by

@@ -46,9 +46,11 @@ kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
     free(a);
     return NULL;
   }
+  a->refs = 1; /* its life */
   pthread_mutex_lock(&rt->reg_lock);
-  a->id = rt->nactors++;
+  ck_pr_inc_32(&rt->nactors); /* atomic: actor_free gives it back unlocked */
   a->next_all = rt->actors;
+  if (rt->actors) rt->actors->prev_all = a;
   rt->actors = a;
   pthread_mutex_unlock(&rt->reg_lock);
   return a;
@@ -56,33 +58,81 @@ kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
 
 kva_actor *kva_spawn(kva_runtime *rt, const kva_behavior *b, void *state, const kva_spawn_opts *o) {
   if (!rt || !b || !b->receive) return NULL;
-  if (ck_pr_load_32(&rt->spawning_closed)) return NULL;
+  if (ck_pr_load_32(&rt->spawning_closed) || runtime_forked(rt)) return NULL;
+  actor_reap_zombies(rt);
   if (ck_pr_load_32(&rt->nactors) + 1 >= rt->runq_cap) {
-    LOG_ERROR("spawn %s: at most %u actors per runtime", b->name ? b->name : "?", rt->runq_cap - 1);
+    LOG_ERROR("spawn %s: at most %u live actors per runtime", b->name ? b->name : "?",
+              rt->runq_cap - 1);
     return NULL;
   }
   uint32_t kind = o && o->pinned ? ACTOR_PINNED : ACTOR_POOLED;
   kva_actor *a = actor_create(rt, b, state, o, kind);
   if (a && kind == ACTOR_PINNED && !rt->det && pinned_start(a) != 0) {
-    /* the actor stays registered (freed at shutdown) but can never run */
     ck_pr_store_32(&a->life, LIFE_DEAD);
+    actor_unref(a); /* never ran: nobody else holds it */
     return NULL;
   }
   return a;
 }
 
+/* Unlinks a from the runtime and gives back what it holds. Its messages
+ * still queued (sends that raced with its end) are dropped unread. */
 void actor_free(kva_actor *a) {
-  mailbox_destroy(&a->mb, a->rt->pool);
+  kva_runtime *rt = a->rt;
+  pthread_mutex_lock(&rt->reg_lock);
+  if (a->prev_all)
+    a->prev_all->next_all = a->next_all;
+  else
+    rt->actors = a->next_all;
+  if (a->next_all) a->next_all->prev_all = a->prev_all;
+  rt->retired_delivered += ck_pr_load_64(&a->stats->dequeued);
+  pthread_mutex_unlock(&rt->reg_lock);
+  mailbox_destroy(&a->mb, rt->pool);
   close(a->efd);
+  stats_release(rt->stats, a->stats);
   free(a);
+  /* last: a count that went down means all of it was given back */
+  ck_pr_dec_32(&rt->nactors);
+}
+
+void actor_unref(kva_actor *a) {
+  TSAN_RELEASE(&a->refs); /* what we did to it before whoever frees it */
+  /* faa is a full barrier on x86, not by ck's contract: release before
+   * the decrement, acquire after the last one, as every refcount */
+  ck_pr_fence_release();
+  if (ck_pr_faa_32(&a->refs, UINT32_MAX) != 1) return;
+  ck_pr_fence_acquire();
+  TSAN_ACQUIRE(&a->refs);
+  actor_free(a);
+}
+
+/* A stopped pinned actor's thread parks the actor here on its way out
+ * (pinned.c); whoever spawns next, or shutdown, joins it and drops the
+ * thread's reference. */
+void actor_reap_zombies(kva_runtime *rt) {
+  if (!ck_pr_load_ptr(&rt->zombies)) return;
+  pthread_mutex_lock(&rt->reg_lock);
+  kva_actor *z = rt->zombies;
+  rt->zombies = NULL;
+  pthread_mutex_unlock(&rt->reg_lock);
+  for (kva_actor *next; z; z = next) {
+    next = z->next_zombie;
+    pinned_join(z);
+    actor_unref(z);
+  }
 }
 
 /* The sending actor is muted on `to` after its receive (sched.c): pooled
  * actors only, never on a port (its thread is no actor that releases). */
 static void mute_sender_on(kva_actor *to) {
   kva_actor *cur = rt_current;
-  if (cur && cur != to && cur->kind == ACTOR_POOLED && to->kind != ACTOR_PORT && !to->rt->det)
-    cur->mute_target = to;
+  if (!cur || cur == to || cur->kind != ACTOR_POOLED || to->kind == ACTOR_PORT || to->rt->det ||
+      cur->mute_target == to)
+    return;
+  /* a reference: the mute outlives this send (sched_after_turn drops it) */
+  actor_ref(to);
+  if (cur->mute_target) actor_unref(cur->mute_target);
+  cur->mute_target = to;
 }
 
 /* Ring full (or overflow queue in use). Actors and the runtime's own
@@ -156,22 +206,38 @@ static int actor_push(kva_actor *to, uint32_t type, const void *data, uint32_t l
 int kva_send(kva_actor *to, uint32_t type, const void *data, uint32_t len, kva_actor *from,
              uint64_t tag) {
   if (!to || (len && !data) || len > KVA_MSG_MAX || type < MSG_RUNTIME_MAX) return KVA_EINVAL;
-  /* acquire-free load: a send racing with stop may still get in, and is
-   * then delivered before on_stop (see actor_run_batch) */
-  if (ck_pr_load_32(&to->life) != LIFE_OPEN) return KVA_ESHUTDOWN;
-  return actor_push(to, type, data, len, from, tag);
+  if (runtime_forked(to->rt)) return KVA_ESHUTDOWN; /* fork.c */
+  /* the send's reference: `to` may stop meanwhile, and is not freed
+   * under us. Acquire-free load of life: a send racing with stop may still
+   * get in, and is then delivered before on_stop (see actor_run_batch) */
+  actor_ref(to);
+  int rc = ck_pr_load_32(&to->life) == LIFE_OPEN ? actor_push(to, type, data, len, from, tag)
+                                                 : KVA_ESHUTDOWN;
+  actor_unref(to);
+  return rc;
 }
 
 int actor_send_internal(kva_actor *to, uint32_t type, const void *data, uint32_t len,
                         uint64_t tag) {
-  if (ck_pr_load_32(&to->life) == LIFE_DEAD) return KVA_ESHUTDOWN;
-  return actor_push(to, type, data, len, NULL, tag);
+  actor_ref(to);
+  int rc = ck_pr_load_32(&to->life) != LIFE_DEAD ? actor_push(to, type, data, len, NULL, tag)
+                                                 : KVA_ESHUTDOWN;
+  actor_unref(to);
+  return rc;
 }
 
 void kva_actor_stop(kva_actor *a) {
   if (!a || a->kind == ACTOR_PORT) return;
   if (!ck_pr_cas_32(&a->stop_sent, 0, 1)) return;
   actor_send_internal(a, KVA_MSG_STOP, NULL, 0, 0);
+}
+
+void kva_actor_hold(kva_actor *a) {
+  if (a) actor_ref(a);
+}
+
+void kva_actor_release(kva_actor *a) {
+  if (a) actor_unref(a);
 }
 
 int kva_actor_eventfd(const kva_actor *a) {
@@ -217,6 +283,10 @@ static void actor_finish(kva_actor *a) {
    * on_stop did comes before a thread that reads DEAD goes on */
   ck_pr_fence_release();
   ck_pr_store_32(&a->life, LIFE_DEAD);
+  /* its life: the runner's reference (scheduled) keeps it for now. While
+   * the runtime shuts down, every actor is kept until runtime_free, so
+   * that an on_stop may still send to one stopped before it. */
+  if (!ck_pr_load_32(&a->rt->spawning_closed)) actor_unref(a);
 }
 
 static void release_payload(kva_actor *a, const mailbox_env *e) {

@@ -20,6 +20,18 @@ static void wait_doorbell(kva_actor *a) {
   doorbell_clear(a);
 }
 
+/* The actor stopped: its thread leaves it to be joined (a zombie, whose
+ * reference is the thread's) and gives the flag back. Senders that take
+ * the flag from now on see it dead and give it back (sched.c). */
+static void pinned_exit(kva_actor *a) {
+  kva_runtime *rt = a->rt;
+  pthread_mutex_lock(&rt->reg_lock);
+  a->next_zombie = rt->zombies;
+  ck_pr_store_ptr(&rt->zombies, a);
+  pthread_mutex_unlock(&rt->reg_lock);
+  sched_drop(a);
+}
+
 static void *pinned_main(void *arg) {
   kva_actor *a = arg;
   kva_runtime *rt = a->rt;
@@ -28,11 +40,14 @@ static void *pinned_main(void *arg) {
     /* we hold the scheduled flag from here until sched_release */
     for (;;) {
       bool more = actor_run_batch(a, rt->batch);
+      if (a->mute_target) { /* pinned senders overflow but are not parked */
+        actor_unref(a->mute_target);
+        a->mute_target = NULL;
+      }
       if (ck_pr_load_32(&a->life) == LIFE_DEAD) {
-        ck_pr_store_32(&a->scheduled, 0);
+        pinned_exit(a);
         return NULL;
       }
-      a->mute_target = NULL;           /* pinned senders overflow but are not parked */
       if (more) sched_mute_release(a); /* P3 (sched.c); sched_release has its own */
       if (!more && !sched_release(a)) break;
     }
@@ -46,6 +61,7 @@ int pinned_start(kva_actor *a) {
     return KVA_ENOMEM;
   }
   a->has_thread = 1;
+  actor_ref(a); /* the thread's, dropped once it is joined */
   return KVA_OK;
 }
 

@@ -100,6 +100,9 @@ static void handle_event(poller *p, struct epoll_event *ev) {
     if (read(en.fd, &expirations, sizeof(expirations)) != sizeof(expirations)) expirations = 0;
     if (expirations && en.period == 0) entry_free(p, id);
   }
+  /* the owner may stop (poller_forget_actor) once we unlock: a listed
+   * entry means it has not yet, and our reference keeps it for the send */
+  actor_ref(en.owner);
   pthread_mutex_unlock(&p->lock);
   if (en.kind == ENTRY_FD) {
     kva_fd_event fe = {.fd = en.fd, .events = ev->events};
@@ -108,6 +111,7 @@ static void handle_event(poller *p, struct epoll_event *ev) {
     kva_timer_event te = {.timer_id = id, .expirations = expirations};
     actor_send_internal(en.owner, KVA_MSG_TIMER, &te, sizeof(te), en.tag);
   }
+  actor_unref(en.owner);
 }
 
 static void *poller_main(void *arg) {

@@ -30,7 +30,7 @@ static void port_no_receive(kva_actor *self, void *state, const kva_msg *m) {
 }
 
 kva_port *port_open_with(kva_runtime *rt, const char *name, uint32_t capacity) {
-  if (!rt || ck_pr_load_32(&rt->spawning_closed)) return NULL;
+  if (!rt || ck_pr_load_32(&rt->spawning_closed) || runtime_forked(rt)) return NULL;
   kva_port *p = calloc(1, sizeof(*p));
   if (!p) return NULL;
   kva_behavior b = {.name = name ? name : "port", .receive = port_no_receive};
@@ -63,7 +63,10 @@ int kva_port_fd(const kva_port *p) {
  * readable exactly while messages wait. */
 static void port_settle(kva_actor *a) {
   doorbell_clear(a);
-  if (sched_release(a)) doorbell_ring(a);
+  /* only the owner gives a port's flag back (and kva_port_close, on this
+   * same thread): a flag seen free stays ours to ignore, a sender taking
+   * it now rings the doorbell itself */
+  if (ck_pr_load_32(&a->scheduled) && sched_release(a)) doorbell_ring(a);
 }
 
 /* A request from the port's thread to `to`, which that thread lends itself
@@ -78,7 +81,7 @@ int port_send_lent(kva_port *p, kva_actor *to, uint32_t type, const void *data, 
                    uint64_t tag, uint32_t max_turns, bool receiving) {
   worker_ctx w;
   if (!sched_lend_begin(p->a->rt, &w)) return kva_send(to, type, data, len, p->a, tag);
-  bool held = ck_pr_cas_32(&p->a->scheduled, 0, 1); /* lost: a sender rang already */
+  bool held = sched_take(p->a); /* lost: a sender rang already */
   int rc = kva_send(to, type, data, len, p->a, tag);
   sched_lend_end(&w, p->a, rc == KVA_OK ? max_turns : 0, receiving);
   if (held && (!receiving || rc != KVA_OK || mailbox_empty(&p->a->mb))) port_settle(p->a);
@@ -148,9 +151,9 @@ static int wait_readable(int fd, uint64_t deadline_ns) {
  * taken and rings no doorbell, so a quick request/reply costs no syscall
  * on either side (the facade's calls are answered in microseconds). */
 static void spin_for_message(kva_actor *a, uint64_t spin_ns, uint64_t deadline_ns) {
-  /* no fence: the owner takes the flag only to keep senders from ringing;
-   * the port's turns all run on this thread */
-  if (!ck_pr_cas_32(&a->scheduled, 0, 1)) return; /* a sender already dispatched */
+  /* the owner takes the flag only to keep senders from ringing; the
+   * port's turns all run on this thread (sched_take's fence is spare) */
+  if (!sched_take(a)) return; /* a sender already dispatched */
   uint64_t now = clock_mono_ns(), end = now + spin_ns;
   if (end > deadline_ns) end = deadline_ns;
   for (unsigned i = 0; mailbox_empty(&a->mb); i++) {
@@ -162,6 +165,7 @@ static void spin_for_message(kva_actor *a, uint64_t spin_ns, uint64_t deadline_n
 
 int kva_port_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int timeout_ms) {
   if (!p || !out || (buflen && !buf)) return KVA_EINVAL;
+  if (runtime_forked(p->a->rt)) return KVA_ESHUTDOWN; /* fork.c: nobody would answer */
   if (p->a->rt->det) return det_recv(p, out, buf, buflen, timeout_ms);
   uint64_t deadline =
       timeout_ms < 0 ? UINT64_MAX : clock_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
@@ -175,12 +179,17 @@ int kva_port_recv(kva_port *p, kva_msg *out, void *buf, uint32_t buflen, int tim
   }
 }
 
+/* Sends from now on fail; those in progress hold their reference, and the
+ * last one out frees the actor record (runtime_internal.h). A reply that
+ * rang the doorbell and was never read holds the flag: given back here
+ * (a Dekker pair with dispatch_to's check of DEAD). */
 void kva_port_close(kva_port *p) {
   if (!p) return;
-  /* the actor record stays until runtime shutdown: other actors may still
-   * hold it as a reply-to address; their sends now fail */
-  ck_pr_store_32(&p->a->life, LIFE_DEAD);
-  ck_pr_store_32(&p->a->stats->state, STATS_SLOT_STOPPED);
-  p->a->state = NULL; /* ports left open are freed by runtime shutdown */
+  kva_actor *a = p->a;
+  a->state = NULL; /* ports left open are freed by runtime shutdown */
   free(p);
+  ck_pr_store_32(&a->life, LIFE_DEAD);
+  ck_pr_fence_memory(); /* DEAD before the flag is read */
+  sched_drop(a);
+  if (!ck_pr_load_32(&a->rt->spawning_closed)) actor_unref(a); /* its life (actor_finish) */
 }

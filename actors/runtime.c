@@ -9,11 +9,14 @@
  *     then on_stop) and the system quiescent again before the next: storage
  *     controllers are spawned after the L1 manager, so they stop first and
  *     their on_stop can still release locks held in older actors;
- *  5. join the workers and pinned threads, free everything.
+ *  5. join the workers and pinned threads, free everything. Actors that
+ *     stop from step 1 on keep their record until here (actor_finish), so
+ *     that an on_stop may still send to an actor stopped before it.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <ck_pr.h>
 
@@ -31,6 +34,8 @@ static int runtime_init(kva_runtime *rt) {
   rt->batch = (uint32_t)config_i64(rt->cfg, "runtime.batch");
   rt->mailbox_capacity = (uint32_t)config_i64(rt->cfg, "runtime.mailbox_capacity");
   rt->runq_cap = RUNQ_CAP;
+  rt->fork_gen = runtime_fork_gen();
+  rt->pid = (int)getpid();
   rt->spin_ns = (uint64_t)config_i64(rt->cfg, "runtime.spin_us") * 1000u;
   pthread_mutex_init(&rt->reg_lock, NULL);
   pthread_mutex_init(&rt->mute_lock, NULL);
@@ -51,7 +56,10 @@ static int runtime_init(kva_runtime *rt) {
 static void runtime_free(kva_runtime *rt) {
   poller_destroy(rt);
   if (rt->threads) sched_stop(rt);
+  actor_reap_zombies(rt);
   for (kva_actor *a = rt->actors; a; a = a->next_all) pinned_join(a);
+  /* no thread of the runtime is left: what is still listed (ports never
+   * closed, actors a caller still counted on) goes, whatever its refs */
   for (kva_actor *a = rt->actors, *next; a; a = next) {
     next = a->next_all;
     if (a->kind == ACTOR_PORT) free(a->state); /* a port never closed */
@@ -94,8 +102,8 @@ static void pause_briefly(void) {
  * they received in total? */
 static bool scan_idle(kva_runtime *rt, uint64_t *delivered) {
   bool idle = true;
-  *delivered = 0;
   pthread_mutex_lock(&rt->reg_lock);
+  *delivered = rt->retired_delivered;
   for (kva_actor *a = rt->actors; a; a = a->next_all) {
     if (a->kind == ACTOR_PORT) continue;
     *delivered += ck_pr_load_64(&a->stats->dequeued);
@@ -121,6 +129,19 @@ static void runtime_wait_quiescent(kva_runtime *rt) {
   }
 }
 
+/* The newest actor that is still running (no port), with a reference
+ * that keeps it while shutdown stops it; NULL when none is left. */
+static kva_actor *newest_running(kva_runtime *rt) {
+  pthread_mutex_lock(&rt->reg_lock);
+  kva_actor *a = rt->actors;
+  while (a && (a->kind == ACTOR_PORT || ck_pr_load_32(&a->life) == LIFE_DEAD)) a = a->next_all;
+  if (a) actor_ref(a);
+  pthread_mutex_unlock(&rt->reg_lock);
+  return a;
+}
+
+/* Stops a (its reference held) and waits until it and all it set off are
+ * done. */
 static void stop_one(kva_runtime *rt, kva_actor *a) {
   kva_actor_stop(a);
   while (ck_pr_load_32(&a->life) != LIFE_DEAD) {
@@ -130,6 +151,7 @@ static void stop_one(kva_runtime *rt, kva_actor *a) {
       pause_briefly();
   }
   ck_pr_fence_acquire(); /* pairs with actor_finish: on_stop is over */
+  actor_unref(a);
   runtime_wait_quiescent(rt);
 }
 
@@ -138,19 +160,22 @@ void runtime_destroy(kva_runtime *rt) {
   ck_pr_store_32(&rt->spawning_closed, 1);
   poller_stop(rt);
   runtime_wait_quiescent(rt);
-  /* no spawns any more: the list can be walked without the lock */
-  for (kva_actor *a = rt->actors; a; a = a->next_all) {
-    if (a->kind == ACTOR_PORT || ck_pr_load_32(&a->life) == LIFE_DEAD) continue;
-    stop_one(rt, a);
-  }
+  /* actors free themselves as they stop: the list is walked afresh,
+   * under its lock, for each */
+  for (kva_actor *a; (a = newest_running(rt));) stop_one(rt, a);
+  pthread_mutex_lock(&rt->reg_lock);
   for (kva_actor *a = rt->actors; a; a = a->next_all) ck_pr_store_32(&a->life, LIFE_DEAD);
+  pthread_mutex_unlock(&rt->reg_lock);
   runtime_free(rt);
 }
 
 void kva_runtime_get_counters(kva_runtime *rt, kva_runtime_counters *out) {
   memset(out, 0, sizeof(*out));
   if (!rt) return;
+  actor_reap_zombies(rt); /* so that `actors` counts only what is still held */
   pthread_mutex_lock(&rt->reg_lock);
+  out->delivered = rt->retired_delivered;
+  out->actors = ck_pr_load_32(&rt->nactors);
   for (kva_actor *a = rt->actors; a; a = a->next_all)
     out->delivered += ck_pr_load_64(&a->stats->dequeued);
   pthread_mutex_unlock(&rt->reg_lock);

@@ -9,6 +9,23 @@
  *    or ready list); the runner clears it only when it has seen the mailbox
  *    empty, and re-checks after clearing (the wake-up protocol, sched.c);
  *  - everything else in the runtime is guarded by the lock named next to it.
+ *
+ * Lifetime of an actor's memory. `refs` counts who may still touch it:
+ *  - its life: 1 from spawn until on_stop has run (actor_finish), or until
+ *    kva_port_close for a port;
+ *  - its scheduled flag while it is held: whoever wins it 0 -> 1 takes a
+ *    reference (sched_take, the port's own takes), and the release gives it
+ *    back (sched_release; sched_drop for a dead pinned actor or port);
+ *  - each send in progress (kva_send, actor_send_internal, the poller's);
+ *  - a pooled actor muted on it (mute_target), until that actor's turn ends;
+ *  - a pinned actor's thread, until it is joined (zombies, actor.c);
+ *  - runtime shutdown while it stops the actor.
+ * Whoever drops the last frees it (actor_free): mailbox drained, eventfd
+ * closed, stats slot given back, unlinked from the runtime's list. So an
+ * actor that stops gives back everything it held, and spawning and
+ * stopping actors forever keeps the runtime flat. Holding a kva_actor
+ * pointer is not a reference: a caller may use one only while it knows the
+ * actor has not stopped (kvact.h, kva_actor_stop).
  */
 #ifndef KVA_ACTORS_RUNTIME_INTERNAL_H
 #define KVA_ACTORS_RUNTIME_INTERNAL_H
@@ -16,6 +33,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include <ck_pr.h>
 
 #include "actors/stats.h"
 #include "kvact.h"
@@ -33,6 +52,7 @@ struct kva_actor {
   uint32_t life;      /* atomic LIFE_* */
   uint32_t kind;      /* ACTOR_*, fixed at spawn */
   uint32_t stop_sent; /* atomic: kva_actor_stop already queued STOP */
+  uint32_t refs;      /* atomic: who may still touch it (top of this file) */
   /* its turns may run on a lending thread (sched.c); set before its first message */
   uint32_t lendable;
   kva_runtime *rt;
@@ -49,8 +69,9 @@ struct kva_actor {
   kva_actor *park_next;
   pthread_t thread; /* pinned actors */
   int has_thread;
-  kva_actor *next_all; /* rt->actors list, newest first (under rt->reg_lock) */
-  uint32_t id;
+  /* rt->actors list, newest first, and rt->zombies (under rt->reg_lock) */
+  kva_actor *next_all, *prev_all;
+  kva_actor *next_zombie;
 };
 
 typedef struct poller poller;
@@ -58,17 +79,21 @@ typedef struct det_state det_state;
 
 struct kva_runtime {
   kva_config *cfg;
-  uint32_t workers; /* 0 = deterministic mode */
+  uint32_t fork_gen; /* runtime_fork_gen when it started (fork.c) */
+  int pid;           /* the process that started it */
+  uint32_t workers;  /* 0 = deterministic mode */
   uint32_t batch;
   uint32_t mailbox_capacity;
   stats_segment *stats;
   trace_ring *trace; /* the stats segment's trace ring, NULL when private */
   payload_pool *pool;
 
-  pthread_mutex_t reg_lock; /* actors list and nactors */
+  pthread_mutex_t reg_lock; /* actors list, zombies, retired_delivered */
   kva_actor *actors;
-  uint32_t nactors;
-  uint32_t spawning_closed; /* atomic: shutdown began, kva_spawn refuses */
+  uint32_t nactors;           /* atomic: actors and ports not yet fully freed */
+  kva_actor *zombies;         /* stopped pinned actors whose thread is to be joined */
+  uint64_t retired_delivered; /* messages received by actors already freed */
+  uint32_t spawning_closed;   /* atomic: shutdown began, kva_spawn refuses */
 
   /* threaded scheduler (sched.c) */
   ck_ring_t runq;
@@ -118,7 +143,13 @@ bool actor_in_turn(void);                         /* this thread runs a turn now
 void actor_set_lendable(kva_actor *a);
 /* ... of a pooled actor: it must not block (the reply may need its worker) */
 bool actor_in_pooled_turn(void);
-void actor_free(kva_actor *a);
+/* References (the top of this file). The last unref frees the actor. */
+static inline void actor_ref(kva_actor *a) {
+  ck_pr_inc_32(&a->refs);
+}
+void actor_unref(kva_actor *a);
+void actor_free(kva_actor *a);            /* unlinks and frees, whatever its refs (shutdown) */
+void actor_reap_zombies(kva_runtime *rt); /* joins stopped pinned threads */
 int actor_send_internal(kva_actor *to, uint32_t type, const void *data, uint32_t len, uint64_t tag);
 kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
                         const kva_spawn_opts *o, uint32_t kind);
@@ -126,7 +157,16 @@ kva_actor *actor_create(kva_runtime *rt, const kva_behavior *b, void *state,
 /* sched.c */
 /* after a push: dispatch if idle; crowded = the push may have crowded it */
 void sched_notify(kva_actor *a, bool crowded);
-bool sched_release(kva_actor *a); /* runner: clear scheduled; true if it must go on */
+/* runner: clear scheduled and give its reference back; true if it must
+ * go on (it took the flag again, with a new reference); on false the
+ * caller may touch `a` only if it holds a reference of its own */
+bool sched_release(kva_actor *a);
+/* wins the flag 0 -> 1 with its reference; the caller then owns the actor */
+bool sched_take(kva_actor *a);
+/* a dead pinned actor or port: the flag's holder gives it back, if it
+ * still holds it (CAS: it may have been given back already), with its
+ * reference */
+void sched_drop(kva_actor *a);
 /* a turn that left messages ended: release the senders muted on target
  * if it is calm (sched.c, P3) */
 void sched_mute_release(kva_actor *target);
@@ -179,6 +219,13 @@ void poller_forget_actor(kva_runtime *rt, kva_actor *a);
 bool poller_det_poll(kva_runtime *rt); /* det mode: fds ready now */
 bool poller_det_next_timer(kva_runtime *rt, uint64_t *deadline);
 bool poller_det_fire_due(kva_runtime *rt, uint64_t now); /* fires the earliest due */
+
+/* fork.c: a runtime belongs to the process that started it. In a child
+ * made by fork() (its threads did not follow) runtime_forked is true at
+ * once (a pthread_atfork handler, no syscall per call): its calls are
+ * refused with KVA_ESHUTDOWN, said once in the log. */
+uint32_t runtime_fork_gen(void);
+bool runtime_forked(const kva_runtime *rt);
 
 /* runtime.c: kva_runtime_start/_shutdown without the storage actors (the
  * facade at the root adds them, keeping actors/ free of storage) */

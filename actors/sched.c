@@ -150,8 +150,19 @@ static void runq_push(kva_runtime *rt, kva_actor *a) {
 /* local = the actor may take this worker's next slot. */
 static void dispatch_to(kva_actor *a, bool local) {
   kva_runtime *rt = a->rt;
-  TSAN_RELEASE(a); /* what we did to the actor happens before its next turn */
-  if (a->kind == ACTOR_PORT || (a->kind == ACTOR_PINNED && !rt->det)) {
+  bool bell = a->kind == ACTOR_PORT || (a->kind == ACTOR_PINNED && !rt->det);
+  /* a dead port or pinned actor has no thread that would release the
+   * flag: give it back here. Against kva_port_close (DEAD, full fence,
+   * then the flag) a Dekker pair with our take: one of us sees the other,
+   * and the CAS in sched_drop lets only one give it back. */
+  if (bell && ck_pr_load_32(&a->life) == LIFE_DEAD) {
+    sched_drop(a);
+    return;
+  }
+  /* what we did to the actor happens before its next turn (and its free:
+   * nothing of a is read after this) */
+  TSAN_RELEASE(a);
+  if (bell) {
     doorbell_ring(a);
   } else if (rt->det) {
     det_ready(rt, a);
@@ -171,10 +182,15 @@ static void dispatch(kva_actor *a) {
 /* The winner of the CAS on scheduled owns the actor, and may run it on
  * this thread (the next slot): acquire, pairs with the release before R1
  * of whoever ran it last. */
-static bool sched_take(kva_actor *a) {
+bool sched_take(kva_actor *a) {
   if (!ck_pr_cas_32(&a->scheduled, 0, 1)) return false;
   ck_pr_fence_acquire();
+  actor_ref(a); /* the flag's reference, given back with the flag */
   return true;
+}
+
+void sched_drop(kva_actor *a) {
+  if (ck_pr_cas_32(&a->scheduled, 1, 0)) actor_unref(a);
 }
 
 static void unpark_where(kva_runtime *rt, kva_actor *target, kva_actor *only);
@@ -196,8 +212,9 @@ bool sched_release(kva_actor *a) {
   ck_pr_store_32(&a->scheduled, 0); /* R1 */
   ck_pr_fence_memory();             /* R2, and P3's fence: the turn ended with the mailbox empty */
   if (ck_pr_load_ptr(&a->rt->parked)) unpark_where(a->rt, a, NULL);
-  if (mailbox_empty(&a->mb)) return false;
-  return sched_take(a); /* R3: lost = a sender dispatched */
+  bool again = !mailbox_empty(&a->mb) && sched_take(a); /* R3: lost = a sender dispatched */
+  actor_unref(a); /* the flag we held: may free a that stopped */
+  return again;
 }
 
 static bool try_park(kva_actor *a, kva_actor *target) {
@@ -263,14 +280,17 @@ static void sched_after_turn(kva_actor *a, bool more) {
   /* P3 before we may park; a turn that emptied the mailbox has its check
    * in sched_release */
   if (more || target) sched_mute_release(a);
-  if (target && try_park(a, target)) return;
+  bool parked = target && try_park(a, target);
   /* A crowded actor keeps its worker for another turn, up to the runnext
    * streak: its senders are being muted on it and only its progress
    * releases them. Others go to the back. */
-  if (more)
-    dispatch_to(a, mailbox_crowded(&a->mb));
-  else if (sched_release(a))
-    dispatch(a);
+  if (!parked) { /* parked: a is another thread's from here */
+    if (more)
+      dispatch_to(a, mailbox_crowded(&a->mb));
+    else if (sched_release(a))
+      dispatch(a);
+  }
+  if (target) actor_unref(target); /* the mute's reference (mute_sender_on) */
 }
 
 /* ck's multi-consumer dequeue reads a slot before its CAS on c_head says

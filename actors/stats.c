@@ -6,6 +6,7 @@
 
 #include <ck_pr.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "common/array.h"
 
 typedef struct private_slot {
   struct private_slot *next;
@@ -26,8 +29,12 @@ struct stats_segment {
   size_t bytes;
   int shared;
   char name[64];
-  pthread_mutex_t lock; /* guards the private list only */
+  pthread_mutex_t lock; /* guards the private list and the free slots */
   private_slot *privates;
+  /* slots given back by stopped actors, reused before new ones: spawning
+   * and stopping actors forever keeps the segment and the heap flat */
+  stats_slot **free;
+  size_t nfree, free_cap;
   trace_ring trace; /* lanes == NULL without a ring */
 };
 
@@ -132,6 +139,7 @@ void stats_close(stats_segment *s) {
     next = p->next;
     free(p);
   }
+  free(s->free);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }
@@ -147,21 +155,48 @@ static stats_slot *claim_private(stats_segment *s) {
   return &p->slot;
 }
 
+/* A slot a stopped actor gave back, or NULL. */
+static stats_slot *claim_free(stats_segment *s) {
+  pthread_mutex_lock(&s->lock);
+  stats_slot *slot = s->nfree ? s->free[--s->nfree] : NULL;
+  pthread_mutex_unlock(&s->lock);
+  return slot;
+}
+
 stats_slot *stats_claim(stats_segment *s, const char *name, uint32_t kind) {
-  stats_slot *slot;
-  uint32_t i = ck_pr_faa_32(&s->hdr->nslots, 1);
-  if (i < s->hdr->max_slots) {
-    slot = &s->slots[i];
-  } else {
-    ck_pr_store_32(&s->hdr->nslots, s->hdr->max_slots); /* undo the overshoot */
-    slot = claim_private(s);
-    if (!slot) return NULL;
+  stats_slot *slot = claim_free(s);
+  if (!slot) {
+    uint32_t i = ck_pr_load_32(&s->hdr->nslots) < s->hdr->max_slots
+                     ? ck_pr_faa_32(&s->hdr->nslots, 1)
+                     : s->hdr->max_slots;
+    if (i < s->hdr->max_slots) {
+      slot = &s->slots[i];
+    } else {
+      ck_pr_store_32(&s->hdr->nslots, s->hdr->max_slots); /* undo the overshoot */
+      slot = claim_private(s);
+      if (!slot) return NULL;
+    }
   }
   snprintf(slot->name, sizeof(slot->name), "%s", name ? name : "actor");
   slot->kind = kind;
   ck_pr_fence_store(); /* name and kind before the slot shows as live */
   ck_pr_store_32(&slot->state, STATS_SLOT_LIVE);
   return slot;
+}
+
+/* The slot shows as free at once (kvinspect's table skips it), then its
+ * counters are zeroed for its next actor. The name stays until then: a
+ * trace recorded before names its events by slot. No room on the free
+ * list (out of memory): the slot is lost, which costs memory, never
+ * correctness. */
+void stats_release(stats_segment *s, stats_slot *slot) {
+  ck_pr_store_32(&slot->state, STATS_SLOT_FREE);
+  ck_pr_fence_store(); /* free before the counters go back to zero */
+  memset((char *)slot + offsetof(stats_slot, dequeued), 0,
+         sizeof(*slot) - offsetof(stats_slot, dequeued));
+  pthread_mutex_lock(&s->lock);
+  if (ARRAY_GROW(s->free, &s->free_cap, s->nfree + 1)) s->free[s->nfree++] = slot;
+  pthread_mutex_unlock(&s->lock);
 }
 
 const char *stats_name(const stats_segment *s) {

@@ -4,7 +4,8 @@
  * Layout (version KVA_STATS_VERSION; all integers little-endian, native
  * alignment): one stats_header, then max_slots stats_slot records, then
  * (shared segments only) the trace ring of actors/trace.h. A slot
- * is claimed by an actor or port at spawn and never reused. Each slot holds
+ * is claimed by an actor or port at spawn and given back when it is freed
+ * (shown FREE, then reused by a later spawn). Each slot holds
  * the mailbox's live ck_ring counters themselves (so depth = p_tail -
  * c_head is exact at any instant with zero cost to the hot path) and
  * counters written only by the actor's consumer. Readers in other
@@ -93,6 +94,9 @@ void stats_close(stats_segment *s);
 /* A zeroed slot, or a private one (never NULL unless out of memory) when
  * the segment is full; private slots are freed by stats_close. */
 stats_slot *stats_claim(stats_segment *s, const char *name, uint32_t kind);
+/* Gives a stopped actor's slot back: shown free at once, reused by a
+ * later claim (its mailbox ring must no longer be used). */
+void stats_release(stats_segment *s, stats_slot *slot);
 const char *stats_name(const stats_segment *s); /* NULL when private */
 /* The slot's index in the segment, TRACE_NOBODY for a private slot. */
 uint32_t stats_index(const stats_segment *s, const stats_slot *slot);

@@ -96,6 +96,7 @@ static void io_receive(kva_actor *self, void *state, const kva_msg *m) {
     kva_send(kva_port_actor(s->report), T_REPORT, buf, (uint32_t)total, self, 0);
   } else if (m->type == KVA_MSG_TIMER) {
     const kva_timer_event *te = m->data;
+    if (s->timer < 0) return; /* a tick queued before the cancel (kvact.h) */
     ck_assert_int_eq(te->timer_id, s->timer);
     s->ticks += (int)te->expirations;
     if (s->ticks >= s->stop_after && s->timer >= 0) {

@@ -703,21 +703,15 @@ START_TEST(a_session_row_shows_its_client_and_the_locks_it_holds) {
            HELD_READS, HELD_PINS);
   assert_out_has(line);
   reap(child);
-  /* the closed session gave everything back, and its row says so */
+  /* the closed session gave everything back, then its actor and its row
+   * went (a daemon that served 20 000 clients shows the live ones) */
   uint64_t t0 = fixture_now_ns();
-  for (;;) {
-    ss = find_session(&root, want);
-    ck_assert_ptr_nonnull(ss);
-    if (strcmp(json_string_value(json_object_get(ss, "state")), "stopped") == 0) break;
-    ck_assert_msg(fixture_now_ns() - t0 < 10000000000ull, "the session never stopped");
+  while ((ss = find_session(&root, want))) {
     json_decref(root);
+    ck_assert_msg(fixture_now_ns() - t0 < 10000000000ull, "the session's row never went");
   }
   json_decref(root);
-  ss = find_session(&root, want); /* an interval wholly after the stop */
-  ck_assert_int_eq(gauge(ss, "write_locks") + gauge(ss, "read_locks") + gauge(ss, "pins"), 0);
-  ck_assert(json_real_value(json_object_get(json_object_get(ss, "gauges"), "requests_per_s")) ==
-            0.0);
-  json_decref(root);
+  fixture_memcheck_clean(kva_storage_of(rt));
   kva_runtime_shutdown(rt);
 }
 END_TEST
