@@ -57,6 +57,10 @@ int kva_runtime_start(const kva_config *cfg, kva_runtime **out) {
 
 void kva_runtime_shutdown(kva_runtime *rt) {
   if (!rt) return;
+  /* a child of fork(): the threads to stop and the locks to take are the
+   * parent's, and so are the socket, the segment and the files: nothing
+   * is touched (the child's copy goes with the child) */
+  if (runtime_forked(rt)) return;
   kva_storage *s = rt->storage;
   server *sv = rt->server;
   if (sv) server_stop(sv);

@@ -14,6 +14,12 @@ static kva_log_fn log_fn;
 static void *log_arg;
 static int log_max = KVA_LOG_WARN;
 
+/* In a child of fork() (actors/fork.c): the thread that held the lock
+ * did not follow, so the lock starts afresh. */
+void log_fork_child(void) {
+  log_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
 void kva_log_set(kva_log_fn fn, void *arg, int max_level) {
   pthread_mutex_lock(&log_lock);
   log_fn = fn;

@@ -12,4 +12,7 @@
 #define LOG_INFO(...) kva_log(KVA_LOG_INFO, __VA_ARGS__)
 #define LOG_DEBUG(...) kva_log(KVA_LOG_DEBUG, __VA_ARGS__)
 
+/* the child of fork(): the logger's lock starts afresh (actors/fork.c) */
+void log_fork_child(void);
+
 #endif

@@ -109,6 +109,7 @@ int storage_open(kva_runtime *rt, kva_storage **out) {
 }
 
 int storage_enter(kva_storage *s) {
+  if (runtime_forked(s->rt)) return KVA_ESHUTDOWN; /* a child of fork() (actors/fork.c) */
   /* seq_cst increment, then the closed check: storage_close stores closed,
    * then reads inflight, so one of the two sees the other (Dekker) */
   __atomic_add_fetch(&s->inflight, 1, __ATOMIC_SEQ_CST);
