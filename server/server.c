@@ -54,13 +54,42 @@ static int bind_socket(server *sv, const kva_config *c) {
   int rc = clear_path(sv->path, &a);
   if (rc != KVA_OK) return rc;
   sv->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct stat st;
   if (sv->listen_fd < 0 || bind(sv->listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+      lstat(sv->path, &st) != 0 ||
       chmod(sv->path, (mode_t)config_i64(c, "server.socket_mode")) != 0 ||
       listen(sv->listen_fd, 128) != 0) {
     LOG_ERROR("kvactd: cannot serve on %s: %s", sv->path, strerror(errno));
     return KVA_ECONFIG;
   }
+  /* the file bind made: the only one server_stop_accepting removes */
+  sv->sock_dev = st.st_dev;
+  sv->sock_ino = st.st_ino;
+  sv->sock_bound = true;
   return KVA_OK;
+}
+
+/* Removes the socket file if it is still the one this daemon bound. Its
+ * file may have been removed and the path bound by a second daemon since
+ * (the first then serves no one new): removing that one's file would
+ * leave the second unreachable. The check and the unlink are two steps;
+ * a file replaced between them is still removed (no call unlinks by
+ * inode). */
+static void remove_own_socket(server *sv) {
+  struct stat st;
+  if (!sv->sock_bound) return;
+  if (lstat(sv->path, &st) != 0) {
+    if (errno != ENOENT) LOG_WARN("kvactd: cannot check %s: %s", sv->path, strerror(errno));
+    return;
+  }
+  if (st.st_dev != sv->sock_dev || st.st_ino != sv->sock_ino) {
+    LOG_WARN("kvactd: %s is no longer the socket this daemon made (another daemon's?): "
+             "leaving it",
+             sv->path);
+    return;
+  }
+  if (unlink(sv->path) != 0 && errno != ENOENT)
+    LOG_WARN("kvactd: cannot remove %s: %s", sv->path, strerror(errno));
 }
 
 static int read_uids(server *sv, const kva_config *c) {
@@ -118,8 +147,7 @@ int server_start(kva_runtime *rt, kva_storage *s, server **out) {
 
 void server_stop_accepting(server *sv) {
   if (!__atomic_exchange_n(&sv->accepting, 0, __ATOMIC_ACQ_REL)) return;
-  if (sv->path[0] && unlink(sv->path) != 0 && errno != ENOENT)
-    LOG_WARN("kvactd: cannot remove %s: %s", sv->path, strerror(errno));
+  remove_own_socket(sv);
   if (sv->listener) kva_actor_stop(sv->listener);
 }
 

@@ -13,6 +13,7 @@
 #define KVA_SERVER_SERVER_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -56,6 +57,9 @@ struct server {
   kva_storage *s;
   char path[108];
   int listen_fd;
+  bool sock_bound;    /* path is a socket file this daemon made: */
+  dev_t sock_dev;     /* its device */
+  ino_t sock_ino;     /* and inode (removed at stop only while they match) */
   uint32_t accepting; /* atomic */
   uid_t uid;
   uid_t *allowed;
