@@ -184,6 +184,10 @@ static const config_key keys[] = {
     INT(NULL, "server.socket_mode", 0, 511, "384", 0,
         "File mode of the socket, as a number (384 = 0600)."),
     INT(NULL, "server.max_clients", 1, 4096, "64", 0, "Connections served at once."),
+    INT(NULL, "server.hello_timeout_ms", 1, MAX_MS, "5000", 0,
+        "The longest a new connection may take to say hello (a client says it as soon as it "
+        "connects); one that has not by then is told why and closed, so that connections "
+        "that never say hello cannot hold every server.max_clients slot."),
     {.path = "server.allowed_uids",
      .type = CONFIG_T_INTS,
      .min = 0,

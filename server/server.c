@@ -130,6 +130,7 @@ int server_start(kva_runtime *rt, kva_storage *s, server **out) {
   sv->listen_fd = -1;
   sv->uid = getuid();
   sv->max_clients = (uint32_t)config_i64(c, "server.max_clients");
+  sv->hello_timeout_ms = (uint32_t)config_i64(c, "server.hello_timeout_ms");
   pthread_mutex_init(&sv->lock, NULL);
   int rc = read_uids(sv, c);
   if (rc == KVA_OK) rc = bind_socket(sv, c);
@@ -140,8 +141,8 @@ int server_start(kva_runtime *rt, kva_storage *s, server **out) {
   if (rc == KVA_OK) __atomic_store_n(&sv->accepting, 1, __ATOMIC_RELEASE);
   if (rc == KVA_OK && !(sv->listener = listener_spawn(sv))) rc = KVA_ENOMEM;
   if (rc != KVA_OK) return rc;
-  LOG_INFO("kvactd: serving on %s (mode %04o, at most %u clients)", sv->path,
-           (unsigned)config_i64(c, "server.socket_mode"), sv->max_clients);
+  LOG_INFO("kvactd: serving on %s (mode %04o, at most %u clients, hello within %u ms)", sv->path,
+           (unsigned)config_i64(c, "server.socket_mode"), sv->max_clients, sv->hello_timeout_ms);
   return KVA_OK;
 }
 
@@ -203,7 +204,12 @@ void server_session_added(server *sv, srv_session *ss) {
   session_link(ss, sv->sessions);
   sv->sessions = ss;
   __atomic_add_fetch(&sv->nsessions, 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&sv->nidle, 1, __ATOMIC_RELAXED); /* relaxed: only counted, see nidle */
   pthread_mutex_unlock(&sv->lock);
+}
+
+void server_session_idle_end(server *sv) {
+  __atomic_sub_fetch(&sv->nidle, 1, __ATOMIC_RELAXED); /* relaxed: only counted, see nidle */
 }
 
 void server_session_gone(server *sv, srv_session *ss) {

@@ -65,6 +65,8 @@ struct server {
   uid_t *allowed;
   size_t nallowed;
   uint32_t max_clients;
+  uint32_t hello_timeout_ms;
+  uint32_t nidle; /* sessions without a hello yet (atomic, relaxed: a count for messages) */
   kva_actor *listener;
   pthread_t ctl[CTL_THREADS];
   kva_port *ctl_port[CTL_THREADS];
@@ -92,9 +94,12 @@ int control_submit(server *sv, int t, ctl_job *job, kva_actor *to, uint64_t tag)
 srv_session *session_next(const srv_session *ss);
 srv_session **session_next_ref(srv_session *ss);
 void session_link(srv_session *ss, srv_session *next);
-/* server.c: a session began (session_spawn) / ended (its last message) */
+/* server.c: a session began (session_spawn) / ended (its last message).
+ * A session begins idle (sv->nidle): it is idle until its welcome or, if
+ * it never said hello, until it is gone (server_session_idle_end). */
 void server_session_added(server *sv, srv_session *ss);
 void server_session_gone(server *sv, srv_session *ss);
+void server_session_idle_end(server *sv);
 /* Writes a P_REFUSED frame to a fresh connection, best effort. */
 void server_refuse(int fd, int code, const char *msg);
 
