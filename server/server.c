@@ -111,12 +111,17 @@ static int start_metrics(server *sv, const kva_config *c) {
   char err[256] = "";
   metrics_source src = {
       .s = sv->s, .clients = server_clients, .arg = sv, .prefetch = &sv->prefetch_latency};
-  sv->metrics = metrics_start(addr, &src, err, sizeof(err));
+  metrics_limits lim = {.connections = (uint32_t)config_i64(c, "server.metrics_max_connections"),
+                        .per_ip = (uint32_t)config_i64(c, "server.metrics_max_connections_per_ip"),
+                        .timeout_ms = (uint32_t)config_i64(c, "server.metrics_timeout_ms")};
+  sv->metrics = metrics_start(addr, &src, &lim, err, sizeof(err));
   if (!sv->metrics) {
     LOG_ERROR("kvactd: server.metrics_addr %s: %s", addr, err);
     return KVA_ECONFIG;
   }
-  LOG_INFO("kvactd: metrics at http://%s/metrics", addr);
+  LOG_INFO("kvactd: metrics at http://%s/metrics (readable by anyone who can reach it: it lists "
+           "the clients' pids and uids)",
+           addr);
   return KVA_OK;
 }
 

@@ -1,8 +1,8 @@
 /*
  * mp_lockout_test.c — multi-process mode with real processes: peers that
  * would lock every other out by holding connections and saying nothing
- * (or too little, too slowly): client connections that never say hello
- * (mp_support.h).
+ * (or too little, too slowly): client connections that never say hello,
+ * metrics connections that trickle a request (mp_support.h, trickle.h).
  */
 #include <check.h>
 #include <errno.h>
@@ -15,10 +15,21 @@
 
 #include "kvact.h"
 #include "tests/server/mp_support.h"
+#include "tests/server/scrape.h"
+#include "tests/server/trickle.h"
 #include "tests/support/fixture.h"
 #include "wire/protocol.h"
 
-/* ---- client connections without a hello ------------------------------------- */
+static char page[SCRAPE_MAX];
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- client connections without a hello -------------------------------------
+ */
 
 #define HELLO_MS 300
 #define PEERS 8 /* more than server.max_clients (4): some are refused, the daemon full */
@@ -91,12 +102,48 @@ START_TEST(idle_connections_are_closed_after_hello_deadline) {
 }
 END_TEST
 
+/* ---- metrics connections that trickle
+ * -------------------------------------------- */
+
+/* Scrapes until an answer comes, as a scraper does at its next interval
+ * (curl waits 10 s each time); fails after limit_s. Returns the seconds
+ * it took. */
+static double scrape_within(int port, double limit_s) {
+  double t0 = now_s();
+  for (;;) {
+    int status = 0;
+    int rc = scrape_url("GET", "127.0.0.1", port, "/metrics", page, sizeof(page), &status);
+    if (rc == 0 && status == 200) return now_s() - t0;
+    ck_assert_msg(now_s() - t0 < limit_s, "no scrape answered in %.0f s (curl %d, HTTP %d)",
+                  limit_s, rc, status);
+    sleep_ms(100);
+  }
+}
+
+START_TEST(trickling_connections_do_not_block_a_scrape) {
+  int port = 40000 + (int)(getpid() % 20000);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "server.metrics_addr=127.0.0.1:%d", port);
+  pid_t d = daemon_start_with(0, 0, addr); /* every metrics limit at its default */
+  /* more than libmicrohttpd's default limit of 16, each byte well within
+   * its default inactivity timeout of 10 s, from the scraper's address */
+  trickle *t = trickle_start(NULL, port, 40, 200);
+  sleep_ms(200); /* connected, and trickling */
+  double took = scrape_within(port, 20);
+  ck_assert_uint_gt(scrape_check_format(page), 10);
+  trickle_stop(t);
+  fprintf(stderr, "a scrape behind 40 trickling connections: answered in %.1f s\n", took);
+  ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *s = suite_create("mp_lockout");
   TCase *tc = tcase_create("mp_lockout");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, idle_connections_are_closed_after_hello_deadline);
+  tcase_add_test(tc, trickling_connections_do_not_block_a_scrape);
   suite_add_tcase(s, tc);
   return s;
 }
