@@ -47,15 +47,15 @@ static void admit(server *sv, int fd) {
     close(fd);
     return;
   }
-  if (__atomic_load_n(&sv->nsessions, __ATOMIC_ACQUIRE) >= sv->max_clients) {
-    uint32_t idle = __atomic_load_n(&sv->nidle, __ATOMIC_RELAXED); /* relaxed: see nidle */
+  uint32_t idle, n = server_session_count(sv, &idle);
+  if (n >= sv->max_clients) {
     LOG_WARN("kvactd: refused pid %d: %u clients already (server.max_clients), %u of them idle",
-             (int)cred.pid, sv->max_clients, idle);
+             (int)cred.pid, n, idle);
     snprintf(msg, sizeof(msg),
              "kvactd serves %u clients already (server.max_clients), %u of them idle (connected "
              "without a hello yet; each is closed %u ms after it connected, "
              "server.hello_timeout_ms)",
-             sv->max_clients, idle, sv->hello_timeout_ms);
+             n, idle, sv->hello_timeout_ms);
     server_refuse(fd, KVA_EAGAIN, msg);
     close(fd);
     return;

@@ -209,19 +209,33 @@ void server_session_added(server *sv, srv_session *ss) {
   session_link(ss, sv->sessions);
   sv->sessions = ss;
   __atomic_add_fetch(&sv->nsessions, 1, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&sv->nidle, 1, __ATOMIC_RELAXED); /* relaxed: only counted, see nidle */
+  sv->nidle++;
   pthread_mutex_unlock(&sv->lock);
 }
 
-void server_session_idle_end(server *sv) {
-  __atomic_sub_fetch(&sv->nidle, 1, __ATOMIC_RELAXED); /* relaxed: only counted, see nidle */
+void server_session_welcomed(server *sv) {
+  pthread_mutex_lock(&sv->lock);
+  sv->nidle--;
+  pthread_mutex_unlock(&sv->lock);
 }
 
-void server_session_gone(server *sv, srv_session *ss) {
+/* Both counts change under the lock with the list, so that a refusal's
+ * snapshot (server_session_count) never shows a session gone from one
+ * and not from the other. */
+void server_session_gone(server *sv, srv_session *ss, bool idle) {
   pthread_mutex_lock(&sv->lock);
   srv_session **p = &sv->sessions;
   while (*p && *p != ss) p = session_next_ref(*p);
   if (*p) *p = session_next(ss);
-  pthread_mutex_unlock(&sv->lock);
   __atomic_sub_fetch(&sv->nsessions, 1, __ATOMIC_RELEASE);
+  if (idle) sv->nidle--;
+  pthread_mutex_unlock(&sv->lock);
+}
+
+uint32_t server_session_count(server *sv, uint32_t *idle) {
+  pthread_mutex_lock(&sv->lock);
+  uint32_t n = __atomic_load_n(&sv->nsessions, __ATOMIC_RELAXED); /* relaxed: under the lock */
+  *idle = sv->nidle;
+  pthread_mutex_unlock(&sv->lock);
+  return n;
 }

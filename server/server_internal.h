@@ -66,7 +66,7 @@ struct server {
   size_t nallowed;
   uint32_t max_clients;
   uint32_t hello_timeout_ms;
-  uint32_t nidle; /* sessions without a hello yet (atomic, relaxed: a count for messages) */
+  uint32_t nidle; /* of the sessions, those without a hello yet (under lock) */
   kva_actor *listener;
   pthread_t ctl[CTL_THREADS];
   kva_port *ctl_port[CTL_THREADS];
@@ -75,7 +75,7 @@ struct server {
   latency_hist prefetch_latency;
   pthread_mutex_t lock; /* sessions list */
   srv_session *sessions;
-  uint32_t nsessions; /* live, zombies included (atomic reads) */
+  uint32_t nsessions; /* live, zombies included (changed under lock; atomic reads) */
   uint64_t next_id;
 };
 
@@ -94,12 +94,15 @@ int control_submit(server *sv, int t, ctl_job *job, kva_actor *to, uint64_t tag)
 srv_session *session_next(const srv_session *ss);
 srv_session **session_next_ref(srv_session *ss);
 void session_link(srv_session *ss, srv_session *next);
-/* server.c: a session began (session_spawn) / ended (its last message).
- * A session begins idle (sv->nidle): it is idle until its welcome or, if
- * it never said hello, until it is gone (server_session_idle_end). */
+/* server.c: a session began (session_spawn), was welcomed, ended (its
+ * last message; idle: it never said hello). A session is idle (counted in
+ * sv->nidle) from its start to its welcome, or to its end without one.
+ * server_session_count: the sessions and, in *idle, the idle ones, both
+ * at one instant. */
 void server_session_added(server *sv, srv_session *ss);
-void server_session_gone(server *sv, srv_session *ss);
-void server_session_idle_end(server *sv);
+void server_session_welcomed(server *sv);
+void server_session_gone(server *sv, srv_session *ss, bool idle);
+uint32_t server_session_count(server *sv, uint32_t *idle);
 /* Writes a P_REFUSED frame to a fresh connection, best effort. */
 void server_refuse(int fd, int code, const char *msg);
 

@@ -145,13 +145,6 @@ void hello_done(srv_session *ss) {
   ss->hello_timer = -1;
 }
 
-/* No longer one of the idle sessions a full daemon's refusal counts. */
-void idle_end(srv_session *ss) {
-  if (!ss->idle) return;
-  ss->idle = false;
-  server_session_idle_end(ss->sv);
-}
-
 static void hello_overdue(srv_session *ss) {
   char msg[160];
   ss->hello_timer = -1; /* a one-shot timer is freed when it fires */
@@ -184,7 +177,8 @@ static void welcome(srv_session *ss, const proto_req *q) {
   }
   ss->welcomed = true;
   hello_done(ss);
-  idle_end(ss);
+  ss->idle = false;
+  server_session_welcomed(ss->sv);
   char label[KVA_STATS_LABEL];
   snprintf(label, sizeof(label), "pid %d uid %u", (int)ss->pid, (unsigned)ss->uid);
   actor_stats_label(ss->self, label, "requests write_locks read_locks pins");

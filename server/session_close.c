@@ -44,8 +44,7 @@ void release_step(srv_session *ss) {
              "%lu read locks, %lu pins",
              (int)ss->pid, (unsigned)ss->uid, ss->why, (unsigned long)ss->rel_w,
              (unsigned long)ss->rel_r, (unsigned long)ss->rel_p);
-    idle_end(ss);
-    server_session_gone(ss->sv, ss);
+    server_session_gone(ss->sv, ss, ss->idle);
     kva_actor_stop(ss->self);
     return;
   }
