@@ -125,6 +125,7 @@ START_TEST(trickling_connections_do_not_block_a_scrape) {
   char addr[64];
   snprintf(addr, sizeof(addr), "server.metrics_addr=127.0.0.1:%d", port);
   pid_t d = daemon_start_with(0, 0, addr); /* every metrics limit at its default */
+  scrape_within(port, 10); /* the endpoint is up (it starts after the socket listens) */
   /* more than libmicrohttpd's default limit of 16, each byte well within
    * its default inactivity timeout of 10 s, from the scraper's address */
   trickle *t = trickle_start(NULL, port, 40, 200);
