@@ -126,8 +126,6 @@ proto_span *spans_of(srv_session *ss, slot *s, uint32_t n, bool ok) {
   return sp;
 }
 
-/* ---- frames from the client ------------------------------------------------- */
-
 /* ---- the hello deadline ------------------------------------------------------ */
 
 /* A connection holds one of server.max_clients' slots from its accept:
@@ -155,7 +153,7 @@ static void hello_overdue(srv_session *ss) {
   close_conn(ss, msg);
 }
 
-/* ---- the welcome ---------------------------------------------------------------- */
+/* ---- frames from the client ------------------------------------------------- */
 
 static void welcome(srv_session *ss, const proto_req *q) {
   const pool *p = pool_of(ss);
