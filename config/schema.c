@@ -184,6 +184,10 @@ static const config_key keys[] = {
     INT(NULL, "server.socket_mode", 0, 511, "384", 0,
         "File mode of the socket, as a number (384 = 0600)."),
     INT(NULL, "server.max_clients", 1, 4096, "64", 0, "Connections served at once."),
+    INT(NULL, "server.hello_timeout_ms", 1, MAX_MS, "5000", 0,
+        "The longest a new connection may take to say hello (a client says it as soon as it "
+        "connects); one that has not by then is told why and closed, so that connections "
+        "that never say hello cannot hold every server.max_clients slot."),
     {.path = "server.allowed_uids",
      .type = CONFIG_T_INTS,
      .min = 0,
@@ -191,7 +195,19 @@ static const config_key keys[] = {
      .def = "[]",
      .doc = "Peer uids accepted besides the daemon's own (checked with SO_PEERCRED)."},
     STR(NULL, "server.metrics_addr", "",
-        "Serve Prometheus metrics over HTTP at host:port (e.g. \"127.0.0.1:9464\"); \"\" = off."),
+        "Serve Prometheus metrics over HTTP at host:port (e.g. \"127.0.0.1:9464\"); \"\" = off. "
+        "Anyone who can reach the port reads the page, which lists the clients' pids and uids "
+        "(every local user, on 127.0.0.1): see docs/multiprocess.md."),
+    INT(NULL, "server.metrics_max_connections", 1, 4096, "64", 0,
+        "Metrics connections served at once; more wait in the listen backlog."),
+    INT(NULL, "server.metrics_max_connections_per_ip", 0, 4096, "8", 0,
+        "Metrics connections from one IP address at once; more are closed at once. 0 = no "
+        "limit. Every 127.x.y.z is another address, so this keeps remote peers from taking "
+        "every connection, not local users."),
+    INT(NULL, "server.metrics_timeout_ms", 1, MAX_MS, "3000", 0,
+        "The longest a metrics connection may take to send a request and read its answer, "
+        "from its accept or its previous answer; it is closed then, so a peer that sends "
+        "nothing, or trickles a request byte by byte, holds a connection no longer."),
     INT(NULL, "server.shutdown_flush_ms", 0, MAX_MS, "10000", 0,
         "At SIGTERM, the longest kvactd waits for pending L1->L2 stores."),
     STR(NULL, "client.socket", "",

@@ -8,8 +8,9 @@
  *                                | (SO_PEERCRED) must be the daemon's or in
  *                                | server.allowed_uids, and at most
  *                                | server.max_clients sessions live: else
- *                                | P_REFUSED and close; otherwise one
- *                                | session actor for it
+ *                                | P_REFUSED (saying how many of them are
+ *                                | idle: no hello yet) and close; otherwise
+ *                                | one session actor for it
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@ static int uid_allowed(const server *sv, uid_t uid) {
 static void admit(server *sv, int fd) {
   struct ucred cred;
   socklen_t len = sizeof(cred);
-  char msg[160];
+  char msg[256];
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     LOG_WARN("kvactd: a peer without credentials (%s): refused", strerror(errno));
     close(fd);
@@ -46,11 +47,15 @@ static void admit(server *sv, int fd) {
     close(fd);
     return;
   }
-  if (__atomic_load_n(&sv->nsessions, __ATOMIC_ACQUIRE) >= sv->max_clients) {
-    LOG_WARN("kvactd: refused pid %d: %u clients already (server.max_clients)", (int)cred.pid,
-             sv->max_clients);
-    snprintf(msg, sizeof(msg), "kvactd serves %u clients already (server.max_clients)",
-             sv->max_clients);
+  uint32_t idle, n = server_session_count(sv, &idle);
+  if (n >= sv->max_clients) {
+    LOG_WARN("kvactd: refused pid %d: %u clients already (server.max_clients), %u of them idle",
+             (int)cred.pid, n, idle);
+    snprintf(msg, sizeof(msg),
+             "kvactd serves %u clients already (server.max_clients), %u of them idle (connected "
+             "without a hello yet; each is closed %u ms after it connected, "
+             "server.hello_timeout_ms)",
+             n, idle, sv->hello_timeout_ms);
     server_refuse(fd, KVA_EAGAIN, msg);
     close(fd);
     return;

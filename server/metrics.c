@@ -12,7 +12,16 @@
  *
  * Threads: libmicrohttpd runs one internal polling thread (no pool), so
  * every request of one endpoint is answered by that thread alone and
- * m->size_hint needs no lock.
+ * m->size_hint needs no lock. One more thread of ours enforces the
+ * request deadline (metrics_deadline.c).
+ *
+ * Connections (metrics_limits): at most `connections` at once (more wait
+ * in the listen backlog), `per_ip` from one address (more are closed at
+ * once), each request received and answered within `timeout_ms` of the
+ * connection's accept or its previous answer. A peer that connects and
+ * trickles its request a byte at a time holds a connection that long at
+ * most: libmicrohttpd's own timeout (also set, in whole seconds) counts
+ * only inactivity, which a trickle never reaches.
  */
 #include "server/metrics.h"
 
@@ -26,8 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "server/metrics_deadline.h"
 #include "storage/storage_internal.h"
 
 /* ---- latency histogram ---------------------------------------------------- */
@@ -285,9 +296,12 @@ size_t metrics_render(const metrics_source *src, char *buf, size_t cap) {
 
 struct metrics {
   struct MHD_Daemon *d;
+  metrics_deadline *deadline;
   metrics_source src;
   int port;
-  size_t size_hint; /* the last page's length: the next buffer's size */
+  size_t size_hint;         /* the last page's length: the next buffer's size */
+  time_t log_second;        /* mhd_log's rate limit: the second it counts, */
+  uint32_t logged, dropped; /* the messages it let through and left out */
 };
 
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -344,8 +358,27 @@ static enum MHD_Result serve(void *cls, struct MHD_Connection *c, const char *ur
   return respond(c, MHD_HTTP_OK, body, len, MHD_RESPMEM_MUST_FREE);
 }
 
-/* libmicrohttpd's own messages go through the runtime's logger. */
+#define LOG_PER_SECOND 5u
+
+/* libmicrohttpd's own messages go through the runtime's logger, at most
+ * LOG_PER_SECOND a second: it writes one for each connection refused or
+ * cut short, so a peer opening connections must not write the log at its
+ * own rate. Called from libmicrohttpd's thread (and, before that thread
+ * exists, from MHD_start_daemon's caller): the counters need no lock. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  metrics *m = cls;
+  time_t now = time(NULL);
+  if (now != m->log_second) {
+    if (m->dropped)
+      kva_log(KVA_LOG_WARN, "metrics: %u more messages of libmicrohttpd left out", m->dropped);
+    m->log_second = now;
+    m->logged = m->dropped = 0;
+  }
+  if (m->logged == LOG_PER_SECOND) {
+    m->dropped++;
+    return;
+  }
+  m->logged++;
   char msg[256];
   vsnprintf(msg, sizeof(msg), fmt, ap);
   msg[strcspn(msg, "\n")] = '\0';
@@ -396,35 +429,55 @@ static int listen_on(const struct sockaddr_in *sa, const char *addr, int *port, 
   return fd;
 }
 
-/* libmicrohttpd on fd, from its own thread: a few scrapers at once, none
- * holding a connection idle for long. */
-static struct MHD_Daemon *serve_on(metrics *m, int fd) {
-  return MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0,
-                          NULL, NULL, serve, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                          MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, 16u,
-                          MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+/* libmicrohttpd on fd, from its own thread, within the limits (see the
+ * top of this file); the inactivity timeout is timeout_ms rounded up to
+ * whole seconds, the unit libmicrohttpd takes. */
+static struct MHD_Daemon *serve_on(metrics *m, int fd, const metrics_limits *lim) {
+  unsigned idle_s = (lim->timeout_ms + 999u) / 1000u; /* >= 1: limits_valid */
+  return MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0, NULL, NULL, serve, m,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, m, MHD_OPTION_LISTEN_SOCKET, fd,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)lim->connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)lim->per_ip, MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_NOTIFY_CONNECTION,
+      metrics_deadline_notify, m->deadline, MHD_OPTION_NOTIFY_COMPLETED, metrics_deadline_answered,
+      m->deadline, MHD_OPTION_END);
 }
 
-metrics *metrics_start(const char *addr, const metrics_source *src, char *err, size_t errlen) {
+static bool limits_valid(const metrics_limits *lim, char *err, size_t errlen) {
+  if (lim && lim->connections && lim->timeout_ms) return true;
+  snprintf(err, errlen, "metrics: no limits, or a limit of 0 connections or 0 ms");
+  return false;
+}
+
+static void metrics_free(metrics *m) {
+  if (m->deadline) metrics_deadline_stop(m->deadline);
+  if (m->d) MHD_stop_daemon(m->d); /* its closes still reach m->deadline */
+  metrics_deadline_free(m->deadline);
+  free(m);
+}
+
+metrics *metrics_start(const char *addr, const metrics_source *src, const metrics_limits *lim,
+                       char *err, size_t errlen) {
   struct sockaddr_in sa;
   if (!addr || !src || !src->s) {
     snprintf(err, errlen, "metrics: no address or no storage");
     return NULL;
   }
-  if (parse_addr(addr, &sa, err, errlen) != KVA_OK) return NULL;
+  if (!limits_valid(lim, err, errlen) || parse_addr(addr, &sa, err, errlen) != KVA_OK) return NULL;
   metrics *m = calloc(1, sizeof(*m));
-  if (!m) {
+  if (!m || !(m->deadline = metrics_deadline_start(lim->connections, lim->timeout_ms))) {
     snprintf(err, errlen, "metrics: out of memory");
+    free(m);
     return NULL;
   }
   m->src = *src;
   int fd = listen_on(&sa, addr, &m->port, err, errlen);
-  if (fd >= 0 && !(m->d = serve_on(m, fd))) {
+  if (fd >= 0 && !(m->d = serve_on(m, fd, lim))) {
     snprintf(err, errlen, "metrics on %s: the HTTP server did not start", addr);
     close(fd);
   }
   if (!m->d) {
-    free(m);
+    metrics_free(m);
     return NULL;
   }
   return m;
@@ -436,7 +489,5 @@ int metrics_port(const metrics *m) {
 
 /* MHD_stop_daemon joins its thread and closes the listening socket. */
 void metrics_stop(metrics *m) {
-  if (!m) return;
-  MHD_stop_daemon(m->d);
-  free(m);
+  if (m) metrics_free(m);
 }

@@ -49,13 +49,26 @@ typedef struct metrics_source {
   const latency_hist *prefetch; /* may be NULL: no histogram */
 } metrics_source;
 
+/* What one scraper may hold (server.metrics_max_connections,
+ * server.metrics_max_connections_per_ip, server.metrics_timeout_ms): any
+ * peer that can reach the port can hold connections, so none may hold
+ * them all for long. */
+typedef struct metrics_limits {
+  uint32_t connections; /* at once; more wait in the listen backlog (> 0) */
+  uint32_t per_ip;      /* from one address at once, more closed at once; 0 = no limit */
+  uint32_t timeout_ms;  /* a request received and answered within this of the
+                           connection's accept or its previous answer, else it is
+                           closed (> 0) */
+} metrics_limits;
+
 typedef struct metrics metrics;
 
 /* Serves GET /metrics at addr "host:port" (host an IPv4 literal or
  * "localhost", bound to that address only; port 0 = any free port, see
- * metrics_port). NULL and a message in err on failure (a bad address, a
- * port taken, no memory). */
-metrics *metrics_start(const char *addr, const metrics_source *src, char *err, size_t errlen);
+ * metrics_port) within lim. NULL and a message in err on failure (a bad
+ * address or limit, a port taken, no memory). */
+metrics *metrics_start(const char *addr, const metrics_source *src, const metrics_limits *lim,
+                       char *err, size_t errlen);
 int metrics_port(const metrics *m);
 /* Stops serving (a scrape in progress finishes first) and frees m. */
 void metrics_stop(metrics *m);

@@ -54,13 +54,42 @@ static int bind_socket(server *sv, const kva_config *c) {
   int rc = clear_path(sv->path, &a);
   if (rc != KVA_OK) return rc;
   sv->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct stat st;
   if (sv->listen_fd < 0 || bind(sv->listen_fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+      lstat(sv->path, &st) != 0 ||
       chmod(sv->path, (mode_t)config_i64(c, "server.socket_mode")) != 0 ||
       listen(sv->listen_fd, 128) != 0) {
     LOG_ERROR("kvactd: cannot serve on %s: %s", sv->path, strerror(errno));
     return KVA_ECONFIG;
   }
+  /* the file bind made: the only one server_stop_accepting removes */
+  sv->sock_dev = st.st_dev;
+  sv->sock_ino = st.st_ino;
+  sv->sock_bound = true;
   return KVA_OK;
+}
+
+/* Removes the socket file if it is still the one this daemon bound. Its
+ * file may have been removed and the path bound by a second daemon since
+ * (the first then serves no one new): removing that one's file would
+ * leave the second unreachable. The check and the unlink are two steps;
+ * a file replaced between them is still removed (no call unlinks by
+ * inode). */
+static void remove_own_socket(server *sv) {
+  struct stat st;
+  if (!sv->sock_bound) return;
+  if (lstat(sv->path, &st) != 0) {
+    if (errno != ENOENT) LOG_WARN("kvactd: cannot check %s: %s", sv->path, strerror(errno));
+    return;
+  }
+  if (st.st_dev != sv->sock_dev || st.st_ino != sv->sock_ino) {
+    LOG_WARN("kvactd: %s is no longer the socket this daemon made (another daemon's?): "
+             "leaving it",
+             sv->path);
+    return;
+  }
+  if (unlink(sv->path) != 0 && errno != ENOENT)
+    LOG_WARN("kvactd: cannot remove %s: %s", sv->path, strerror(errno));
 }
 
 static int read_uids(server *sv, const kva_config *c) {
@@ -82,12 +111,17 @@ static int start_metrics(server *sv, const kva_config *c) {
   char err[256] = "";
   metrics_source src = {
       .s = sv->s, .clients = server_clients, .arg = sv, .prefetch = &sv->prefetch_latency};
-  sv->metrics = metrics_start(addr, &src, err, sizeof(err));
+  metrics_limits lim = {.connections = (uint32_t)config_i64(c, "server.metrics_max_connections"),
+                        .per_ip = (uint32_t)config_i64(c, "server.metrics_max_connections_per_ip"),
+                        .timeout_ms = (uint32_t)config_i64(c, "server.metrics_timeout_ms")};
+  sv->metrics = metrics_start(addr, &src, &lim, err, sizeof(err));
   if (!sv->metrics) {
     LOG_ERROR("kvactd: server.metrics_addr %s: %s", addr, err);
     return KVA_ECONFIG;
   }
-  LOG_INFO("kvactd: metrics at http://%s/metrics", addr);
+  LOG_INFO("kvactd: metrics at http://%s/metrics (readable by anyone who can reach it: it lists "
+           "the clients' pids and uids)",
+           addr);
   return KVA_OK;
 }
 
@@ -101,6 +135,7 @@ int server_start(kva_runtime *rt, kva_storage *s, server **out) {
   sv->listen_fd = -1;
   sv->uid = getuid();
   sv->max_clients = (uint32_t)config_i64(c, "server.max_clients");
+  sv->hello_timeout_ms = (uint32_t)config_i64(c, "server.hello_timeout_ms");
   pthread_mutex_init(&sv->lock, NULL);
   int rc = read_uids(sv, c);
   if (rc == KVA_OK) rc = bind_socket(sv, c);
@@ -111,15 +146,14 @@ int server_start(kva_runtime *rt, kva_storage *s, server **out) {
   if (rc == KVA_OK) __atomic_store_n(&sv->accepting, 1, __ATOMIC_RELEASE);
   if (rc == KVA_OK && !(sv->listener = listener_spawn(sv))) rc = KVA_ENOMEM;
   if (rc != KVA_OK) return rc;
-  LOG_INFO("kvactd: serving on %s (mode %04o, at most %u clients)", sv->path,
-           (unsigned)config_i64(c, "server.socket_mode"), sv->max_clients);
+  LOG_INFO("kvactd: serving on %s (mode %04o, at most %u clients, hello within %u ms)", sv->path,
+           (unsigned)config_i64(c, "server.socket_mode"), sv->max_clients, sv->hello_timeout_ms);
   return KVA_OK;
 }
 
 void server_stop_accepting(server *sv) {
   if (!__atomic_exchange_n(&sv->accepting, 0, __ATOMIC_ACQ_REL)) return;
-  if (sv->path[0] && unlink(sv->path) != 0 && errno != ENOENT)
-    LOG_WARN("kvactd: cannot remove %s: %s", sv->path, strerror(errno));
+  remove_own_socket(sv);
   if (sv->listener) kva_actor_stop(sv->listener);
 }
 
@@ -175,14 +209,33 @@ void server_session_added(server *sv, srv_session *ss) {
   session_link(ss, sv->sessions);
   sv->sessions = ss;
   __atomic_add_fetch(&sv->nsessions, 1, __ATOMIC_RELEASE);
+  sv->nidle++;
   pthread_mutex_unlock(&sv->lock);
 }
 
-void server_session_gone(server *sv, srv_session *ss) {
+void server_session_welcomed(server *sv) {
+  pthread_mutex_lock(&sv->lock);
+  sv->nidle--;
+  pthread_mutex_unlock(&sv->lock);
+}
+
+/* Both counts change under the lock with the list, so that a refusal's
+ * snapshot (server_session_count) never shows a session gone from one
+ * and not from the other. */
+void server_session_gone(server *sv, srv_session *ss, bool idle) {
   pthread_mutex_lock(&sv->lock);
   srv_session **p = &sv->sessions;
   while (*p && *p != ss) p = session_next_ref(*p);
   if (*p) *p = session_next(ss);
-  pthread_mutex_unlock(&sv->lock);
   __atomic_sub_fetch(&sv->nsessions, 1, __ATOMIC_RELEASE);
+  if (idle) sv->nidle--;
+  pthread_mutex_unlock(&sv->lock);
+}
+
+uint32_t server_session_count(server *sv, uint32_t *idle) {
+  pthread_mutex_lock(&sv->lock);
+  uint32_t n = __atomic_load_n(&sv->nsessions, __ATOMIC_RELAXED); /* relaxed: under the lock */
+  *idle = sv->nidle;
+  pthread_mutex_unlock(&sv->lock);
+  return n;
 }

@@ -18,8 +18,10 @@ typedef struct server server;
  * the listener, the control threads and, with server.metrics_addr, the
  * metrics endpoint. On failure *out may hold a server to stop and free. */
 int server_start(kva_runtime *rt, kva_storage *s, server **out);
-/* Accepts no more clients and removes the socket file (kvactd's SIGTERM,
- * before it flushes). Idempotent. */
+/* Accepts no more clients and removes the socket file, if it is still the
+ * one this daemon bound (same device and inode: not a second daemon's made
+ * after the first's was removed); kvactd's SIGTERM, before it flushes.
+ * Idempotent. */
 void server_stop_accepting(server *sv);
 /* Ends every session (each releases its client's locks) and the control
  * threads; before the storage closes. */

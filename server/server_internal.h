@@ -13,6 +13,7 @@
 #define KVA_SERVER_SERVER_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -56,11 +57,16 @@ struct server {
   kva_storage *s;
   char path[108];
   int listen_fd;
+  bool sock_bound;    /* path is a socket file this daemon made: */
+  dev_t sock_dev;     /* its device */
+  ino_t sock_ino;     /* and inode (removed at stop only while they match) */
   uint32_t accepting; /* atomic */
   uid_t uid;
   uid_t *allowed;
   size_t nallowed;
   uint32_t max_clients;
+  uint32_t hello_timeout_ms;
+  uint32_t nidle; /* of the sessions, those without a hello yet (under lock) */
   kva_actor *listener;
   pthread_t ctl[CTL_THREADS];
   kva_port *ctl_port[CTL_THREADS];
@@ -69,7 +75,7 @@ struct server {
   latency_hist prefetch_latency;
   pthread_mutex_t lock; /* sessions list */
   srv_session *sessions;
-  uint32_t nsessions; /* live, zombies included (atomic reads) */
+  uint32_t nsessions; /* live, zombies included (changed under lock; atomic reads) */
   uint64_t next_id;
 };
 
@@ -88,9 +94,15 @@ int control_submit(server *sv, int t, ctl_job *job, kva_actor *to, uint64_t tag)
 srv_session *session_next(const srv_session *ss);
 srv_session **session_next_ref(srv_session *ss);
 void session_link(srv_session *ss, srv_session *next);
-/* server.c: a session began (session_spawn) / ended (its last message) */
+/* server.c: a session began (session_spawn), was welcomed, ended (its
+ * last message; idle: it never said hello). A session is idle (counted in
+ * sv->nidle) from its start to its welcome, or to its end without one.
+ * server_session_count: the sessions and, in *idle, the idle ones, both
+ * at one instant. */
 void server_session_added(server *sv, srv_session *ss);
-void server_session_gone(server *sv, srv_session *ss);
+void server_session_welcomed(server *sv);
+void server_session_gone(server *sv, srv_session *ss, bool idle);
+uint32_t server_session_count(server *sv, uint32_t *idle);
 /* Writes a P_REFUSED frame to a fresh connection, best effort. */
 void server_refuse(int fd, int code, const char *msg);
 

@@ -3,7 +3,8 @@
  *
  * Message (type)                 | Action
  * -------------------------------|--------------------------------------------
- * SRV_SESSION_START              | watch the connection
+ * SRV_SESSION_START              | watch the connection; arm the hello
+ *                                | deadline (server.hello_timeout_ms)
  * KVA_MSG_FD_READY (connection)  | flush replies; read frames: P_HELLO first
  *                                | (another version: P_REFUSED), answered by
  *                                | P_WELCOME with the pool's memfd; each
@@ -16,6 +17,7 @@
  *                                | is busy, the ledger is given back)
  * SRV_CTL_DONE (tag = slot)      | the same for a control call
  * SRV_CLOSE                      | close (kvactd stops)
+ * KVA_MSG_TIMER (hello deadline) | no hello yet: P_REFUSED saying why, close
  *
  * KVA_MSG_FD_READY (pidfd)       | a held session's process exited: give back
  *
@@ -124,6 +126,33 @@ proto_span *spans_of(srv_session *ss, slot *s, uint32_t n, bool ok) {
   return sp;
 }
 
+/* ---- the hello deadline ------------------------------------------------------ */
+
+/* A connection holds one of server.max_clients' slots from its accept:
+ * one that says nothing would hold it forever. */
+static void hello_arm(srv_session *ss) {
+  uint64_t ns = (uint64_t)ss->sv->hello_timeout_ms * 1000000u;
+  ss->hello_timer = kva_timer(ss->self, ns, 0, 0);
+  if (ss->hello_timer < 0) close_conn(ss, "cannot arm its hello deadline");
+}
+
+/* Welcomed, or closing: the deadline's timer (a timerfd) is given back at
+ * once; a tick already queued finds the session welcomed or closing. */
+void hello_done(srv_session *ss) {
+  if (ss->hello_timer >= 0) kva_timer_cancel(ss->self, ss->hello_timer);
+  ss->hello_timer = -1;
+}
+
+static void hello_overdue(srv_session *ss) {
+  char msg[160];
+  ss->hello_timer = -1; /* a one-shot timer is freed when it fires */
+  if (ss->welcomed || ss->closing) return;
+  snprintf(msg, sizeof(msg), "no hello within %u ms of connecting (server.hello_timeout_ms)",
+           ss->sv->hello_timeout_ms);
+  server_refuse(ss->fd, KVA_ETIMEDOUT, msg);
+  close_conn(ss, msg);
+}
+
 /* ---- frames from the client ------------------------------------------------- */
 
 static void welcome(srv_session *ss, const proto_req *q) {
@@ -145,6 +174,9 @@ static void welcome(srv_session *ss, const proto_req *q) {
     return;
   }
   ss->welcomed = true;
+  hello_done(ss);
+  ss->idle = false;
+  server_session_welcomed(ss->sv);
   char label[KVA_STATS_LABEL];
   snprintf(label, sizeof(label), "pid %d uid %u", (int)ss->pid, (unsigned)ss->uid);
   actor_stats_label(ss->self, label, "requests write_locks read_locks pins");
@@ -242,7 +274,11 @@ static void receive(kva_actor *self, void *state, const kva_msg *m) {
     if (kva_watch_fd(self, ss->fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP, 0) != KVA_OK)
       close_conn(ss, "cannot watch the connection");
     else
-      on_readable(ss);
+      hello_arm(ss);
+    if (!ss->closing) on_readable(ss);
+    break;
+  case KVA_MSG_TIMER:
+    hello_overdue(ss);
     break;
   case KVA_MSG_FD_READY: {
     kva_fd_event ev;
@@ -304,7 +340,7 @@ static const kva_behavior behavior = {"kvactd_session", receive, on_stop};
 int session_spawn(server *sv, int fd, pid_t pid, uid_t uid) {
   srv_session *ss = calloc(1, sizeof(*ss));
   if (!ss) return KVA_ENOMEM;
-  *ss = (srv_session){.sv = sv, .fd = fd, .pid = pid, .uid = uid};
+  *ss = (srv_session){.sv = sv, .fd = fd, .pid = pid, .uid = uid, .idle = true, .hello_timer = -1};
   ss->pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* -1 on old kernels: released at once */
   ss->self = kva_spawn(sv->rt, &behavior, ss, NULL);
   if (!ss->self) {

@@ -44,7 +44,7 @@ void release_step(srv_session *ss) {
              "%lu read locks, %lu pins",
              (int)ss->pid, (unsigned)ss->uid, ss->why, (unsigned long)ss->rel_w,
              (unsigned long)ss->rel_r, (unsigned long)ss->rel_p);
-    server_session_gone(ss->sv, ss);
+    server_session_gone(ss->sv, ss, ss->idle);
     kva_actor_stop(ss->self);
     return;
   }
@@ -103,6 +103,7 @@ void close_conn_as(srv_session *ss, const char *why, bool orderly) {
   if (ss->closing) return;
   ss->closing = true;
   snprintf(ss->why, sizeof(ss->why), "%s", why);
+  hello_done(ss);
   if (ss->fd >= 0) {
     kva_unwatch_fd(ss->self, ss->fd);
     close(ss->fd);

@@ -56,7 +56,9 @@ struct srv_session {
   uid_t uid;
   wire_buf in, out;
   bool welcomed, closing;
-  bool held; /* closed in disorder with its process alive: the ledger waits for its exit */
+  bool idle;       /* no hello yet: counted in sv->nidle until its welcome or end */
+  int hello_timer; /* the hello deadline's timer, or -1 */
+  bool held;       /* closed in disorder with its process alive: the ledger waits for its exit */
   slot **slots;
   size_t nslots, slots_cap;
   uint32_t *free_ids;
@@ -85,6 +87,9 @@ void send_frame(srv_session *ss, const proto_rep *r, uint64_t id);
 void reply_result(srv_session *ss, uint16_t type, uint64_t id, int result);
 /* The spans of s->bufs[0..n) in the pool (ok: else n empty spans). */
 proto_span *spans_of(srv_session *ss, slot *s, uint32_t n, bool ok);
+
+/* The hello deadline's timer cancelled (welcomed or closing). */
+void hello_done(srv_session *ss);
 
 /* session_requests.c */
 bool is_ctl(uint16_t type);

@@ -4,7 +4,8 @@
  * kva_l2_get_tier_stats say, in a well-formed page, with the clients and
  * the prefetch histogram of its source; bad addresses and taken ports are
  * refused with a message; only the given address is bound; other paths
- * are 404.
+ * are 404; connections that trickle a request are closed at the request
+ * deadline, and one address cannot take them all.
  */
 #include <check.h>
 #include <pthread.h>
@@ -13,6 +14,7 @@
 
 #include "server/metrics.h"
 #include "tests/server/scrape.h"
+#include "tests/server/trickle.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
@@ -26,16 +28,24 @@
 
 static char page[SCRAPE_MAX];
 
+/* Limits no test of the page comes near. */
+static const metrics_limits roomy = {.connections = 16, .per_ip = 0, .timeout_ms = 10000};
+
 static kva_runtime *start_plain(void) {
   return fixture_storage(2, 4 * MiB, NULL);
 }
 
-static metrics *start_metrics(const char *addr, const metrics_source *src) {
+static metrics *start_limited(const char *addr, const metrics_source *src,
+                              const metrics_limits *lim) {
   char err[256] = "";
-  metrics *m = metrics_start(addr, src, err, sizeof(err));
+  metrics *m = metrics_start(addr, src, lim, err, sizeof(err));
   ck_assert_msg(m != NULL, "metrics_start(%s): %s", addr, err);
   ck_assert_int_gt(metrics_port(m), 0);
   return m;
+}
+
+static metrics *start_metrics(const char *addr, const metrics_source *src) {
+  return start_limited(addr, src, &roomy);
 }
 
 /* ---- the storage's counters ------------------------------------------------ */
@@ -347,8 +357,8 @@ START_TEST(bad_addresses_are_refused_with_a_message) {
   char err[256];
   for (size_t i = 0; i < sizeof(bad_addrs) / sizeof(bad_addrs[0]); i++) {
     err[0] = '\0';
-    ck_assert_msg(metrics_start(bad_addrs[i], &src, err, sizeof(err)) == NULL, "%s accepted",
-                  bad_addrs[i]);
+    ck_assert_msg(metrics_start(bad_addrs[i], &src, &roomy, err, sizeof(err)) == NULL,
+                  "%s accepted", bad_addrs[i]);
     ck_assert_msg(strstr(err, bad_addrs[i]) && strlen(err) > strlen(bad_addrs[i]) + 10,
                   "%s: message \"%s\"", bad_addrs[i], err);
   }
@@ -362,7 +372,7 @@ START_TEST(a_taken_port_is_refused_and_freed_at_stop) {
   metrics *a = start_metrics("127.0.0.1:0", &src);
   char addr[64], err[256] = "";
   snprintf(addr, sizeof(addr), "127.0.0.1:%d", metrics_port(a));
-  ck_assert_ptr_null(metrics_start(addr, &src, err, sizeof(err)));
+  ck_assert_ptr_null(metrics_start(addr, &src, &roomy, err, sizeof(err)));
   ck_assert_msg(strstr(err, addr) && strstr(err, "in use"), "message \"%s\"", err);
   metrics_stop(a);
   metrics *b = start_metrics(addr, &src); /* the port was given back */
@@ -390,6 +400,64 @@ START_TEST(only_the_given_address_is_bound) {
 }
 END_TEST
 
+/* ---- peers that hold connections ------------------------------------------------- */
+
+/* Polls until the server has closed n of t's connections, 5 s at most. */
+static void wait_closed(trickle *t, int n) {
+  for (int i = 0; i < 500 && trickle_closed(t) < n; i++) l2_sleep_ms(10);
+  ck_assert_msg(trickle_closed(t) >= n, "%d of %d trickling connections closed in 5 s",
+                trickle_closed(t), n);
+}
+
+/* Three times as many tricklers as connections, each byte sooner than
+ * the inactivity timeout (1 s): each batch is closed at the deadline of
+ * 300 ms, the next accepted, then the scrape (curl gives up after 10 s). */
+START_TEST(trickling_connections_are_closed_at_the_request_deadline) {
+  kva_runtime *rt = start_plain();
+  metrics_source src = {.s = kva_storage_of(rt)};
+  const metrics_limits lim = {.connections = 4, .per_ip = 0, .timeout_ms = 300};
+  metrics *m = start_limited("127.0.0.1:0", &src, &lim);
+  trickle *t = trickle_start(NULL, metrics_port(m), 12, 50);
+  l2_sleep_ms(100); /* accepted, and trickling ahead of the scrape */
+  scrape_metrics(metrics_port(m), page, sizeof(page));
+  wait_closed(t, 12);
+  trickle_stop(t);
+  scrape_metrics(metrics_port(m), page, sizeof(page)); /* a fresh scrape: at once */
+  metrics_stop(m);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* One address (127.0.0.2) trickling on every connection it may have:
+ * the rest are the scraper's, though the deadline (60 s) never comes. */
+START_TEST(one_address_cannot_take_every_metrics_connection) {
+  kva_runtime *rt = start_plain();
+  metrics_source src = {.s = kva_storage_of(rt)};
+  const metrics_limits lim = {.connections = 8, .per_ip = 4, .timeout_ms = 60000};
+  metrics *m = start_limited("127.0.0.1:0", &src, &lim);
+  trickle *t = trickle_start("127.0.0.2", metrics_port(m), 20, 50);
+  wait_closed(t, 16); /* over its 4: closed at once */
+  scrape_metrics(metrics_port(m), page, sizeof(page));
+  ck_assert_uint_gt(scrape_check_format(page), 10);
+  ck_assert_int_eq(trickle_closed(t), 16); /* its 4 still open */
+  trickle_stop(t);
+  metrics_stop(m);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+START_TEST(limits_of_zero_are_refused) {
+  kva_runtime *rt = start_plain();
+  metrics_source src = {.s = kva_storage_of(rt)};
+  char err[256] = "";
+  const metrics_limits none = {.connections = 0, .timeout_ms = 1000};
+  ck_assert_ptr_null(metrics_start("127.0.0.1:0", &src, &none, err, sizeof(err)));
+  ck_assert_ptr_null(metrics_start("127.0.0.1:0", &src, NULL, err, sizeof(err)));
+  ck_assert_msg(strstr(err, "limit"), "message \"%s\"", err);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *su = suite_create("metrics");
   TCase *tc = tcase_create("core");
@@ -402,6 +470,9 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, bad_addresses_are_refused_with_a_message);
   tcase_add_test(tc, a_taken_port_is_refused_and_freed_at_stop);
   tcase_add_test(tc, only_the_given_address_is_bound);
+  tcase_add_test(tc, trickling_connections_are_closed_at_the_request_deadline);
+  tcase_add_test(tc, one_address_cannot_take_every_metrics_connection);
+  tcase_add_test(tc, limits_of_zero_are_refused);
   suite_add_tcase(su, tc);
   return su;
 }

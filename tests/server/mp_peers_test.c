@@ -1,8 +1,9 @@
 /*
  * mp_peers_test.c — multi-process mode with real processes, the peers:
- * the socket file, malformed frames and other protocols, versions and
- * uids, a client before its daemon, a daemon that stops answering, a
- * live process whose connection breaks, the metrics (mp_support.h).
+ * the socket file (replaced when stale, left alone when another
+ * daemon's), malformed frames and other protocols, versions and uids, a
+ * client before its daemon, a daemon that stops answering, a live process
+ * whose connection breaks, the metrics (mp_support.h).
  */
 #include <check.h>
 #include <errno.h>
@@ -56,6 +57,28 @@ START_TEST(a_stale_socket_file_is_replaced) {
   ck_assert_int_eq(stat(sock_path, &sb), 0);
   ck_assert_uint_eq(sb.st_mode & 0777, 0600);
   ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
+}
+END_TEST
+
+/* The file was removed under the first daemon and a second one started
+ * on the same path: stopping the first leaves the second's file. */
+START_TEST(a_stopping_daemon_leaves_a_socket_file_it_does_not_own) {
+  pid_t d1 = daemon_start();
+  ck_assert_int_eq(unlink(sock_path), 0);
+  pid_t d2 = daemon_start(); /* it answers on the path now */
+  struct stat before, after;
+  ck_assert_int_eq(lstat(sock_path, &before), 0);
+  ck_assert_int_eq(daemon_stop(d1, SIGTERM), 0);
+  ck_assert_msg(lstat(sock_path, &after) == 0, "the first daemon removed the second's socket");
+  ck_assert(after.st_dev == before.st_dev && after.st_ino == before.st_ino);
+  kva_runtime *rt = client_up(); /* the second one still serves */
+  kva_storage *s = kva_storage_of(rt);
+  write_keys(s, 1, 1, 4096);
+  ck_assert_uint_eq(read_keys(s, 1, 1, 4096), 1);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+  ck_assert_int_eq(daemon_stop(d2, SIGTERM), 0);
+  ck_assert_msg(lstat(sock_path, &after) != 0, "the second daemon left its own socket behind");
 }
 END_TEST
 
@@ -314,6 +337,7 @@ Suite *kva_test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, a_second_daemon_on_the_same_socket_refuses_to_start);
   tcase_add_test(tc, a_stale_socket_file_is_replaced);
+  tcase_add_test(tc, a_stopping_daemon_leaves_a_socket_file_it_does_not_own);
   tcase_add_test(tc, malformed_frames_close_only_their_connection);
   tcase_add_test(tc, a_client_of_another_protocol_version_is_told_why);
   tcase_add_test(tc, a_peer_of_another_uid_is_refused);

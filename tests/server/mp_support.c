@@ -41,8 +41,9 @@ int raw_connect(void) {
 }
 
 /* kvactd on sock_path with a mock tier (latency_us, 0 = none) and, when
- * disk is set, a disk tier on disk_path; returns its pid once it accepts. */
-pid_t daemon_start_with(int latency_us, int disk, const char *extra) {
+ * disk is set, a disk tier on disk_path, plus the "key=value" settings of
+ * extra (NULL-terminated, at most 8); returns its pid once it accepts. */
+pid_t daemon_start_opts(int latency_us, int disk, const char *const *extra) {
   char lat[64], mock[512];
   snprintf(lat, sizeof(lat), "%d", latency_us);
   if (disk)
@@ -55,9 +56,20 @@ pid_t daemon_start_with(int latency_us, int disk, const char *extra) {
   if (pid == 0) {
     char sock_kv[160];
     snprintf(sock_kv, sizeof(sock_kv), "server.socket=%s", sock_path);
-    execl("tools/kvactd", "kvactd", "--quiet", "-o", sock_kv, "-o", "l1.size_bytes=67108864", "-o",
-          "l1.hugepages=false", "-o", "l1.prefault=false", "-o", "l1.pinned=false", "-o", mock,
-          "-o", extra ? extra : "server.max_clients=64", (char *)NULL);
+    const char *argv[32] = {"kvactd", "--quiet",
+                            "-o",     sock_kv,
+                            "-o",     "l1.size_bytes=67108864",
+                            "-o",     "l1.hugepages=false",
+                            "-o",     "l1.prefault=false",
+                            "-o",     "l1.pinned=false",
+                            "-o",     mock};
+    size_t n = 14;
+    for (size_t i = 0; extra && extra[i] && n + 3 < 32; i++) {
+      argv[n++] = "-o";
+      argv[n++] = extra[i];
+    }
+    argv[n] = NULL;
+    execv("tools/kvactd", (char *const *)argv);
     _exit(127);
   }
   for (int i = 0; i < 2000; i++) {
@@ -72,6 +84,11 @@ pid_t daemon_start_with(int latency_us, int disk, const char *extra) {
   }
   ck_abort_msg("kvactd did not accept in 10 s");
   return -1;
+}
+
+pid_t daemon_start_with(int latency_us, int disk, const char *extra) {
+  const char *const opts[] = {extra ? extra : "server.max_clients=64", NULL};
+  return daemon_start_opts(latency_us, disk, opts);
 }
 
 pid_t daemon_start(void) {

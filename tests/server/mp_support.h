@@ -28,6 +28,8 @@ void sleep_ms(int ms);
  * disk, a disk tier on disk_path, and one more "key=value" (extra, may be
  * NULL); its pid once it accepts. */
 pid_t daemon_start_with(int latency_us, int disk, const char *extra);
+/* The same with any number of "key=value" settings (NULL-terminated). */
+pid_t daemon_start_opts(int latency_us, int disk, const char *const *extra);
 pid_t daemon_start(void);
 /* Sends sig and reaps it: its wait status. */
 int daemon_stop(pid_t pid, int sig);
