@@ -90,7 +90,17 @@ KVA_API int kva_config_to_msgpack(const kva_config *c, void **buf, size_t *len);
 typedef struct kva_runtime kva_runtime;
 /* Starts the scheduler (runtime.workers threads; 0 = deterministic mode, see
  * kva_runtime_run_until_idle) and, unless l1.size_bytes is 0, every storage
- * actor. cfg may be NULL for the embedded default; it is copied. */
+ * actor. cfg may be NULL for the embedded default; it is copied.
+ *
+ * fork(): a runtime belongs to the process that started it. In a child
+ * made by fork() (which gets none of its threads), every call on an
+ * inherited runtime or its storage returns KVA_ESHUTDOWN at once (said once
+ * in the log; kva_spawn and kva_port_open return NULL), and its
+ * kva_runtime_shutdown returns without touching anything, so the parent's
+ * connection to kvactd, its locks, its stats segment and files are
+ * unaffected. The child starts a runtime of its own if it needs one.
+ * Buffers the parent was given stay mapped in the child: they are the
+ * parent's, and a child must not write them. */
 KVA_API int kva_runtime_start(const kva_config *cfg, kva_runtime **out);
 /* Stops timers and fd watches, lets queued messages drain, stops every actor
  * (newest first: queued messages, then on_stop), joins the threads, frees
