@@ -192,6 +192,16 @@ class PrefetchHandle(_async.AwaitableByFd):
             reaper.wake.put(st)
         st.give_back()  # now, when the load has ended
 
+    def _give_back_hits(self):
+        """close(), and the hits given back even when the result was handed over: for a
+        caller that read it and passed the locks on to no one (the vLLM connector's step
+        that raised)."""
+        st = self._st
+        with st.lock:
+            if not st.closed:
+                st.handed = False  # handed back
+        self.close()
+
     def __enter__(self):
         return self
 
