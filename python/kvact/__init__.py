@@ -15,7 +15,8 @@ from .layout import MemoryLayoutDesc
 from .memory import MemoryObj
 from .paged import KVOp, PagedKVCache
 from .runtime import Runtime
-from .storage import LookupResult, PrefetchHandle, StorageManager
+from .prefetch import PrefetchHandle
+from .storage import LookupResult, StorageManager
 
 __all__ = ["Config", "KVOp", "KvactError", "LookupResult", "MemoryLayoutDesc", "MemoryObj",
            "ObjectKey", "PagedKVCache", "PrefetchHandle", "Runtime", "StorageManager",

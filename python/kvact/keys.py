@@ -11,7 +11,7 @@ import ctypes
 
 from ._lib import Key, lib
 
-_KEY_BYTES = ctypes.sizeof(Key)
+KEY_BYTES = ctypes.sizeof(Key)
 _RANK, _GROUP, _HLEN, _HASH = Key.kv_rank.offset, Key.group.offset, Key.hash_len.offset, \
     Key.hash.offset
 
@@ -84,7 +84,7 @@ def key_array(keys):
         data = b"".join(keys)
     except TypeError:
         data = b""
-    if len(data) != len(keys) * _KEY_BYTES:  # kvact checks every key it is given as well
+    if len(data) != len(keys) * KEY_BYTES:  # kvact checks every key it is given as well
         bad = next((k for k in keys if not isinstance(k, ObjectKey)), keys[0])
         raise TypeError("keys must be kvact.ObjectKey, got %r" % type(bad).__name__)
     return data

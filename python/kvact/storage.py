@@ -10,13 +10,13 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
-from . import _async
 from ._lib import (STATS_FIELDS, Buf, L2TierStats, StorageStats, TierHit, TierHits, lib,
                    timeout_ms)
 from .errors import KvactError, check
 from .keys import key_array
 from .layout import MemoryLayoutDesc
 from .memory import MemoryObj
+from .prefetch import PrefetchHandle, Reaper
 
 _MODES = {"new": 0, "update": 1, "all": 2}
 _REPORT_LEN = 4096
@@ -48,58 +48,6 @@ def _tier_hits(raw, ntiers):
     return out
 
 
-class PrefetchHandle(_async.AwaitableByFd):
-    """A submitted prefetch; its result (the contiguous prefix hit count) is kept once read.
-
-    Also a context manager (the block's end waits for the result, so the
-    handle is never left behind) and awaitable (asyncio, on its eventfd).
-    """
-
-    def __init__(self, sm, ptr):
-        self._sm, self._ptr, self._hits = sm, ptr, None
-        self._lock = threading.Lock()
-
-    def _finish(self, rc, hits):
-        if rc == -4 or rc == -5:  # KVA_EAGAIN / KVA_ETIMEDOUT: still running, h kept
-            return None
-        self._ptr = None  # the result freed the handle, whatever it was
-        check(rc, "prefetch")
-        self._hits = hits.value
-        return self._hits
-
-    def query(self):
-        """Hits when done, None while running."""
-        with self._lock:
-            if self._ptr is None:
-                return self._hits
-            hits = ctypes.c_size_t()
-            return self._finish(lib.kva_query_prefetch(self._sm._ptr, self._ptr,
-                                                       ctypes.byref(hits)), hits)
-
-    def wait(self, timeout=None):
-        """Blocks (GIL released) until done: hits, or None after timeout seconds."""
-        with self._lock:
-            if self._ptr is None:
-                return self._hits
-            hits = ctypes.c_size_t()
-            rc = lib.kva_wait_prefetch(self._sm._ptr, self._ptr, timeout_ms(timeout),
-                                       ctypes.byref(hits))
-            return self._finish(rc, hits)
-
-    def fileno(self):
-        """An eventfd readable once done (for select/asyncio); only before the result is read."""
-        with self._lock:
-            if self._ptr is None:
-                raise ValueError("the prefetch's result was read; its handle is gone")
-            return lib.kva_prefetch_eventfd(self._ptr)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.wait()
-
-
 def _layout(layout, optional=False):
     """layout's kva_layout (None when optional and absent); TypeError for anything else."""
     if layout is None and optional:
@@ -123,6 +71,8 @@ class StorageManager:
         self._lock = threading.Lock()
         self._writes = {}  # ObjectKey -> MemoryObj, write-locked by this manager
         self._reads = {}   # ObjectKey -> [MemoryObj], from read_prefetched_results
+        self._reaper = Reaper()  # gives back the locks of handles closed while loading
+        self._closed = False     # the runtime shut down: no call may reach C
 
     # ---- write path -----------------------------------------------------------
     def reserve_write(self, keys, layout, mode="new"):
@@ -166,10 +116,12 @@ class StorageManager:
         """Read-locks the L1 prefix of keys and loads the rest from L2: a PrefetchHandle."""
         keys = list(keys)
         arr = key_array(keys)
+        readers = _readers(extra_readers)
         h = ctypes.c_void_p()
+        self._reaper.start()  # here, not in a finalizer: starting a thread takes locks
         check(lib.kva_submit_prefetch(self._ptr, arr, len(keys), _layout(layout, optional=True),
-                                      _readers(extra_readers), ctypes.byref(h)))
-        return PrefetchHandle(self, h.value)
+                                      readers, ctypes.byref(h)))
+        return PrefetchHandle(self, h.value, arr, readers)
 
     def query_prefetch_status(self, handle):
         """Hits when the prefetch is done, None while it runs."""
@@ -242,7 +194,10 @@ class StorageManager:
         return self.memcheck_report() == ""
 
     def memcheck_report(self):
-        """"" when memcheck passes, else kvact's report of the first locked objects."""
+        """"" when memcheck passes, else kvact's report of the first locked objects.
+        Waits first for the loads of handles closed or collected unread, whose locks
+        kvact gives back when they end."""
+        self._reaper.drain()
         report = ctypes.create_string_buffer(_REPORT_LEN)
         rc = lib.kva_memcheck(self._ptr, report, _REPORT_LEN)
         if rc == 0:
@@ -303,6 +258,9 @@ class StorageManager:
         self._runtime.close()
 
     def _invalidate_all(self):
+        """The runtime is shutting down (which frees every lock): nothing reaches C after."""
+        self._closed = True
+        self._reaper.stop()
         with self._lock:
             for obj in self._writes.values():
                 obj._release()

@@ -19,11 +19,12 @@ import tempfile
 import time
 from types import SimpleNamespace as NS
 
+import numpy as np
 import pytest
 import torch
 
 import kvact
-from kvact.integrations.vllm import KvactConnector, KVConnectorRole
+from kvact.integrations.vllm import KvactConnector, KVConnectorRole, _LoadSpec
 
 BS, CT, LAYERS, HEADS, HEAD_DIM, BLOCKS = 4, 8, 3, 2, 8, 96
 MODEL = "fake-llm"
@@ -505,3 +506,72 @@ def test_scheduler_and_worker_processes_share_one_kvactd(kvactd):
         assert engine.sm.memcheck(), engine.sm.memcheck_report()
     finally:
         engine.close()
+
+
+# ---- malformed scheduler input: a clear error, and every lock of the step given back ----
+
+
+def two_loads(engine, seed):
+    """Stores a prompt, then schedules B (all of its chunks) and C (its first two): the
+    step's metadata, not yet given to the worker."""
+    base = prompt(29, seed)
+    engine.add("A", base)
+    engine.run()
+    engine.add("B", base)
+    engine.add("C", base[:16] + prompt(9, seed + 1))
+    meta = engine.sched.build_connector_meta(engine._schedule())
+    assert [spec.req_id for spec in meta.loads] == ["B", "C"]
+    return meta
+
+
+def start_load(engine, meta):
+    w = engine.w.conn
+    w.bind_connector_metadata(meta)
+    try:
+        w.start_load_kv(NS())
+    finally:
+        w.clear_connector_metadata()
+
+
+def no_lock_held(engine):
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
+    return engine.sm.memcheck()
+
+
+def test_a_short_slot_mapping_is_refused_naming_the_request_and_leaves_no_lock(engine):
+    meta = two_loads(engine, 30)
+    meta.loads[0].slots = meta.loads[0].slots[:5]
+    with pytest.raises(ValueError, match="request 'B'"):
+        start_load(engine, meta)
+    assert no_lock_held(engine), engine.sm.memcheck_report()
+
+
+def test_a_load_without_keys_is_refused_naming_the_request_and_leaves_no_lock(engine):
+    meta = two_loads(engine, 32)
+    meta.loads.append(_LoadSpec("X", [], np.zeros(0, dtype=np.int64), []))
+    with pytest.raises(ValueError, match="request 'X'"):
+        start_load(engine, meta)
+    assert no_lock_held(engine), engine.sm.memcheck_report()
+
+
+def test_a_load_without_a_lookup_is_refused_by_the_scheduler_naming_the_request(engine):
+    req = Request("Z", prompt(20, 34), 3)
+    blocks = NS(get_block_ids=lambda: ([0, 1, 2, 3, 4],))
+    with pytest.raises(ValueError, match="request 'Z'"):
+        engine.sched.update_state_after_alloc(req, blocks, 8)
+
+
+def test_a_step_whose_load_raises_gives_back_every_lock_it_took(engine, monkeypatch):
+    meta = two_loads(engine, 36)
+    kv = engine.w.conn._kv
+
+    def load(keys, slots):
+        raise RuntimeError("a copy that could not start")
+
+    monkeypatch.setattr(kv, "load", load)
+    with pytest.raises(RuntimeError):
+        start_load(engine, meta)
+    monkeypatch.undo()
+    assert no_lock_held(engine), engine.sm.memcheck_report()
+    blocks = {b for spec in meta.loads for blocks in spec.chunk_blocks for b in blocks}
+    assert engine.w.conn.get_block_ids_with_load_errors() == blocks  # none counts as loaded

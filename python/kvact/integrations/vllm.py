@@ -39,12 +39,17 @@ Scheduler side (keys of kv_rank 0: every TP rank stores the same chunks):
     returns once the bytes are copied out of the paged cache into L1.
 
 Worker side: register_kv_caches wraps the layers, in the dict's order, in one
-kvact.PagedKVCache. start_load_kv submits every request's prefetch, waits,
-and starts kv.load of the hit prefix; wait_for_layer_load waits for that
-layer of each load. Chunks the prefetch did not find (evicted, an L2 tier
-failing) and loads whose op failed are load errors: their blocks go to
+kvact.PagedKVCache. start_load_kv checks every request's load spec (keys, a
+slot mapping of their length, their block ids: a ValueError naming the
+request, before anything is taken), submits every request's prefetch,
+waits, and starts kv.load of the hit prefix; wait_for_layer_load waits for
+that layer of each load. Chunks the prefetch did not find (evicted, an L2
+tier failing) and loads whose op failed are load errors: their blocks go to
 get_block_ids_with_load_errors and never count as loaded; kvact has released
-their read locks. kvact's store gathers all layers at once, so the stores
+their read locks. Whatever exception leaves start_load_kv, the step first
+gives back every read lock it took (the hits no load took, read or not; the
+started loads release theirs, and are waited for) and reports every block
+it was to load as a load error. kvact's store gathers all layers at once, so the stores
 are made in wait_for_save (after the forward pass), skipping requests whose
 load failed this step: their new tokens were computed over a wrong prefix.
 """
@@ -198,7 +203,13 @@ class KvactConnector(KVConnectorBase_V1):
         return max(0, hit - num_computed_tokens), False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
-        keys, hit = self._lookups.pop(request.request_id, ([], 0))
+        looked_up = self._lookups.pop(request.request_id, None)
+        keys, hit = looked_up or ([], 0)
+        if num_external_tokens > hit:  # the load would start before the request's token 0
+            raise ValueError("kvact: request %r: %d external tokens to load, but %s" % (
+                request.request_id, num_external_tokens,
+                "its lookup found %d" % hit if looked_up else
+                "get_num_new_matched_tokens did not look it up"))
         t = _Tracked(request, saved_chunks=hit // self._chunk_tokens)
         if num_external_tokens > 0:
             t.load = (keys, hit - num_external_tokens, hit)
@@ -274,14 +285,24 @@ class KvactConnector(KVConnectorBase_V1):
     def start_load_kv(self, forward_context, **kwargs):
         self._reset_step()
         meta = self._get_connector_metadata()
+        for spec in meta.loads:  # before anything is taken
+            self._check_load(spec)
         layout = self._kv.chunk_layout() if meta.loads else None
-        pending = [(spec, self._prefetch(spec, layout)) for spec in meta.loads]
-        for spec, handle in pending:
-            hits = _hits(handle)
-            if hits < len(spec.keys):
-                self._fail(spec, hits, len(spec.keys))
-            if hits > 0:
-                self._start_load(spec, hits)
+        step = []  # [spec, its prefetch handle, whether a load op took its hits]
+        try:
+            for spec in meta.loads:
+                step.append([spec, self._prefetch(spec, layout), False])
+            for entry in step:
+                spec, handle, _ = entry
+                hits = _hits(handle)
+                if hits < len(spec.keys):
+                    self._fail(spec, hits, len(spec.keys))
+                if hits > 0:
+                    entry[2] = True  # set first: a doubt leaks a lock, never frees another's
+                    self._start_load(spec, hits)
+        except BaseException:
+            self._give_back(step)
+            raise
 
     def wait_for_layer_load(self, layer_name):
         layer = self._layer_index.get(layer_name)
@@ -333,14 +354,47 @@ class KvactConnector(KVConnectorBase_V1):
             log.warning("kvact prefetch of %s refused: %s", spec.req_id, e)
             return None
 
-    def _start_load(self, spec, hits):
+    def _check_load(self, spec):
+        """A load spec kvact can run, else a ValueError naming its request."""
+        n, ct, slots = len(spec.keys), self._chunk_tokens, spec.slots
+        problem = None
+        if n == 0:
+            problem = "no chunks to load (a load planned without a lookup?)"
+        elif not isinstance(slots, np.ndarray) or slots.dtype != np.int64 or slots.ndim != 1:
+            problem = "the slot mapping is not a 1-D int64 array"
+        elif not (n - 1) * ct < len(slots) <= n * ct:
+            problem = "%d chunks of %d tokens need %d..%d slots, got %d" % (
+                n, ct, (n - 1) * ct + 1, n * ct, len(slots))
+        elif len(spec.chunk_blocks) != n:
+            problem = "%d chunks but block ids for %d" % (n, len(spec.chunk_blocks))
+        if problem:
+            raise ValueError("kvact: load of request %r: %s" % (spec.req_id, problem))
+
+    def _give_back(self, step):
+        """A step that raised gives back what it took: the hits no load op took (read or
+        not: the handle knows), and the loads' locks, which they release as they end.
+        Nothing it was to load counts as loaded."""
+        for spec, handle, loading in step:
+            if handle is not None and not loading:
+                handle._give_back_hits()
         try:
-            op = self._kv.load(self._ranked(spec.keys[:hits]),
-                               spec.slots[:hits * self._chunk_tokens])
+            self._finish_loads()
+        except kvact.KvactError as e:  # the exception in flight is the one to raise
+            log.warning("kvact: a load of the failed step: %s", e)
+        for spec, _, _ in step:
+            self._fail(spec, 0, len(spec.keys))
+
+    def _start_load(self, spec, hits):
+        keys = self._ranked(spec.keys[:hits])
+        try:
+            op = self._kv.load(keys, spec.slots[:hits * self._chunk_tokens])
         except kvact.KvactError as e:  # kvact released the chunks' read locks
             log.warning("kvact load of %s refused: %s", spec.req_id, e)
             self._fail(spec, 0, hits)
             return
+        except Exception:  # raised before the copy was asked for: the locks are still ours
+            self.storage.finish_read_prefetched(keys)
+            raise
         self._loads.append((spec, hits, op))
 
     def _finish_loads(self):
