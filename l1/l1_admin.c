@@ -122,14 +122,12 @@ int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot
   } else {
     *slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
   }
-  if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
   return *slot == NO_SLOT ? KVA_KEY_NOT_EXIST : KVA_OK;
 }
 
 int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot) {
   *slot = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
   if (*slot != NO_SLOT && object_at(&m->t, *slot)->zombie) *slot = NO_SLOT;
-  if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
   return *slot == NO_SLOT ? KVA_KEY_NOT_EXIST : KVA_OK;
 }
 

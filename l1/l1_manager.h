@@ -80,7 +80,11 @@ typedef struct l1_req {
   const uint8_t *del; /* FINISH_READ: del[i] = remove the object if it is
                          then unlocked (atomically with the release) */
   int pin;            /* LOOKUP */
-  int l2;             /* PREFETCH: hand a partial hit to the prefetch controller */
+  /* READ, optional: held[i] = 0 when the sender holds no read lock of
+   * keys[i] (a kvactd session: another client's lock is not its own), so
+   * keys[i] is not readable to it and none of its locks is released */
+  const uint8_t *held;
+  int l2; /* PREFETCH: hand a partial hit to the prefetch controller */
 } l1_req;
 
 /* Notifications the L1 manager sends to the controllers. */

@@ -11,7 +11,7 @@
 
 int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                       kva_write_mode mode, kva_buf *bufs, int *status) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   if (!bufs || !status || layout_bytes(l) == 0) return KVA_EINVAL;
   if (mode != KVA_WRITE_NEW && mode != KVA_WRITE_UPDATE && mode != KVA_WRITE_ALL) return KVA_EINVAL;
@@ -20,7 +20,7 @@ int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const kva_layo
 }
 
 int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   if (!status) return KVA_EINVAL;
   l1_req r = {.keys = k, .n = n, .status = status};
@@ -28,7 +28,7 @@ int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status) {
 }
 
 int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *status) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   if (!status) return KVA_EINVAL;
   l1_req r = {.keys = k, .n = n, .force = force != 0, .status = status};
@@ -36,7 +36,7 @@ int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *statu
 }
 
 int kva_touch(kva_storage *s, const kva_key *k, size_t n) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   l1_req r = {.keys = k, .n = n};
   return storage_call(s, L1_TOUCH, &r);
