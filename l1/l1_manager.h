@@ -23,7 +23,8 @@ enum {
   /* requests: payload = l1_req * */
   L1_RESERVE_WRITE = MSG_L1_BASE,   /* keys, n, layout, mode, temporary -> bufs, status */
   L1_FINISH_WRITE,                  /* keys, n -> status */
-  L1_RESERVE_READ,                  /* keys, n, readers -> status, bufs (optional) */
+  L1_RESERVE_READ,                  /* keys, n, readers, layout (optional: objects of
+                                       another are not locked) -> status, bufs (optional) */
   L1_FINISH_READ,                   /* keys, n, readers -> status */
   L1_FINISH_WRITE_AND_RESERVE_READ, /* keys, n, readers -> status */
   L1_DELETE,                        /* keys, n, force -> status */
@@ -53,7 +54,7 @@ enum { L1_ABSENT = -1, L1_WRITE_LOCKED = 1 << 24, L1_TEMPORARY = 1 << 25, L1_PIN
 typedef struct l1_req {
   const kva_key *keys;
   size_t n;
-  const kva_layout *layout; /* RESERVE_WRITE */
+  const kva_layout *layout; /* RESERVE_WRITE; RESERVE_READ (optional) */
   int mode;                 /* kva_write_mode */
   int temporary;            /* RESERVE_WRITE: objects freed at their last read */
   int force;                /* DELETE, CLEAR */

@@ -37,12 +37,17 @@ static bool read_held(const l1_obj *o, bool own, uint32_t n) {
   return !o->write_locked && (own ? o->id_readers : l1_key_readers(o)) >= n;
 }
 
+/* With r->layout (the store controller's), an object of another layout
+ * (its key rewritten since the store was queued) is not locked. */
 void l1_reserve_read(struct l1_manager *m, l1_req *r) {
   int ok = 0;
+  uint64_t fp = r->layout ? layout_fingerprint(r->layout) : 0;
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
     int st = l1_key_slot(m, r, i, &slot);
     if (st == KVA_OK && !can_add_readers(object_at(&m->t, slot), r->readers))
+      st = KVA_KEY_NOT_READABLE;
+    if (st == KVA_OK && r->layout && object_at(&m->t, slot)->fingerprint != fp)
       st = KVA_KEY_NOT_READABLE;
     m->sc.slot[i] = st == KVA_OK ? slot : NO_SLOT;
     if (r->bufs) r->bufs[i] = (kva_buf){0};
