@@ -334,8 +334,37 @@ KVA_API int kva_clear(kva_storage *s, int force); /* L1 only; returns objects re
                                               kva_delete's force) */
 /* 0 = no lock held (no L1 read, write or pin lock, no L2 lookup lock) and
  * the pool accounting is consistent; otherwise KVA_EIO and a report naming
- * the first locked objects, the tier holding locks, or the problem. */
+ * the first locked objects, the tier holding locks, or the problem. The
+ * report tells the read locks of kvact's own store-behind (the L1->L2
+ * stores kva_finish_write queues, which read-lock each object until its
+ * tier answers) from the callers'; kva_memcheck_with can wait for the
+ * former, or leave them out. */
 KVA_API int kva_memcheck(kva_storage *s, char *report, size_t len);
+typedef struct kva_memcheck_opts {
+  /* First wait, as kva_flush, up to this long (< 0: as long as it takes)
+   * for the L1->L2 stores queued before the call; 0: do not wait. A wait
+   * that times out is not an error: the check then sees what is left. */
+  int wait_stores_ms;
+  /* 1: read locks of kvact's store-behind are counted and reported but do
+   * not fail the check (a caller checking its own locks while other
+   * writers keep the tiers busy). */
+  int callers_only;
+} kva_memcheck_opts;
+/* What the check found, in objects (an object can count in two fields):
+ * locks and pins held by callers (engines, clients of kvactd, their
+ * prefetches in flight), read locks of the store-behind, and lookup locks
+ * held in the L2 tiers (by prefetches in flight), over all tiers. */
+typedef struct kva_memcheck_report {
+  uint64_t caller_write_locked, caller_read_locked, caller_pinned;
+  uint64_t store_read_locked;
+  uint64_t l2_keys_locked;
+} kva_memcheck_report;
+/* kva_memcheck with options (o NULL: none) and the counts (out may be
+ * NULL). Returns as kva_memcheck does; KVA_EINVAL for a NULL storage or a
+ * NULL report with len > 0. In a client of kvactd it checks the daemon's
+ * storage as a whole, as kva_memcheck does. */
+KVA_API int kva_memcheck_with(kva_storage *s, const kva_memcheck_opts *o, kva_memcheck_report *out,
+                              char *report, size_t len);
 typedef struct kva_storage_stats {
   uint64_t l1_capacity_bytes, l1_used_bytes, l1_objects;
   uint64_t l1_write_locked, l1_read_locked, l1_temporary;

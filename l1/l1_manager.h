@@ -32,7 +32,8 @@ enum {
   L1_CLEAR,                         /* force -> result = objects removed */
   L1_PREFETCH,                      /* keys, n, readers -> hits (contiguous prefix, read-locked) */
   L1_READ,                          /* keys, n -> bufs; result KVA_OK or the first key's problem */
-  L1_MEMCHECK,                      /* report, report_len -> result */
+  L1_MEMCHECK,                      /* report, report_len, callers_only -> result,
+                                       memcheck (optional) */
   L1_STATS,                         /* stats */
   L1_LOOKUP,                        /* keys, n, pin -> hits (contiguous prefix present and
                                        readable; pin: each gets one pin) */
@@ -65,7 +66,9 @@ typedef struct l1_req {
   size_t hits;              /* out: PREFETCH */
   char *report;             /* MEMCHECK */
   size_t report_len;
-  kva_storage_stats *stats; /* STATS */
+  kva_memcheck_report *memcheck; /* MEMCHECK, optional: the locks counted by holder */
+  int callers_only;              /* MEMCHECK: the store-behind's read locks do not fail it */
+  kva_storage_stats *stats;      /* STATS */
   /* Object ids (generation << 32 | slot), per key. Out of RESERVE_WRITE,
    * RESERVE_READ; when set on FINISH_READ, FINISH_WRITE*, ABORT_WRITE the
    * objects are named by id instead of by key, so a holder releases the

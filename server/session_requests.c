@@ -300,6 +300,7 @@ void on_ctl_done(srv_session *ss, slot *s) {
   } else if (s->ptype == P_TIER_STATS) {
     rep.tier_stats = &j->tier_stats;
   } else if (s->ptype == P_MEMCHECK) {
+    rep.memcheck = &j->memcheck;
     rep.text = j->text;
     rep.text_len = j->text ? (uint32_t)strnlen(j->text, j->report_len) : 0;
   }
