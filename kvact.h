@@ -292,11 +292,16 @@ KVA_API kva_storage *kva_storage_of(kva_runtime *rt);
  * nothing changed and status is untouched): KVA_EINVAL for a NULL pointer,
  * n = 0, an invalid key (empty model, a model with '@' or without its NUL
  * in 64 bytes, hash_len 0 or > 32) or layout; KVA_ESHUTDOWN while the
- * runtime shuts down. A key that appears twice in one batch: the first
- * occurrence is processed, every later one gets KVA_KEY_WRONG_STATE and
- * changes nothing; kva_submit_prefetch and kva_read_prefetched, which have
- * no per-key status, refuse such a batch with KVA_EINVAL (for a prefetch,
- * as the handle's result).
+ * runtime shuts down.
+ *
+ * Repeated keys: every call that takes a key array (these, the prefetch
+ * and read calls, kva_touch, kva_lookup, kva_unpin, kva_kv_store,
+ * kva_kv_load) refuses a key named twice: KVA_EINVAL, nothing changed (no
+ * lock taken or released, status and buffers untouched, no prefetch
+ * handle), and one warning through kva_log names the call, both indexes
+ * and the key. The same through kvactd (docs/invariants.md I-L1-11 says
+ * why: "each occurrence counts" means nothing for a write or a read, and
+ * "the first counts" cannot be told apart in calls that return a count).
  */
 /* Write path. New objects are write-locked; bufs[i] receives the memory to
  * fill (NULL/0 for a key that failed). NEW rejects existing keys, UPDATE
@@ -341,10 +346,14 @@ KVA_API int kva_wait_prefetch(kva_storage *s, kva_prefetch *h, int timeout_ms, s
 KVA_API int kva_prefetch_eventfd(const kva_prefetch *h); /* readable when done */
 /* All keys present and read-locked -> bufs, KVA_OK. Otherwise releases
  * one read lock of each of those keys that holds one and returns the
- * first key's problem (KVA_KEY_NOT_EXIST / KVA_KEY_NOT_READABLE). */
+ * first key's problem (KVA_KEY_NOT_EXIST / KVA_KEY_NOT_READABLE). In a
+ * client of kvactd, locks are this process's own: a key it holds no read
+ * lock of is KVA_KEY_NOT_READABLE (when the daemon has it), and only its
+ * own locks are released. */
 KVA_API int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs);
-/* Releases 1 + extra_readers read locks of each key; a temporary object is
- * freed at its last release. Returns the number of keys released. */
+/* Releases 1 + extra_readers read locks of each key; a key holding fewer
+ * (a client: fewer of its own) releases none. A temporary object is freed
+ * at its last release. Returns the number of keys released. */
 KVA_API int kva_finish_read_prefetched(kva_storage *s, const kva_key *k, size_t n,
                                        uint32_t extra_readers);
 /* Marks keys as used (eviction order: suffix chunks before their prefix). */
@@ -355,8 +364,37 @@ KVA_API int kva_clear(kva_storage *s, int force); /* L1 only; returns objects re
                                               kva_delete's force) */
 /* 0 = no lock held (no L1 read, write or pin lock, no L2 lookup lock) and
  * the pool accounting is consistent; otherwise KVA_EIO and a report naming
- * the first locked objects, the tier holding locks, or the problem. */
+ * the first locked objects, the tier holding locks, or the problem. The
+ * report tells the read locks of kvact's own store-behind (the L1->L2
+ * stores kva_finish_write queues, which read-lock each object until its
+ * tier answers) from the callers'; kva_memcheck_with can wait for the
+ * former, or leave them out. */
 KVA_API int kva_memcheck(kva_storage *s, char *report, size_t len);
+typedef struct kva_memcheck_opts {
+  /* First wait, as kva_flush, up to this long (< 0: as long as it takes)
+   * for the L1->L2 stores queued before the call; 0: do not wait. A wait
+   * that times out is not an error: the check then sees what is left. */
+  int wait_stores_ms;
+  /* 1: read locks of kvact's store-behind are counted and reported but do
+   * not fail the check (a caller checking its own locks while other
+   * writers keep the tiers busy). */
+  int callers_only;
+} kva_memcheck_opts;
+/* What the check found, in objects (an object can count in two fields):
+ * locks and pins held by callers (engines, clients of kvactd, their
+ * prefetches in flight), read locks of the store-behind, and lookup locks
+ * held in the L2 tiers (by prefetches in flight), over all tiers. */
+typedef struct kva_memcheck_report {
+  uint64_t caller_write_locked, caller_read_locked, caller_pinned;
+  uint64_t store_read_locked;
+  uint64_t l2_keys_locked;
+} kva_memcheck_report;
+/* kva_memcheck with options (o NULL: none) and the counts (out may be
+ * NULL). Returns as kva_memcheck does; KVA_EINVAL for a NULL storage or a
+ * NULL report with len > 0. In a client of kvactd it checks the daemon's
+ * storage as a whole, as kva_memcheck does. */
+KVA_API int kva_memcheck_with(kva_storage *s, const kva_memcheck_opts *o, kva_memcheck_report *out,
+                              char *report, size_t len);
 typedef struct kva_storage_stats {
   uint64_t l1_capacity_bytes, l1_used_bytes, l1_objects;
   uint64_t l1_write_locked, l1_read_locked, l1_temporary;

@@ -405,6 +405,7 @@ static int req_of(uint16_t ptype, const l1_req *r, proto_req *q) {
     break;
   case P_MEMCHECK:
     q->report_len = r->report_len < PROTO_MAX_TEXT ? (uint32_t)r->report_len : PROTO_MAX_TEXT;
+    q->flag = r->callers_only != 0;
     break;
   default:
     break;
@@ -533,6 +534,8 @@ static void rep_targets(client_conn *c, slot *s, proto_rep *rep, kva_tier_hits *
     if (s->c->tier_stats) rep->tier_stats = s->c->tier_stats;
   } else if (s->r->stats) {
     rep->stats = s->r->stats;
+  } else if (s->r->memcheck) {
+    rep->memcheck = s->r->memcheck;
   }
 }
 

@@ -4,6 +4,7 @@
  * key.h, and the library's own callers keep the hidden names (no PLT).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -42,6 +43,51 @@ bool key_equal(const kva_key *a, const kva_key *b) {
   if (memcmp(a->hash, b->hash, a->hash_len > KEY_HASH_MAX ? KEY_HASH_MAX : a->hash_len))
     return false;
   return strncmp(a->model, b->model, sizeof(a->model)) == 0;
+}
+
+/* One entry of key_find_repeat's open-addressing table. */
+typedef struct seen_key {
+  uint64_t hash;
+  size_t index; /* SIZE_MAX = empty */
+} seen_key;
+
+int key_find_repeat(const kva_key *k, size_t n, size_t *first, size_t *second) {
+  if (n < 2) return 0;
+  seen_key stack[2 * KEY_REPEAT_STACK];
+  size_t cap = 4;
+  while (cap < 2 * n) cap <<= 1; /* load at most 1/2 */
+  seen_key *t = cap <= 2 * KEY_REPEAT_STACK ? stack : malloc(cap * sizeof(*t));
+  if (!t) return KVA_ENOMEM;
+  for (size_t i = 0; i < cap; i++) t[i].index = SIZE_MAX;
+  int found = 0;
+  for (size_t i = 0; i < n && !found; i++) {
+    uint64_t h = key_hash(&k[i]);
+    size_t j = (size_t)h & (cap - 1);
+    for (; t[j].index != SIZE_MAX && !found; j = (j + 1) & (cap - 1)) {
+      if (t[j].hash != h || !key_equal(&k[t[j].index], &k[i])) continue;
+      *first = t[j].index;
+      *second = i;
+      found = 1;
+    }
+    if (!found) t[j] = (seen_key){h, i};
+  }
+  if (t != stack) free(t);
+  return found;
+}
+
+int key_repeat_problem(const kva_key *k, size_t n, const char *call, char *buf, size_t cap) {
+  size_t a = 0, b = 0;
+  int rc = key_find_repeat(k, n, &a, &b);
+  if (rc == 1) {
+    char text[KVA_KEY_TEXT_MAX];
+    key_format(&k[a], text, sizeof(text));
+    snprintf(buf, cap,
+             "%s: keys[%zu] and keys[%zu] are the same key (%s); a call names each key at most "
+             "once: refused (KVA_EINVAL), nothing done",
+             call, a, b, text);
+    return KVA_EINVAL;
+  }
+  return rc == 0 ? KVA_OK : rc;
 }
 
 int kva_key_valid(const kva_key *k) {

@@ -5,6 +5,7 @@
 #define KVA_COMMON_KEY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvact.h"
@@ -19,6 +20,16 @@ bool key_valid(const kva_key *k);
  * hash_len are ignored, so callers need not zero them). */
 uint64_t key_hash(const kva_key *k);
 bool key_equal(const kva_key *a, const kva_key *b);
+/* Whether a key appears twice in k[0..n): 0 when every key is distinct;
+ * 1 with *first < *second the indexes of the first repeat found; KVA_ENOMEM
+ * when the scratch table (n > KEY_REPEAT_STACK) cannot be allocated. Every
+ * call that takes a key array refuses a repeat (kvact.h, "Batched calls"). */
+#define KEY_REPEAT_STACK 64u /* keys checked without allocating */
+int key_find_repeat(const kva_key *k, size_t n, size_t *first, size_t *second);
+/* KVA_OK when k[0..n) names no key twice; else KVA_EINVAL with the message
+ * the caller logs in buf ("<call>: keys[i] and keys[j] are the same key
+ * ..."), or KVA_ENOMEM. */
+int key_repeat_problem(const kva_key *k, size_t n, const char *call, char *buf, size_t cap);
 /* "<model>@<kv_rank hex>@<group>@<hash hex>" into buf (always terminated). */
 void key_format(const kva_key *k, char *buf, size_t cap);
 

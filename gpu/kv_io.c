@@ -13,15 +13,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/log.h"
+#include "common/key.h"
 #include "gpu/copy_actor.h"
 #include "gpu/kv_internal.h"
 #include "gpu/op.h"
 #include "gpu/storage_link.h"
 
 /* The request's shape: tokens split into nchunks chunks of chunk_tokens,
- * only the last one partial, every slot -1 or inside the cache. */
+ * only the last one partial, every slot -1 or inside the cache; no chunk
+ * key named twice (a store reserves a partial last chunk in a call of its
+ * own, so the facade's check of each call would not see it repeat an
+ * earlier chunk). */
 static int kv_check_request(kva_storage *s, const kva_kv *kv, const kva_key *k, size_t nchunks,
-                            uint32_t ct, const int64_t *slots, size_t ntokens, kva_op **op) {
+                            uint32_t ct, const int64_t *slots, size_t ntokens, kva_op **op,
+                            const char *call) {
   if (!s || !kv || kv->s != s || !k || !nchunks || !ct || !slots || !op) return KVA_EINVAL;
   if (nchunks > UINT32_MAX / 2 || ntokens > (uint64_t)nchunks * ct ||
       ntokens <= (uint64_t)(nchunks - 1) * ct)
@@ -29,7 +35,10 @@ static int kv_check_request(kva_storage *s, const kva_kv *kv, const kva_key *k, 
   uint64_t limit = geom_slots(&kv->g);
   for (size_t t = 0; t < ntokens; t++)
     if (slots[t] < -1 || (slots[t] >= 0 && (uint64_t)slots[t] >= limit)) return KVA_EINVAL;
-  return KVA_OK;
+  char why[KVA_KEY_TEXT_MAX + 160];
+  int rc = key_repeat_problem(k, nchunks, call, why, sizeof(why));
+  if (rc == KVA_EINVAL) LOG_WARN("%s", why);
+  return rc;
 }
 
 /* An op of kv for this request, from its pool: slots copied, job
@@ -88,7 +97,7 @@ static int kv_reserve(kva_storage *s, const kva_kv *kv, const kva_key *k, size_t
 }
 
 /* Picks the reserved chunks; the op's status is KVA_ENOMEM when a chunk
- * found no room (present keys and in-batch duplicates are just skipped). */
+ * found no room (present keys are just skipped). */
 static int kv_store_chunks(kva_op *op, const kva_key *k, size_t n, uint32_t ct, const kva_buf *bufs,
                            const int *st) {
   int status = KVA_OK;
@@ -162,7 +171,8 @@ static int kv_load(kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
  * progress and then for the copy actors (gpu_drain), never misses an op. */
 static int kv_call(int kind, kva_storage *s, kva_kv *kv, const kva_key *k, size_t nchunks,
                    uint32_t ct, const int64_t *slots, size_t ntokens, kva_op **out) {
-  int rc = kv_check_request(s, kv, k, nchunks, ct, slots, ntokens, out);
+  int rc = kv_check_request(s, kv, k, nchunks, ct, slots, ntokens, out,
+                            kind == OP_STORE ? "kva_kv_store" : "kva_kv_load");
   if (rc != KVA_OK || (rc = storage_link_enter(s)) != KVA_OK) return rc;
   rc = kind == OP_STORE ? kv_store(s, kv, k, nchunks, ct, slots, ntokens, out)
                         : kv_load(s, kv, k, nchunks, ct, slots, ntokens, out);

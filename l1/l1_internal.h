@@ -49,9 +49,8 @@ typedef struct scratch {
   void **ptrs;
   uint32_t *owner; /* per allocation: key index */
   uint64_t *hash;  /* per key: key_hash */
-  uint8_t *dup;    /* per key: 1 = repeats an earlier key of the request */
   size_t cap;
-  uint32_t *seen; /* open-addressing set of key indexes, for dup */
+  uint32_t *seen; /* open-addressing set of key indexes: finds a repeat */
   size_t seen_cap;
 } scratch;
 
@@ -65,7 +64,7 @@ struct l1_manager {
   size_t written_len, written_cap;
   pool *pool;
   object_table t;
-  uint64_t stamp; /* request counter, for duplicate keys */
+  uint64_t stamp; /* request counter: which objects the current request names */
   /* notifications of the current request, sent at its end */
   evict_note *note;
   size_t note_cap;
@@ -104,14 +103,13 @@ static inline uint32_t l1_key_readers(const l1_obj *o) {
   return o->readers - o->id_readers;
 }
 /* Key i of the request, for calls on live objects: sets *slot (NO_SLOT
- * when absent or force-deleted) and returns KVA_OK, KVA_KEY_WRONG_STATE for
- * a repeat of an earlier key, or KVA_KEY_NOT_EXIST. */
+ * when absent or force-deleted) and returns KVA_OK or KVA_KEY_NOT_EXIST.
+ * (A request never names a key twice: l1_manager.c refuses it.) */
 int l1_key_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot);
 /* The object a holder releases: by r->ids[i] when ids are given (live or
  * zombie, its key must be keys[i]); else the one indexed object of the key
  * (live or zombie), which a by-key holder's object always is (l1_admin.c).
- * Sets *slot (NO_SLOT when none) and returns KVA_OK, KVA_KEY_WRONG_STATE for
- * a repeated key, or KVA_KEY_NOT_EXIST. */
+ * Sets *slot (NO_SLOT when none) and returns KVA_OK or KVA_KEY_NOT_EXIST. */
 int l1_held_slot(struct l1_manager *m, const l1_req *r, size_t i, uint32_t *slot);
 /* marks an object as touched by this request; true if it already was */
 bool l1_seen(struct l1_manager *m, uint32_t slot);

@@ -142,7 +142,6 @@ static int scratch_reserve(scratch *s, size_t n) {
   ok = ARRAY_RESIZE(s->ptrs, cap) && ok;
   ok = ARRAY_RESIZE(s->owner, cap) && ok;
   ok = ARRAY_RESIZE(s->hash, cap) && ok;
-  ok = ARRAY_RESIZE(s->dup, cap) && ok;
   if (ARRAY_RESIZE(s->seen, 2 * cap))
     s->seen_cap = 2 * cap;
   else
@@ -152,8 +151,9 @@ static int scratch_reserve(scratch *s, size_t n) {
   return KVA_OK;
 }
 
-/* Hashes the request's keys into sc.hash and marks repeats in sc.dup;
- * returns whether any key repeats, or -1 on ENOMEM. */
+/* Hashes the request's keys into sc.hash; returns whether a key repeats
+ * (the request is then refused: docs/invariants.md I-L1-11), or -1 on
+ * ENOMEM. */
 static int l1_scan_keys(struct l1_manager *m, const l1_req *r) {
   scratch *s = &m->sc;
   if (scratch_reserve(s, r->n) != KVA_OK) return -1;
@@ -161,29 +161,22 @@ static int l1_scan_keys(struct l1_manager *m, const l1_req *r) {
   while (mask < 2 * r->n) mask <<= 1;
   mask--; /* a power of two at least twice n, within seen_cap */
   if (r->n > 1) memset(s->seen, 0xff, (mask + 1) * sizeof(*s->seen));
-  int any = 0;
   for (size_t i = 0; i < r->n; i++) {
     uint64_t h = key_hash(&r->keys[i]);
     s->hash[i] = h;
-    s->dup[i] = 0;
     if (r->n == 1) break;
     size_t j = h & mask;
     for (; s->seen[j] != UINT32_MAX; j = (j + 1) & mask) {
       uint32_t e = s->seen[j];
-      if (s->hash[e] == h && key_equal(&r->keys[e], &r->keys[i])) {
-        s->dup[i] = 1;
-        any = 1;
-        break;
-      }
+      if (s->hash[e] == h && key_equal(&r->keys[e], &r->keys[i])) return 1;
     }
-    if (!s->dup[i]) s->seen[j] = (uint32_t)i;
+    s->seen[j] = (uint32_t)i;
   }
-  return any;
+  return 0;
 }
 
 static void scratch_free(scratch *s) {
   free(s->hash);
-  free(s->dup);
   free(s->seen);
   free(s->slot);
   free(s->fresh);
@@ -333,8 +326,12 @@ static void l1_dispatch(struct l1_manager *m, const kva_msg *msg) {
     l1_reply(m, msg->from, msg->tag);
     return;
   }
-  if (r->n && r->keys && l1_scan_keys(m, r) < 0) {
-    r->result = KVA_ENOMEM;
+  int repeat = r->n && r->keys ? l1_scan_keys(m, r) : 0;
+  if (repeat != 0) {
+    /* the facade and kvactd's sessions refuse such calls before they get
+     * here; any other sender's is refused the same way, nothing changed */
+    if (repeat > 0) LOG_WARN("l1: refused a request (type %u) naming a key twice", msg->type);
+    r->result = repeat > 0 ? KVA_EINVAL : KVA_ENOMEM;
     l1_reply(m, msg->from, msg->tag);
     return;
   }

@@ -23,7 +23,8 @@ enum {
   /* requests: payload = l1_req * */
   L1_RESERVE_WRITE = MSG_L1_BASE,   /* keys, n, layout, mode, temporary -> bufs, status */
   L1_FINISH_WRITE,                  /* keys, n -> status */
-  L1_RESERVE_READ,                  /* keys, n, readers -> status, bufs (optional) */
+  L1_RESERVE_READ,                  /* keys, n, readers, layout (optional: objects of
+                                       another are not locked) -> status, bufs (optional) */
   L1_FINISH_READ,                   /* keys, n, readers -> status */
   L1_FINISH_WRITE_AND_RESERVE_READ, /* keys, n, readers -> status */
   L1_DELETE,                        /* keys, n, force -> status */
@@ -31,7 +32,8 @@ enum {
   L1_CLEAR,                         /* force -> result = objects removed */
   L1_PREFETCH,                      /* keys, n, readers -> hits (contiguous prefix, read-locked) */
   L1_READ,                          /* keys, n -> bufs; result KVA_OK or the first key's problem */
-  L1_MEMCHECK,                      /* report, report_len -> result */
+  L1_MEMCHECK,                      /* report, report_len, callers_only -> result,
+                                       memcheck (optional) */
   L1_STATS,                         /* stats */
   L1_LOOKUP,                        /* keys, n, pin -> hits (contiguous prefix present and
                                        readable; pin: each gets one pin) */
@@ -53,7 +55,7 @@ enum { L1_ABSENT = -1, L1_WRITE_LOCKED = 1 << 24, L1_TEMPORARY = 1 << 25, L1_PIN
 typedef struct l1_req {
   const kva_key *keys;
   size_t n;
-  const kva_layout *layout; /* RESERVE_WRITE */
+  const kva_layout *layout; /* RESERVE_WRITE; RESERVE_READ (optional) */
   int mode;                 /* kva_write_mode */
   int temporary;            /* RESERVE_WRITE: objects freed at their last read */
   int force;                /* DELETE, CLEAR */
@@ -64,7 +66,9 @@ typedef struct l1_req {
   size_t hits;              /* out: PREFETCH */
   char *report;             /* MEMCHECK */
   size_t report_len;
-  kva_storage_stats *stats; /* STATS */
+  kva_memcheck_report *memcheck; /* MEMCHECK, optional: the locks counted by holder */
+  int callers_only;              /* MEMCHECK: the store-behind's read locks do not fail it */
+  kva_storage_stats *stats;      /* STATS */
   /* Object ids (generation << 32 | slot), per key. Out of RESERVE_WRITE,
    * RESERVE_READ; when set on FINISH_READ, FINISH_WRITE*, ABORT_WRITE the
    * objects are named by id instead of by key, so a holder releases the
@@ -80,7 +84,11 @@ typedef struct l1_req {
   const uint8_t *del; /* FINISH_READ: del[i] = remove the object if it is
                          then unlocked (atomically with the release) */
   int pin;            /* LOOKUP */
-  int l2;             /* PREFETCH: hand a partial hit to the prefetch controller */
+  /* READ, optional: held[i] = 0 when the sender holds no read lock of
+   * keys[i] (a kvactd session: another client's lock is not its own), so
+   * keys[i] is not readable to it and none of its locks is released */
+  const uint8_t *held;
+  int l2; /* PREFETCH: hand a partial hit to the prefetch controller */
 } l1_req;
 
 /* Notifications the L1 manager sends to the controllers. */

@@ -11,15 +11,10 @@
 
 #define READERS_LIMIT 65535u /* read locks one object may accumulate */
 
-/* Looks up every key into sc.slot; false when a key appears twice (the
- * calls without per-key status refuse such a batch). */
-static bool lookup_all(struct l1_manager *m, const l1_req *r) {
-  bool unique = true;
-  for (size_t i = 0; i < r->n; i++) {
+/* Looks up every key into sc.slot. */
+static void lookup_all(struct l1_manager *m, const l1_req *r) {
+  for (size_t i = 0; i < r->n; i++)
     m->sc.slot[i] = object_table_find(&m->t, &r->keys[i], m->sc.hash[i]);
-    if (m->sc.dup[i]) unique = false;
-  }
-  return unique;
 }
 
 /* Notes an access for each key whose slot is set, last key first. */
@@ -37,17 +32,22 @@ static bool own_locks(const l1_req *r) {
   return r->ids && r->own;
 }
 
-/* Whether a read lock of that kind is held on o. */
-static bool read_held(const l1_obj *o, bool own) {
-  return !o->write_locked && (own ? o->id_readers : l1_key_readers(o)) > 0;
+/* Whether n read locks of that kind are held on o. */
+static bool read_held(const l1_obj *o, bool own, uint32_t n) {
+  return !o->write_locked && (own ? o->id_readers : l1_key_readers(o)) >= n;
 }
 
+/* With r->layout (the store controller's), an object of another layout
+ * (its key rewritten since the store was queued) is not locked. */
 void l1_reserve_read(struct l1_manager *m, l1_req *r) {
   int ok = 0;
+  uint64_t fp = r->layout ? layout_fingerprint(r->layout) : 0;
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
     int st = l1_key_slot(m, r, i, &slot);
     if (st == KVA_OK && !can_add_readers(object_at(&m->t, slot), r->readers))
+      st = KVA_KEY_NOT_READABLE;
+    if (st == KVA_OK && r->layout && object_at(&m->t, slot)->fingerprint != fp)
       st = KVA_KEY_NOT_READABLE;
     m->sc.slot[i] = st == KVA_OK ? slot : NO_SLOT;
     if (r->bufs) r->bufs[i] = (kva_buf){0};
@@ -69,7 +69,10 @@ void l1_finish_read(struct l1_manager *m, l1_req *r) {
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
     int st = l1_held_slot(m, r, i, &slot);
-    if (st == KVA_OK && !read_held(object_at(&m->t, slot), own_locks(r))) st = KVA_KEY_WRONG_STATE;
+    /* fewer locks than the release names: not released (as kvactd's
+     * ledger refuses it, docs/invariants.md I-MP-2) */
+    if (st == KVA_OK && !read_held(object_at(&m->t, slot), own_locks(r), r->readers))
+      st = KVA_KEY_WRONG_STATE;
     if (st == KVA_OK) {
       bool remove = r->del && r->del[i];
       l1_drop_readers(m, slot, r->readers, own_locks(r));
@@ -87,10 +90,7 @@ void l1_finish_read(struct l1_manager *m, l1_req *r) {
 /* The L1 part of a prefetch: read-lock the contiguous prefix of keys that
  * are present and readable; nothing after the first gap is locked. */
 void l1_prefetch(struct l1_manager *m, l1_req *r) {
-  if (!lookup_all(m, r)) {
-    r->result = KVA_EINVAL;
-    return;
-  }
+  lookup_all(m, r);
   size_t hits = 0;
   while (hits < r->n && m->sc.slot[hits] != NO_SLOT &&
          can_add_readers(object_at(&m->t, m->sc.slot[hits]), r->readers)) {
@@ -106,12 +106,10 @@ void l1_prefetch(struct l1_manager *m, l1_req *r) {
 
 /* Buffers of prefetched (read-locked) objects. All or nothing: on a
  * problem, one read lock of every key that holds one is released (the
- * caller will not read them) and the first problem is returned. */
+ * caller will not read them) and the first problem is returned. With
+ * r->held, the keys it marks 0 are not the sender's to read or release. */
 void l1_read(struct l1_manager *m, l1_req *r) {
-  if (!lookup_all(m, r)) {
-    r->result = KVA_EINVAL;
-    return;
-  }
+  lookup_all(m, r);
   /* a reader of a force-deleted object still reads it: by key, the one
    * indexed object of its key is the reader's (l1_admin.c) */
   int problem = KVA_OK;
@@ -119,7 +117,7 @@ void l1_read(struct l1_manager *m, l1_req *r) {
     uint32_t slot = m->sc.slot[i];
     if (slot == NO_SLOT)
       problem = KVA_KEY_NOT_EXIST;
-    else if (!read_held(object_at(&m->t, slot), false))
+    else if (!read_held(object_at(&m->t, slot), false, 1) || (r->held && !r->held[i]))
       problem = KVA_KEY_NOT_READABLE;
     else
       r->bufs[i] = (kva_buf){object_at(&m->t, slot)->ptr, object_at(&m->t, slot)->bytes};
@@ -128,7 +126,7 @@ void l1_read(struct l1_manager *m, l1_req *r) {
     for (size_t i = 0; i < r->n; i++) {
       r->bufs[i] = (kva_buf){0};
       uint32_t slot = m->sc.slot[i];
-      if (slot != NO_SLOT) l1_drop_readers(m, slot, 1, false);
+      if (slot != NO_SLOT && (!r->held || r->held[i])) l1_drop_readers(m, slot, 1, false);
     }
   }
   r->result = problem;
@@ -148,10 +146,7 @@ void l1_touch(struct l1_manager *m, l1_req *r) {
  * readable; with pin, each of them gets one pin (not evictable, still
  * readable) until L1_UNPIN. */
 void l1_lookup(struct l1_manager *m, l1_req *r) {
-  if (!lookup_all(m, r)) {
-    r->result = KVA_EINVAL;
-    return;
-  }
+  lookup_all(m, r);
   size_t hits = 0;
   while (hits < r->n && m->sc.slot[hits] != NO_SLOT &&
          !object_at(&m->t, m->sc.slot[hits])->write_locked &&

@@ -5,7 +5,7 @@
  * reserve_write in three steps:
  *  1. per key: reuse an existing object (modes UPDATE/ALL, when unlocked,
  *     not temporary and of the same layout) or create a record for a new
- *     key (modes NEW/ALL) — records first, so a repeated key is seen;
+ *     key (modes NEW/ALL);
  *  2. allocate the blocks of the new records all at once;
  *  3. if that fails, demand eviction: ask the eviction controller for
  *     candidates in policy order (other messages wait, see l1_manager.c)
@@ -41,7 +41,6 @@ static int claim_key(struct l1_manager *m, const l1_req *r, size_t i, uint64_t b
   uint64_t h = m->sc.hash[i];
   m->sc.slot[i] = NO_SLOT;
   m->sc.fresh[i] = 0;
-  if (m->sc.dup[i]) return KVA_KEY_WRONG_STATE;
   uint32_t slot = object_table_find(&m->t, k, h);
   if (slot != NO_SLOT) {
     l1_obj *o = object_at(&m->t, slot);

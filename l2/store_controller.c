@@ -27,6 +27,17 @@
  * (evictable: an object evicted before its task starts is simply not
  * stored). Temporary objects and objects loaded by prefetches never reach
  * here: the L1 manager reports only finish_write of ordinary objects.
+ *
+ * Coalescing (docs/invariants.md I-SC-7, store_pending.h): per tier a key
+ * has at most one store queued and one in flight. A write of a key whose
+ * store is queued joins that store (it locks the newest object when it
+ * starts); a write of a key whose store is in flight marks it, and the key
+ * is queued once more when that store is over. So rewrites of a key behind
+ * a slow tier cost one store and one read lock, not one per version, and
+ * two versions of a key never race to one tier. The reservation names the
+ * task's layout: an object of the key rewritten with another layout is
+ * skipped (and stored by the store its own write queued), never sent under
+ * the wrong layout.
  */
 #include "l2/store_controller.h"
 
@@ -35,7 +46,9 @@
 
 #include "actors/log.h"
 #include "common/array.h"
+#include "common/key.h"
 #include "l1/l1_manager.h"
+#include "l2/store_pending.h"
 
 #define MAX_INFLIGHT 64u
 
@@ -80,6 +93,7 @@ typedef struct store_controller {
   uint8_t *targets;
   kva_key *group;
   size_t scratch_cap;
+  pending_index pending; /* keys with a store queued or in flight, per tier */
 } store_controller;
 
 /* ---- tasks -------------------------------------------------------------- */
@@ -169,8 +183,50 @@ static void check_drained(store_controller *c) {
 /* ---- the pipeline ------------------------------------------------------- */
 
 static void start_next(store_controller *c);
+static void enqueue(store_controller *c, store_task *t);
+
+/* A task of the keys of `done` (tier, layout) written again while their
+ * store was in flight: one per layout, grown key by key; NULL on ENOMEM. */
+static store_task *requeue_task(store_controller *c, store_task *rq, const store_task *done,
+                                const kva_layout *layout, size_t room) {
+  if (rq && layout_fingerprint(&rq->layout) == layout_fingerprint(layout)) return rq;
+  if (rq) enqueue(c, rq);
+  if (!(rq = task_get(c, room))) return NULL;
+  rq->tier = done->tier;
+  rq->layout = *layout;
+  rq->seq = UINT64_MAX;
+  return rq;
+}
+
+/* Keys of task t whose store is over (stored, failed, or not locked):
+ * each leaves the index, or, written again meanwhile, is queued once more
+ * (not while draining: nothing new is stored then). */
+static void settle_keys(store_controller *c, store_task *t, const kva_key *keys, size_t n) {
+  store_task *rq = NULL;
+  for (size_t i = 0; i < n; i++) {
+    store_pending *e = pending_find(&c->pending, &keys[i], t->tier);
+    if (!e) continue;
+    const kva_layout *layout = e->again_layout ? e->again_layout : &t->layout;
+    store_task *next = e->again && !c->draining ? requeue_task(c, rq, t, layout, n) : NULL;
+    if (!next) {
+      if (e->again) l2_count(&c->tiers->store_skipped, 1);
+      pending_drop(&c->pending, e);
+      continue;
+    }
+    rq = next;
+    rq->keys[rq->n++] = keys[i];
+    if (e->again_seq < rq->seq) rq->seq = e->again_seq; /* flushes after it wait for it */
+    e->layout_fp = layout_fingerprint(layout);
+    free(e->again_layout);
+    e->again_layout = NULL;
+    e->queued = true;
+    e->again = false;
+  }
+  if (rq) enqueue(c, rq);
+}
 
 static void task_done(store_controller *c, store_task *t) {
+  settle_keys(c, t, t->keys, t->n);
   c->slots[t->slot] = NULL;
   c->gen[t->slot]++;
   c->ninflight--;
@@ -188,8 +244,14 @@ static void start_task(store_controller *c, store_task *t) {
   t->slot = slot;
   c->ninflight++;
   t->state = RESERVING;
+  for (size_t i = 0; i < t->n; i++) { /* in flight: a write from now on marks it again */
+    store_pending *e = pending_find(&c->pending, &t->keys[i], t->tier);
+    if (e) e->queued = false;
+  }
+  /* the layout: an object of another (the key rewritten) is not locked */
   t->l1 = (l1_req){.keys = t->keys,
                    .n = t->n,
+                   .layout = &t->layout,
                    .readers = 1,
                    .bufs = t->bufs,
                    .ids = t->ids,
@@ -233,8 +295,11 @@ static void on_reserved(store_controller *c, store_task *t) {
   size_t k = 0;
   /* a request refused as a whole (out of memory in L1) locked nothing and
    * left status[] as it was: nothing to store, nothing to release */
-  for (size_t i = 0; t->l1.result >= 0 && i < t->n; i++) {
-    if (t->status[i] != KVA_OK) continue;
+  for (size_t i = 0; i < t->n; i++) {
+    if (t->l1.result < 0 || t->status[i] != KVA_OK) {
+      settle_keys(c, t, &t->keys[i], 1); /* not locked: its store is over */
+      continue;
+    }
     t->keys[k] = t->keys[i];
     t->bufs[k] = t->bufs[i];
     t->ids[k] = t->ids[i];
@@ -303,10 +368,36 @@ static void enqueue(store_controller *c, store_task *t) {
   c->tail = t;
 }
 
+/* A write of k (layout fp) to a tier that has a store of k queued or in
+ * flight: it joins the queued one (same layout), or marks the key to be
+ * queued again after the one in flight (or after the queued one, whose
+ * reservation skips an object of another layout). False: k has none, and
+ * is tracked now when there is memory for it. */
+static bool coalesced(store_controller *c, const kva_key *k, uint32_t tier,
+                      const kva_layout *layout, uint64_t fp) {
+  store_pending *e = pending_find(&c->pending, k, tier);
+  if (!e) {
+    if (!pending_add(&c->pending, k, tier, fp))
+      LOG_WARN("store: out of memory; a key's stores to %s are not coalesced",
+               c->tiers->t[tier].name);
+    return false;
+  }
+  if (e->queued && e->layout_fp == fp && !e->again) return true;
+  if (!e->again) e->again_seq = c->seq;
+  e->again = true;
+  free(e->again_layout);
+  e->again_layout = NULL;
+  /* out of memory: queued again with the old layout, whose reservation
+   * then skips this version (not stored, nothing else) */
+  if (fp != e->layout_fp && (e->again_layout = malloc(sizeof(*layout)))) *e->again_layout = *layout;
+  return true;
+}
+
 /* One layout's keys: the policy picks tiers, one task per usable tier. */
 static void plan_group(store_controller *c, const kva_layout *layout, size_t n) {
   memset(c->targets, 0, n);
   c->policy.select_targets(c->policy.arg, c->group, n, c->tiers->n, c->targets);
+  uint64_t fp = layout_fingerprint(layout);
   for (uint32_t tier = 0; tier < c->tiers->n; tier++) {
     if (!l2_usable(c->tiers, tier)) continue;
     store_task *t = NULL;
@@ -316,7 +407,13 @@ static void plan_group(store_controller *c, const kva_layout *layout, size_t n) 
         LOG_WARN("store: out of memory; %zu keys not stored to %s", n, c->tiers->t[tier].name);
         break;
       }
+      if (coalesced(c, &c->group[i], tier, layout, fp)) continue;
       t->keys[t->n++] = c->group[i];
+    }
+    if (t && t->n == 0) { /* every key joined a store already there */
+      t->next = c->free_tasks;
+      c->free_tasks = t;
+      t = NULL;
     }
     if (!t) continue;
     t->seq = c->seq;
@@ -388,6 +485,7 @@ static void on_drain(store_controller *c, const kva_msg *msg) {
     store_task *t = c->head;
     c->head = t->next;
     l2_count(&c->tiers->store_skipped, t->n);
+    settle_keys(c, t, t->keys, t->n); /* draining: they leave the index */
     t->next = c->free_tasks;
     c->free_tasks = t;
   }
@@ -444,6 +542,7 @@ static void sc_on_stop(kva_actor *self, void *state) {
   free(c->targets);
   free(c->group);
   free(c->waiters);
+  pending_free(&c->pending);
   free(c);
 }
 

@@ -1,7 +1,7 @@
 /*
  * store_controller.h — the store controller actor (store_controller.c):
  * copies finished L1 writes to the L2 tiers (LMCache's StoreController;
- * docs/invariants.md I-SC-1 to I-SC-6).
+ * docs/invariants.md I-SC-1 to I-SC-7).
  *
  * Accepts                          | Sends
  * ---------------------------------+------------------------------------

@@ -19,8 +19,9 @@ static void run_job(ctl_job *j) {
   case P_LOOKUP:
     j->result = kva_lookup(s, j->keys, j->n, (int)j->flag, &j->lookup);
     break;
-  case P_MEMCHECK:
-    j->result = kva_memcheck(s, j->text, j->report_len);
+  case P_MEMCHECK: /* a client waits for the stores itself (P_FLUSH) */
+    j->result = kva_memcheck_with(s, &(kva_memcheck_opts){.callers_only = (int)j->flag},
+                                  &j->memcheck, j->text, j->report_len);
     break;
   case P_STATS:
     j->result = kva_storage_get_stats(s, &j->stats);

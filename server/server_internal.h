@@ -47,7 +47,8 @@ typedef struct ctl_job {
   kva_tier_hits lookup;
   kva_storage_stats stats;
   kva_l2_tier_stats tier_stats;
-  char *text; /* MEMCHECK: report_len bytes */
+  kva_memcheck_report memcheck; /* MEMCHECK (flag: callers_only) */
+  char *text;                   /* MEMCHECK: report_len bytes */
 } ctl_job;
 
 #define CTL_THREADS 2 /* 0: lookups; 1: the rest (a flush may take long) */

@@ -7,9 +7,11 @@
  *                                | deadline (server.hello_timeout_ms)
  * KVA_MSG_FD_READY (connection)  | flush replies; read frames: P_HELLO first
  *                                | (another version: P_REFUSED), answered by
- *                                | P_WELCOME with the pool's memfd; each
- *                                | request checked against this client's
- *                                | ledger and sent to the L1 manager as an
+ *                                | P_WELCOME with the pool's memfd; a
+ *                                | request naming a key twice refused
+ *                                | (KVA_EINVAL); each other request checked
+ *                                | against this client's ledger and sent
+ *                                | to the L1 manager as an
  *                                | l1_req of a slot, or to a control thread;
  *                                | EOF, an error or a bad frame: close
  * L1_REPLY (tag = slot)          | ledger updated from the outputs, reply
@@ -41,6 +43,7 @@
 #include "actors/gauges.h"
 #include "actors/log.h"
 #include "common/array.h"
+#include "common/key.h"
 #include "server/session_internal.h"
 #include "storage/storage_internal.h"
 
@@ -88,7 +91,8 @@ bool slot_room(slot *s, size_t n) {
   return ARRAY_GROW(s->keys, &s->keys_cap, k) && ARRAY_GROW(s->sub, &s->sub_cap, k) &&
          ARRAY_GROW(s->status, &s->status_cap, k) &&
          ARRAY_GROW(s->sub_status, &s->sub_status_cap, k) && ARRAY_GROW(s->bufs, &s->bufs_cap, k) &&
-         ARRAY_GROW(s->ids, &s->ids_cap, k) && ARRAY_GROW(s->pos, &s->pos_cap, k);
+         ARRAY_GROW(s->ids, &s->ids_cap, k) && ARRAY_GROW(s->pos, &s->pos_cap, k) &&
+         ARRAY_GROW(s->held, &s->held_cap, k);
 }
 
 /* ---- replies --------------------------------------------------------------- */
@@ -184,6 +188,23 @@ static void welcome(srv_session *ss, const proto_req *q) {
            (unsigned)ss->uid, q->pid);
 }
 
+/* A request naming a key twice is refused before the ledger is consulted
+ * or anything is sent: the one rule of every call that takes keys
+ * (kvact.h, "Batched calls"), checked here too for a client that is not
+ * kvact's own (a kvact client refuses such a call itself). True when
+ * refused. */
+static bool refused_repeat(srv_session *ss, slot *s, const proto_req *q, uint64_t id) {
+  if (!q->keys || q->n < 2) return false;
+  char call[40], why[KVA_KEY_TEXT_MAX + 200];
+  snprintf(call, sizeof(call), "request type %u", q->type);
+  int rc = key_repeat_problem(q->keys, q->n, call, why, sizeof(why));
+  if (rc == KVA_OK) return false;
+  if (rc == KVA_EINVAL) LOG_WARN("kvactd: client pid %d: %s", (int)ss->pid, why);
+  slot_put(ss, s);
+  reply_result(ss, q->type, id, rc);
+  return true;
+}
+
 static void on_frame(srv_session *ss, const proto_hdr *h, const uint8_t *p) {
   char why[160];
   slot *s = slot_take(ss);
@@ -219,6 +240,7 @@ static void on_frame(srv_session *ss, const proto_hdr *h, const uint8_t *p) {
     return;
   }
   actor_stats_gauge(ss->self, 0, __atomic_add_fetch(&ss->requests, 1, __ATOMIC_RELAXED));
+  if (refused_repeat(ss, s, &q, h->id)) return;
   s->state = SL_L1;
   s->ptype = q.type;
   s->id = h->id;
@@ -324,6 +346,7 @@ static void on_stop(kva_actor *self, void *state) {
     free(s->bufs);
     free(s->ids);
     free(s->pos);
+    free(s->held);
     free(s->text);
     free(s);
   }

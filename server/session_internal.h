@@ -23,7 +23,7 @@
 #define MAX_BUSY 4096u               /* requests of one client in flight */
 #define OUT_LIMIT ((size_t)64 << 20) /* replies queued for a client that does not read */
 
-enum { SL_FREE, SL_L1, SL_CTL, SL_READ_FAIL, SL_RELEASE };
+enum { SL_FREE, SL_L1, SL_CTL, SL_RELEASE };
 
 /* One request of the client in flight (or one release of ours). */
 typedef struct slot {
@@ -41,7 +41,8 @@ typedef struct slot {
   kva_buf *bufs;
   uint64_t *ids;
   uint32_t *pos;
-  size_t keys_cap, sub_cap, status_cap, sub_status_cap, bufs_cap, ids_cap, pos_cap;
+  uint8_t *held; /* READ: held[i] = this client holds a read lock of keys[i] */
+  size_t keys_cap, sub_cap, status_cap, sub_status_cap, bufs_cap, ids_cap, pos_cap, held_cap;
   ctl_job job;
   char *text;
 } slot;

@@ -29,8 +29,7 @@ void send_l1(srv_session *ss, slot *s, uint32_t type) {
   if (s->state == SL_RELEASE) ss->releasing = false;
   if (type == L1_READ && s->state == SL_L1) ss->reads_busy--;
   slot_put(ss, s);
-  if (s->state != SL_RELEASE && s->state != SL_READ_FAIL)
-    reply_result(ss, s->ptype, s->id, KVA_ESHUTDOWN);
+  if (s->state != SL_RELEASE) reply_result(ss, s->ptype, s->id, KVA_ESHUTDOWN);
   if (ss->closing) release_step(ss);
 }
 
@@ -68,44 +67,22 @@ static uint32_t pick_held(srv_session *ss, slot *s, bool pins) {
   return m;
 }
 
-/* READ: every key must hold a read lock of this client. If one does not,
- * one lock of each key that does is released (as in-process) and the
- * answer is KVA_KEY_NOT_READABLE. */
+/* READ: a key this client holds no read lock of is not readable to it
+ * (another client's lock is not its own, I-MP-2). L1 is told which keys
+ * those are and answers as in-process: the first key's problem
+ * (KVA_KEY_NOT_EXIST when L1 does not have it, else KVA_KEY_NOT_READABLE)
+ * and then one lock of each key this client holds one of is released. */
 static void start_read(srv_session *ss, slot *s) {
-  uint32_t m = 0;
   bool all = true;
   for (uint32_t i = 0; i < s->n_client; i++) {
     ledger_entry *e = ledger_find(&ss->led, &s->keys[i]);
-    if (e && e->reads)
-      s->sub[m++] = s->keys[i];
-    else
-      all = false;
+    s->held[i] = e && e->reads;
+    all = all && s->held[i];
   }
-  if (all) {
-    s->req = (l1_req){.keys = s->keys, .n = s->n_client, .bufs = s->bufs};
-    ss->reads_busy++;
-    send_l1(ss, s, L1_READ);
-    return;
-  }
-  s->state = SL_READ_FAIL;
-  for (uint32_t j = 0; j < m; j++) {
-    ledger_entry *e = ledger_find(&ss->led, &s->sub[j]);
-    if (e) ledger_add_reads(&ss->led, e, -1);
-  }
-  if (m == 0) {
-    proto_rep rep = {.type = P_READ,
-                     .result = KVA_KEY_NOT_READABLE,
-                     .n = s->n_client,
-                     .spans = spans_of(ss, s, s->n_client, false)};
-    slot_put(ss, s);
-    if (rep.spans)
-      send_frame(ss, &rep, s->id);
-    else
-      close_conn(ss, "out of memory");
-    return;
-  }
-  s->req = (l1_req){.keys = s->sub, .n = m, .readers = 1};
-  send_l1(ss, s, L1_FINISH_READ);
+  s->req =
+      (l1_req){.keys = s->keys, .n = s->n_client, .bufs = s->bufs, .held = all ? NULL : s->held};
+  ss->reads_busy++;
+  send_l1(ss, s, L1_READ);
 }
 
 /* Lookups start on the L1 manager: with no tier to walk (none, or
@@ -236,13 +213,9 @@ void on_l1_reply(srv_session *ss, slot *s) {
   ledger *l = &ss->led;
   l1_req *r = &s->req;
   proto_rep rep = {.type = s->ptype, .result = r->result, .n = s->n_client, .status = s->status};
-  switch (s->state == SL_RELEASE || s->state == SL_READ_FAIL ? 0 : s->ptype) {
+  switch (s->state == SL_RELEASE ? 0 : s->ptype) {
   case 0:
-    if (s->state == SL_RELEASE) ss->releasing = false;
-    if (s->state == SL_READ_FAIL) {
-      rep = (proto_rep){.type = P_READ, .result = KVA_KEY_NOT_READABLE, .n = s->n_client};
-      rep.spans = spans_of(ss, s, s->n_client, false);
-    }
+    ss->releasing = false;
     break;
   case P_RESERVE_WRITE:
     for (size_t i = 0; i < r->n; i++) {
@@ -291,9 +264,9 @@ void on_l1_reply(srv_session *ss, slot *s) {
     break;
   case P_READ:
     ss->reads_busy--;
-    if (r->result != KVA_OK) /* the manager released one lock of each key holding one */
+    if (r->result != KVA_OK) /* the manager released one lock of each key we held */
       for (size_t i = 0; i < r->n; i++) {
-        ledger_entry *e = ledger_find(l, &r->keys[i]);
+        ledger_entry *e = !r->held || r->held[i] ? ledger_find(l, &r->keys[i]) : NULL;
         if (e) ledger_add_reads(l, e, -1);
       }
     rep.spans = spans_of(ss, s, s->n_client, r->result == KVA_OK);
@@ -327,6 +300,7 @@ void on_ctl_done(srv_session *ss, slot *s) {
   } else if (s->ptype == P_TIER_STATS) {
     rep.tier_stats = &j->tier_stats;
   } else if (s->ptype == P_MEMCHECK) {
+    rep.memcheck = &j->memcheck;
     rep.text = j->text;
     rep.text_len = j->text ? (uint32_t)strnlen(j->text, j->report_len) : 0;
   }

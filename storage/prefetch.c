@@ -40,7 +40,7 @@ static int copy_keys(session *ss, const kva_key *k, size_t n) {
 
 int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                         uint32_t extra_readers, kva_prefetch **h) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   if (!h || extra_readers > 127 || (l && layout_bytes(l) == 0)) return KVA_EINVAL;
   if ((rc = storage_enter(s)) != KVA_OK) return rc;
@@ -109,7 +109,7 @@ int kva_prefetch_eventfd(const kva_prefetch *h) {
 }
 
 int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   if (!bufs) return KVA_EINVAL;
   l1_req r = {.keys = k, .n = n, .bufs = bufs};
@@ -117,7 +117,7 @@ int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *buf
 }
 
 int kva_finish_read_prefetched(kva_storage *s, const kva_key *k, size_t n, uint32_t extra_readers) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   if (extra_readers > 127) return KVA_EINVAL;
   l1_req r = {.keys = k, .n = n, .readers = 1 + extra_readers};

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "actors/log.h"
 #include "actors/runtime_internal.h"
 #include "client/connection.h"
 #include "common/key.h"
@@ -172,9 +173,12 @@ int storage_remote(kva_storage *s, client_call *c) {
   return storage_with_session(s, remote, c);
 }
 
-int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n) {
+int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n, const char *call) {
   if (!s || !k || n == 0 || n > INT32_MAX) return KVA_EINVAL;
   for (size_t i = 0; i < n; i++)
     if (!key_valid(&k[i])) return KVA_EINVAL;
-  return KVA_OK;
+  char why[KVA_KEY_TEXT_MAX + 160];
+  int rc = key_repeat_problem(k, n, call, why, sizeof(why));
+  if (rc == KVA_EINVAL) LOG_WARN("%s", why);
+  return rc;
 }

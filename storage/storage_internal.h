@@ -96,7 +96,12 @@ void storage_drain(kva_storage *s);
  * connection; returns the call's result. */
 struct client_call;
 int storage_remote(kva_storage *s, struct client_call *c);
-/* Validation shared by the calls. */
-int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n);
+/* Validation shared by the calls that take keys: KVA_EINVAL for a NULL
+ * storage or array, n = 0, an invalid key, or a key named twice (logged
+ * with `call`'s name and both indexes: the one rule for repeated keys,
+ * checked before anything is sent, so in-process and client storages
+ * refuse the same calls); KVA_ENOMEM when the repeat check cannot
+ * allocate. */
+int storage_check_keys(const kva_storage *s, const kva_key *k, size_t n, const char *call);
 
 #endif

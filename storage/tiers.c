@@ -79,7 +79,7 @@ static int do_lookup(kva_storage *s, session *ss, void *arg) {
 }
 
 int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hits *out) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   if (!out) return KVA_EINVAL;
   if (s->client) {
@@ -92,7 +92,7 @@ int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hit
 }
 
 int kva_unpin(kva_storage *s, const kva_key *k, size_t n) {
-  int rc = storage_check_keys(s, k, n);
+  int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   l1_req r = {.keys = k, .n = n};
   return storage_call(s, L1_UNPIN, &r);

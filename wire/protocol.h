@@ -34,7 +34,7 @@
  *   P_FINISH_READ    u32 n, u32 readers (1..128), keys
  *   P_LOOKUP         u32 n, u32 pin, keys
  *   P_UNPIN          u32 n, keys
- *   P_MEMCHECK       u32 report_len (<= PROTO_MAX_TEXT)
+ *   P_MEMCHECK       u32 report_len (<= PROTO_MAX_TEXT), u32 callers_only (0/1)
  *   P_STATS          (empty)
  *   P_FLUSH          i32 timeout_ms (< 0: forever)
  *   P_FREEZE         u32 on
@@ -46,7 +46,7 @@
  *
  * Reply payloads (type | P_REPLY) start with i32 result (the call's
  * return value). A negative result ends the payload, except for MEMCHECK,
- * whose report follows whatever the result; otherwise:
+ * whose counts and report follow whatever the result; otherwise:
  *   P_WELCOME (reply to P_HELLO)  u64 pool_bytes, u32 pid, u32 max_keys;
  *                     the pool's memfd travels with it (SCM_RIGHTS)
  *   RESERVE_WRITE     u32 n, i32 status[n], span[n]
@@ -54,8 +54,9 @@
  *   PREFETCH          u64 hits
  *   READ              u32 n, span[n]
  *   LOOKUP            u64 total, u32 ntiers (<= 8), ntiers x (tier name, u64 hits)
- *   MEMCHECK          u32 len (<= PROTO_MAX_TEXT), bytes (not terminated; a NUL
- *                     among them is refused)
+ *   MEMCHECK          the 5 u64 of kva_memcheck_report in declaration order,
+ *                     u32 len (<= PROTO_MAX_TEXT), bytes (not terminated; a
+ *                     NUL among them is refused)
  *   STATS             the 20 u64 fields of kva_storage_stats in declaration
  *                     order, i32 l1_pinned, i32 l1_numa_node
  *   TIER_STATS        u64 stored_keys, stored_bytes, loaded_keys,
@@ -81,7 +82,7 @@
 #include "kvact.h"
 
 #define PROTO_MAGIC 0x4441564bu /* "KVAD" read as little-endian bytes */
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u        /* 2: MEMCHECK's callers_only and counts */
 #define PROTO_HDR_BYTES 24u
 #define PROTO_KEY_BYTES 105u
 #define PROTO_LAYOUT_BYTES 228u /* 4 + 4 * (4 + 4 + 6 * 8) */
@@ -152,7 +153,7 @@ typedef struct proto_req {
   uint32_t n;          /* keys */
   uint32_t mode;       /* RESERVE_WRITE: a kva_write_mode */
   uint32_t flag;       /* DELETE/CLEAR force, LOOKUP pin, FREEZE/SET_BYPASS on,
-                          PREFETCH has_layout */
+                          PREFETCH has_layout, MEMCHECK callers_only */
   uint32_t readers;    /* PREFETCH, FINISH_READ: 1..128 */
   uint32_t pid;        /* HELLO */
   uint32_t report_len; /* MEMCHECK */
@@ -202,6 +203,8 @@ typedef struct proto_rep {
   kva_tier_hits *lookup;         /* LOOKUP */
   kva_storage_stats *stats;      /* STATS */
   kva_l2_tier_stats *tier_stats; /* TIER_STATS */
+  kva_memcheck_report *memcheck; /* MEMCHECK: encode reads it (NULL: zeros); decode
+                                    fills it (NULL: skipped) */
   char *text;                    /* MEMCHECK report, REFUSED message: encode reads
                                     text_len bytes; decode copies up to text_cap - 1
                                     bytes and a NUL (none when text_cap is 0) */

@@ -31,6 +31,7 @@ _Static_assert(sizeof(((kva_tier_hits *)0)->tier) / sizeof(((kva_tier_hits *)0)-
 #define STATS_U64 20u
 #define TIER_STATS_U64 4u
 #define L2_STATS_U64 10u
+#define MEMCHECK_U64 5u
 #define STATS_BYTES (STATS_U64 * 8u + 4u + 4u)
 #define TIER_STATS_BYTES (TIER_STATS_U64 * 8u + 4u + L2_STATS_U64 * 8u)
 _Static_assert(offsetof(kva_storage_stats, l1_pinned) == STATS_U64 * 8 &&
@@ -40,6 +41,8 @@ _Static_assert(offsetof(kva_storage_stats, l1_pinned) == STATS_U64 * 8 &&
 _Static_assert(offsetof(kva_l2_tier_stats, bypassed) == TIER_STATS_U64 * 8 &&
                    sizeof(kva_l2_stats) == L2_STATS_U64 * 8,
                "kva_l2_tier_stats is 4 u64, bypassed, kva_l2_stats' 10 u64 (TIER_STATS)");
+_Static_assert(sizeof(kva_memcheck_report) == MEMCHECK_U64 * 8,
+               "kva_memcheck_report is 5 u64 (protocol.h MEMCHECK)");
 _Static_assert(SIZE_MAX >= UINT64_MAX, "LOOKUP's u64 counts are size_t in kva_tier_hits");
 
 /* The n u64 at the start of a struct. */
@@ -70,6 +73,7 @@ enum {
   RP_STATS,      /* STATS_BYTES */
   RP_TIER_STATS, /* TIER_STATS_BYTES */
   RP_TEXT,       /* u32 len, bytes; sent whatever the result */
+  RP_MEMCHECK,   /* MEMCHECK_U64 u64; sent whatever the result */
 };
 
 static const uint8_t rep_fields[P_TYPE_END][4] = {
@@ -81,7 +85,7 @@ static const uint8_t rep_fields[P_TYPE_END][4] = {
     [P_PREFETCH] = {RP_HITS},
     [P_READ] = {RP_N, RP_SPANS},
     [P_LOOKUP] = {RP_LOOKUP},
-    [P_MEMCHECK] = {RP_TEXT},
+    [P_MEMCHECK] = {RP_MEMCHECK, RP_TEXT},
     [P_STATS] = {RP_STATS},
     [P_TIER_STATS] = {RP_TIER_STATS},
 };
@@ -92,9 +96,9 @@ static const uint8_t *rep_fields_of(uint16_t type) {
   return type == P_REFUSED ? refused_fields : wire_is_request(type) ? rep_fields[type] : NULL;
 }
 
-/* A negative result ends the payload, but for the text. */
+/* A negative result ends the payload, but for MEMCHECK's counts and text. */
 static bool rep_field_sent(uint8_t f, int32_t result) {
-  return result >= 0 || f == RP_TEXT;
+  return result >= 0 || f == RP_TEXT || f == RP_MEMCHECK;
 }
 
 /* Bytes of field f of r into *len; false when r cannot be encoded. */
@@ -128,6 +132,9 @@ static bool rep_field_size(uint8_t f, const proto_rep *r, size_t *len) {
   case RP_TEXT:
     *len = 4 + (size_t)r->text_len;
     return r->text_len <= PROTO_MAX_TEXT && (r->text || !r->text_len);
+  case RP_MEMCHECK:
+    *len = MEMCHECK_U64 * 8;
+    return true;
   }
   return false;
 }
@@ -201,6 +208,11 @@ static void rep_field_put(wire_wr *w, uint8_t f, const proto_rep *r) {
     wire_wr_u32(w, r->text_len);
     wire_wr_bytes(w, r->text, r->text_len);
     break;
+  case RP_MEMCHECK: {
+    kva_memcheck_report none = {0};
+    wr_u64s(w, r->memcheck ? r->memcheck : &none, MEMCHECK_U64);
+    break;
+  }
   }
 }
 
@@ -307,6 +319,15 @@ static int rep_tier_stats_get(rep_dec *q) {
   return PROTO_OK;
 }
 
+static int rep_memcheck_get(rep_dec *q) {
+  wire_rd *in = &q->d.in;
+  kva_memcheck_report c;
+  if (in->left < MEMCHECK_U64 * 8) return wire_dec_refuse(&q->d, "truncated");
+  rd_u64s(in, &c, MEMCHECK_U64);
+  if (q->r->memcheck) *q->r->memcheck = c;
+  return PROTO_OK;
+}
+
 /* The text, cut to the caller's text_cap - 1 bytes and terminated;
  * text_len says how long it was. */
 static int rep_text_get(rep_dec *q) {
@@ -349,6 +370,8 @@ static int rep_field_get(rep_dec *q, uint8_t f) {
     return rep_tier_stats_get(q);
   case RP_TEXT:
     return rep_text_get(q);
+  case RP_MEMCHECK:
+    return rep_memcheck_get(q);
   }
   return wire_dec_refuse(&q->d, "field %u", f); /* not reached: rep_fields lists these */
 }

@@ -86,6 +86,18 @@ class L2TierStats(Structure):
                 ("loaded_bytes", c_uint64), ("bypassed", c_int), ("adapter", L2Stats)]
 
 
+class MemcheckOpts(Structure):
+    _fields_ = [("wait_stores_ms", c_int), ("callers_only", c_int)]
+
+
+MEMCHECK_FIELDS = ["caller_write_locked", "caller_read_locked", "caller_pinned",
+                   "store_read_locked", "l2_keys_locked"]
+
+
+class MemcheckReport(Structure):
+    _fields_ = [(f, c_uint64) for f in MEMCHECK_FIELDS]
+
+
 class PagedKV(Structure):
     _fields_ = [("device", c_int), ("format", c_int), ("dtype", c_int), ("num_layers", c_uint32),
                 ("num_blocks", c_uint32), ("block_size", c_uint32), ("num_heads", c_uint32),
@@ -124,6 +136,8 @@ _PROTOTYPES = {
     "kva_touch": (c_int, [_P, _KS, c_size_t]),
     "kva_clear": (c_int, [_P, c_int]),
     "kva_memcheck": (c_int, [_P, c_char_p, c_size_t]),
+    "kva_memcheck_with": (c_int, [_P, POINTER(MemcheckOpts), POINTER(MemcheckReport), c_char_p,
+                                  c_size_t]),
     "kva_storage_get_stats": (c_int, [_P, POINTER(StorageStats)]),
     "kva_flush": (c_int, [_P, c_int]),
     "kva_lookup": (c_int, [_P, _KS, c_size_t, c_int, POINTER(TierHits)]),

@@ -10,8 +10,8 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
-from ._lib import (STATS_FIELDS, Buf, L2TierStats, StorageStats, TierHit, TierHits, lib,
-                   timeout_ms)
+from ._lib import (MEMCHECK_FIELDS, STATS_FIELDS, Buf, L2TierStats, MemcheckOpts,
+                   MemcheckReport, StorageStats, TierHit, TierHits, lib, timeout_ms)
 from .errors import KvactError, check
 from .keys import key_array
 from .layout import MemoryLayoutDesc
@@ -189,22 +189,38 @@ class StorageManager:
         """Waits until every L1->L2 store queued before the call is done (GIL released)."""
         check(lib.kva_flush(self._ptr, timeout_ms(timeout)), "flush")
 
-    def memcheck(self):
-        """True when no lock is held and the pool's accounting is consistent."""
-        return self.memcheck_report() == ""
+    def memcheck(self, wait_stores=0.0, callers_only=False):
+        """True when no lock is held and the pool's accounting is consistent.
 
-    def memcheck_report(self):
-        """"" when memcheck passes, else kvact's report of the first locked objects.
-        Waits first for the loads of handles closed or collected unread, whose locks
-        kvact gives back when they end."""
+        wait_stores: first wait up to this many seconds (None: as long as it
+        takes) for the L1->L2 stores queued so far, whose read locks are
+        kvact's own store-behind; callers_only=True: those locks do not count.
+        """
+        return self.memcheck_report(wait_stores, callers_only) == ""
+
+    def memcheck_report(self, wait_stores=0.0, callers_only=False):
+        """"" when memcheck passes, else kvact's report of the first locked objects
+        (it tells the store-behind's read locks from the callers')."""
+        return self.memcheck_details(wait_stores, callers_only)[0]
+
+    def memcheck_details(self, wait_stores=0.0, callers_only=False):
+        """(report, counts): memcheck_report's text and the locked objects counted by
+        holder, {"caller_write_locked", "caller_read_locked", "caller_pinned",
+        "store_read_locked", "l2_keys_locked"}. Waits first for the loads of handles
+        closed or collected unread, whose locks kvact gives back when they end."""
         self._reaper.drain()
         report = ctypes.create_string_buffer(_REPORT_LEN)
-        rc = lib.kva_memcheck(self._ptr, report, _REPORT_LEN)
+        wait_ms = 0 if wait_stores == 0 else timeout_ms(wait_stores) or 1
+        opts = MemcheckOpts(wait_ms, int(callers_only))
+        out = MemcheckReport()
+        rc = lib.kva_memcheck_with(self._ptr, ctypes.byref(opts), ctypes.byref(out), report,
+                                   _REPORT_LEN)
+        counts = {f: getattr(out, f) for f in MEMCHECK_FIELDS}
         if rc == 0:
-            return ""
+            return "", counts
         if rc != -3:  # KVA_EIO is the report; anything else is a refused call
             raise KvactError(rc, "memcheck")
-        return report.value.decode(errors="replace") or "memcheck failed"
+        return report.value.decode(errors="replace") or "memcheck failed", counts
 
     def stats(self):
         """kva_storage_stats as a dict."""

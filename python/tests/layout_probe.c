@@ -34,6 +34,10 @@ int main(void) {
   OFF(kva_l2_tier_stats, bypassed);
   OFF(kva_l2_tier_stats, adapter);
   OFF(kva_l2_tier_stats, adapter.evictions);
+  SIZE(kva_memcheck_opts);
+  OFF(kva_memcheck_opts, callers_only);
+  SIZE(kva_memcheck_report);
+  OFF(kva_memcheck_report, l2_keys_locked);
   SIZE(kva_paged_kv);
   OFF(kva_paged_kv, num_layers);
   OFF(kva_paged_kv, head_dim);

@@ -85,6 +85,7 @@ def test_per_key_results_are_returned_not_raised(sm):
     keys = keys_of(2)
     write(sm, keys, src)
     assert sm.reserve_write(keys, LAYOUT, mode="new") == {}  # both exist: not writable
+    sm.flush(timeout=10.0)  # the store-behind's read locks would make the delete KVA_KEY_LOCKED
     assert sm.delete(keys[:1]) == [0]
     assert sm.delete(keys[:1]) == [1]  # KVA_KEY_NOT_EXIST
     with sm.read_prefetched_results(keys[:1], LAYOUT) as objs:
@@ -170,3 +171,28 @@ def test_multi_tensor_layout_views_each_tensor(sm):
     with pytest.raises(ValueError):
         obj.tensor
     sm.finish_write([key])
+
+
+def test_memcheck_tells_the_store_behind_from_the_callers():
+    """A slow tier: the store of a finished write holds its read lock until the tier
+    answers. memcheck says whose it is, callers_only leaves it out, wait_stores waits."""
+    from conftest import small_config
+    cfg = small_config(l2=[{"type": "mock", "capacity_bytes": 1 << 26, "latency_us": 500000}])
+    with kvact.Runtime(cfg) as rt:
+        sm = rt.storage
+        keys = keys_of(1, salt="memcheck")
+        write(sm, keys, src)
+        report, counts = sm.memcheck_details()
+        while counts["store_read_locked"] == 0 and sm.stats()["l2_store_tasks"] == 0:
+            report, counts = sm.memcheck_details()  # until its store has locked it (or is done)
+        assert sm.memcheck(callers_only=True)
+        if counts["store_read_locked"]:  # seen while the store held it
+            assert "store-behind" in report, report
+            assert counts["caller_read_locked"] == counts["caller_write_locked"] == 0
+        handle = sm.submit_prefetch_task(keys, LAYOUT)
+        assert handle.wait(timeout=5.0) == 1
+        report, counts = sm.memcheck_details(callers_only=True)
+        assert report and counts["caller_read_locked"] == 1  # a caller's lock always counts
+        assert sm.finish_read_prefetched(keys) == 1
+        assert sm.memcheck(wait_stores=None)
+        assert sm.memcheck_details()[1] == dict.fromkeys(counts, 0)

@@ -113,6 +113,7 @@ typedef struct rep_out {
   kva_tier_hits lookup;
   kva_storage_stats stats;
   kva_l2_tier_stats tier_stats;
+  kva_memcheck_report memcheck;
   char text[PROTO_MAX_TEXT + 1];
 } rep_out;
 
@@ -121,6 +122,7 @@ static void rep_expect(rep_out *o, uint16_t type, uint32_t n) {
   o->r.lookup = &o->lookup;
   o->r.stats = &o->stats;
   o->r.tier_stats = &o->tier_stats;
+  o->r.memcheck = &o->memcheck;
   o->r.text = o->text;
   o->r.text_cap = sizeof o->text;
 }

@@ -396,6 +396,30 @@ START_TEST(bad_requests_are_refused) {
 }
 END_TEST
 
+/* A chunk key named twice: refused whole (docs/invariants.md I-L1-11),
+ * also when the repeat is the partial last chunk, which a store reserves
+ * in a call of its own; nothing is reserved. Before, the first chunk was
+ * stored and the repeat skipped as "present". */
+START_TEST(a_repeated_chunk_key_is_refused_and_nothing_is_reserved) {
+  env e;
+  env_start(&e, 2, 8);
+  kva_key k[2];
+  gpu_test_keys(k, 0, 2);
+  k[1] = k[0];
+  int64_t slots[32];
+  identity_slots(slots, 32);
+  kva_op *op = NULL;
+  ck_assert_int_eq(kva_kv_store(e.s, e.ks, k, 2, 16, slots, 20, &op), KVA_EINVAL); /* partial */
+  ck_assert_int_eq(kva_kv_store(e.s, e.ks, k, 2, 16, slots, 32, &op), KVA_EINVAL);
+  ck_assert_int_eq(kva_kv_load(e.s, e.ks, k, 2, 16, slots, 32, &op), KVA_EINVAL);
+  ck_assert_ptr_null(op);
+  kva_storage_stats st;
+  ck_assert_int_eq(kva_storage_get_stats(e.s, &st), KVA_OK);
+  ck_assert_uint_eq(st.l1_objects, 0);
+  env_stop(&e);
+}
+END_TEST
+
 START_TEST(a_cuda_device_without_a_usable_gpu_is_unsupported) {
   env e;
   env_start(&e, 2, 8); /* L1 not page-locked, and no GPU in CI */
@@ -585,6 +609,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(t, a_load_of_chunks_with_another_layout_fails_cleanly);
   tcase_add_test(t, concurrent_stores_and_loads_land_where_they_should);
   tcase_add_test(t, bad_requests_are_refused);
+  tcase_add_test(t, a_repeated_chunk_key_is_refused_and_nothing_is_reserved);
   tcase_add_test(t, a_cuda_device_without_a_usable_gpu_is_unsupported);
   tcase_add_test(t, a_deterministic_runtime_is_unsupported);
   tcase_add_test(t, unregister_after_shutdown_is_safe);

@@ -1,10 +1,10 @@
 /*
  * l2_store_test.c — the store controller through the facade: finished
  * writes reach the L2 tiers their store policy names (LMCache
- * test_store_controller.py; docs/invariants.md I-SC-1 to I-SC-6), grouped
- * by layout, read-locked exactly while a store is in flight, never for
- * temporary or prefetched objects; failures release everything; kva_flush
- * waits.
+ * test_store_controller.py; docs/invariants.md I-SC-1 to I-SC-6, and
+ * I-SC-7 in l2_store_coalesce_test.c), grouped by layout, read-locked
+ * exactly while a store is in flight, never for temporary or prefetched
+ * objects; failures release everything; kva_flush waits.
  */
 #include <check.h>
 #include <pthread.h>

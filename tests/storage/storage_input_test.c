@@ -1,9 +1,10 @@
 /*
  * storage_input_test.c — bad input to the storage facade: every refused
  * call returns a clear status and changes nothing (stats, statuses, locks
- * all as before); a key repeated in one batch.
+ * all as before); a key repeated in one batch is refused the same way.
  */
 #include <check.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kvact.h"
@@ -369,169 +370,54 @@ START_TEST(extra_readers_above_127_is_refused) {
 }
 END_TEST
 
-START_TEST(repeated_key_in_reserve_write_gets_wrong_state) {
-  kva_runtime *rt = start_store();
-  kva_storage *s = kva_storage_of(rt);
-  kva_layout l = fixture_layout_basic();
-  kva_key k[3];
-  kva_buf b[3];
-  int st[3];
-  const uint64_t ids[] = {0, 1, 0};
-  keys_of(k, ids, 3);
-  ck_assert_int_eq(kva_reserve_write(s, k, 3, &l, KVA_WRITE_NEW, b, st), 2);
-  ck_assert_int_eq(st[0], KVA_OK);
-  ck_assert_int_eq(st[1], KVA_OK);
-  ck_assert_int_eq(st[2], KVA_KEY_WRONG_STATE);
-  ck_assert_ptr_nonnull(b[0].ptr);
-  ck_assert_ptr_null(b[2].ptr);
-  kva_storage_stats x = stats_of(s);
-  ck_assert_uint_eq(x.l1_objects, 2);
-  ck_assert_uint_eq(x.l1_write_locked, 2);
-  ck_assert_uint_eq(x.reserved, 2);
-  ck_assert_int_eq(kva_finish_write(s, k, 2, st), 2);
-  /* an existing key twice in mode ALL: reused once */
-  const uint64_t again[] = {1, 1};
-  keys_of(k, again, 2);
-  ck_assert_int_eq(kva_reserve_write(s, k, 2, &l, KVA_WRITE_ALL, b, st), 1);
-  ck_assert_int_eq(st[0], KVA_OK);
-  ck_assert_int_eq(st[1], KVA_KEY_WRONG_STATE);
-  ck_assert_uint_eq(stats_of(s).l1_write_locked, 1);
-  ck_assert_int_eq(kva_finish_write(s, k, 1, st), 1);
-  /* mode NEW on an existing key twice: refused once, then wrong state */
-  ck_assert_int_eq(kva_reserve_write(s, k, 2, &l, KVA_WRITE_NEW, b, st), 0);
-  ck_assert_int_eq(st[0], KVA_KEY_NOT_WRITABLE);
-  ck_assert_int_eq(st[1], KVA_KEY_WRONG_STATE);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
-}
-END_TEST
+/* Log lines that name a repeated key, with the call and both indexes. */
+static int repeat_lines;
+static char last_line[512];
 
-START_TEST(repeated_key_in_finish_write_gets_wrong_state) {
-  kva_runtime *rt = start_store();
-  kva_storage *s = kva_storage_of(rt);
-  kva_layout l = fixture_layout_basic();
-  kva_key k[3];
-  kva_buf b[3];
-  int st[3];
-  const uint64_t ids[] = {0, 1, 0};
-  keys_of(k, ids, 3);
-  ck_assert_int_eq(kva_reserve_write(s, k, 2, &l, KVA_WRITE_NEW, b, st), 2);
-  ck_assert_int_eq(kva_finish_write(s, k, 3, st), 2);
-  ck_assert_int_eq(st[0], KVA_OK);
-  ck_assert_int_eq(st[1], KVA_OK);
-  ck_assert_int_eq(st[2], KVA_KEY_WRONG_STATE);
-  kva_storage_stats x = stats_of(s);
-  ck_assert_uint_eq(x.l1_write_locked, 0);
-  ck_assert_uint_eq(x.finished, 2);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
+static void count_repeats(int level, const char *msg, void *arg) {
+  if (level == KVA_LOG_WARN && strstr(msg, "are the same key")) {
+    repeat_lines++;
+    snprintf(last_line, sizeof(last_line), "%s", msg);
+  }
 }
-END_TEST
 
-START_TEST(repeated_key_in_delete_gets_wrong_state) {
-  kva_runtime *rt = start_store();
-  kva_storage *s = kva_storage_of(rt);
+/* A key named twice, wherever it is and whatever else is wrong with the
+ * batch (a missing key, a lock), makes every call that takes keys return
+ * KVA_EINVAL with nothing changed (statuses untouched, no lock taken or
+ * released, no handle), and says why in one log line naming the call and
+ * both indexes. kvact.h, "Batched calls"; docs/invariants.md I-L1-11. */
+START_TEST(a_repeated_key_anywhere_refuses_every_call_and_changes_nothing) {
+  kva_storage *s;
+  kva_runtime *rt = busy_store(&s);
   kva_layout l = fixture_layout_basic();
-  kva_key k[3];
-  int st[3];
-  fixture_write(s, 0, 3, &l);
-  /* a locked key twice: LOCKED, then WRONG_STATE */
-  const uint64_t locked[] = {2, 2};
-  keys_of(k, locked, 2);
-  ck_assert_uint_eq(prefetch(s, k, 1, 0), 1);
-  ck_assert_int_eq(kva_delete(s, k, 2, 0, st), 0);
-  ck_assert_int_eq(st[0], KVA_KEY_LOCKED);
-  ck_assert_int_eq(st[1], KVA_KEY_WRONG_STATE);
-  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 1, 0), 1);
-  /* a deletable key twice: deleted once; kvact.h says the later occurrence
-   * gets KVA_KEY_WRONG_STATE */
-  const uint64_t ids[] = {0, 1, 0};
-  keys_of(k, ids, 3);
-  ck_assert_int_eq(kva_delete(s, k, 3, 0, st), 2);
-  ck_assert_int_eq(st[0], KVA_OK);
-  ck_assert_int_eq(st[1], KVA_OK);
-  ck_assert_int_eq(st[2], KVA_KEY_WRONG_STATE);
-  ck_assert_uint_eq(stats_of(s).l1_objects, 1);
-  /* a missing key twice: NOT_EXIST, then WRONG_STATE */
-  ck_assert_int_eq(kva_delete(s, k, 3, 1, st), 0);
-  ck_assert_int_eq(st[0], KVA_KEY_NOT_EXIST);
-  ck_assert_int_eq(st[1], KVA_KEY_NOT_EXIST);
-  ck_assert_int_eq(st[2], KVA_KEY_WRONG_STATE);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
-}
-END_TEST
-
-/* A prefetch naming a key twice is refused by the L1 manager; the refusal
- * (KVA_EINVAL) arrives through the handle, with no hit and no lock taken. */
-START_TEST(repeated_key_in_prefetch_fails_through_the_handle) {
-  kva_runtime *rt = start_store();
-  kva_storage *s = kva_storage_of(rt);
-  kva_layout l = fixture_layout_basic();
-  kva_key k[3];
-  const uint64_t ids[] = {0, 1, 0};
-  keys_of(k, ids, 3);
-  fixture_write(s, 0, 2, &l);
   kva_storage_stats before = stats_of(s);
-  kva_prefetch *h = NULL;
-  ck_assert_int_eq(kva_submit_prefetch(s, k, 3, &l, 1, &h), KVA_OK);
-  size_t hits = 99;
-  ck_assert_int_eq(kva_wait_prefetch(s, h, 5000, &hits), KVA_EINVAL);
-  ck_assert_uint_eq(hits, 0);
-  ck_assert_int_eq(kva_query_prefetch(s, h, &hits), KVA_EINVAL); /* consumed */
-  /* also when the repeated key is missing, after the first gap */
-  const uint64_t missing[] = {0, 1, 9, 9};
-  kva_key m[4];
-  keys_of(m, missing, 4);
-  ck_assert_int_eq(kva_submit_prefetch(s, m, 4, &l, 0, &h), KVA_OK);
-  hits = 99;
-  ck_assert_int_eq(kva_wait_prefetch(s, h, 5000, &hits), KVA_EINVAL);
-  ck_assert_uint_eq(hits, 0);
+  enum { BIG = 200 }; /* more than the check's table on the stack */
+  static kva_key k[BIG];
+  static kva_buf b[BIG];
+  static int st[BIG];
+  const struct {
+    size_t n, a, b; /* keys[b] repeats keys[a]; keys 0..n-1 otherwise distinct */
+  } cases[] = {{2, 0, 1}, {5, 0, 4}, {5, 3, 4}, {5, 1, 2}, {BIG, 7, BIG - 1}, {BIG, 150, 151}};
+  kva_log_set(count_repeats, NULL, KVA_LOG_WARN);
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    key_range(k, 0, cases[c].n); /* 0, 1: read-locked; 4: write-locked; 5..: missing */
+    k[cases[c].b] = k[cases[c].a];
+    fill_status(st, cases[c].n);
+    repeat_lines = 0;
+    every_keyed_call_refuses(s, k, cases[c].n, &l, b, st);
+    kva_tier_hits th;
+    ck_assert_int_eq(kva_lookup(s, k, cases[c].n, 1, &th), KVA_EINVAL);
+    ck_assert_int_eq(kva_unpin(s, k, cases[c].n), KVA_EINVAL);
+    assert_status_untouched(st, cases[c].n);
+    ck_assert_int_eq(repeat_lines, 9); /* one line per call */
+    char want[64];
+    snprintf(want, sizeof(want), "keys[%zu] and keys[%zu]", cases[c].a, cases[c].b);
+    ck_assert_msg(strstr(last_line, "kva_unpin: ") && strstr(last_line, want), "%s", last_line);
+  }
+  kva_log_set(NULL, NULL, KVA_LOG_WARN);
   kva_storage_stats after = stats_of(s);
   assert_same_stats(&before, &after);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
-}
-END_TEST
-
-/* read_prefetched naming a key twice is refused as a whole: nothing is
- * returned and, unlike a per-key failure, no lock is released. */
-START_TEST(repeated_key_in_read_prefetched_is_refused) {
-  kva_runtime *rt = start_store();
-  kva_storage *s = kva_storage_of(rt);
-  kva_layout l = fixture_layout_basic();
-  kva_key k[3];
-  kva_buf b[3];
-  const uint64_t ids[] = {0, 1, 0};
-  keys_of(k, ids, 3);
-  fixture_write(s, 0, 2, &l);
-  ck_assert_uint_eq(prefetch(s, k, 2, 0), 2);
-  kva_storage_stats before = stats_of(s);
-  ck_assert_int_eq(kva_read_prefetched(s, k, 3, b), KVA_EINVAL);
-  kva_storage_stats after = stats_of(s);
-  assert_same_stats(&before, &after);
-  ck_assert_int_eq(kva_read_prefetched(s, k, 2, b), KVA_OK);
-  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 2, 0), 2);
-  fixture_memcheck_clean(s);
-  kva_runtime_shutdown(rt);
-}
-END_TEST
-
-/* finish_read_prefetched releases a repeated key once. */
-START_TEST(repeated_key_in_finish_read_releases_once) {
-  kva_runtime *rt = start_store();
-  kva_storage *s = kva_storage_of(rt);
-  kva_layout l = fixture_layout_basic();
-  kva_key k[2];
-  const uint64_t ids[] = {0, 0};
-  keys_of(k, ids, 2);
-  fixture_write(s, 0, 1, &l);
-  ck_assert_uint_eq(prefetch(s, k, 1, 0), 1);
-  ck_assert_uint_eq(prefetch(s, k, 1, 0), 1); /* two locks */
-  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 2, 0), 1);
-  ck_assert_uint_eq(stats_of(s).l1_read_locked, 1);
-  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 1, 0), 1);
-  fixture_memcheck_clean(s);
+  busy_store_release(s);
   kva_runtime_shutdown(rt);
 }
 END_TEST
@@ -568,12 +454,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, layout_bytes_counts_tensors_on_64_byte_boundaries);
   tcase_add_test(tc, invalid_write_mode_is_refused);
   tcase_add_test(tc, extra_readers_above_127_is_refused);
-  tcase_add_test(tc, repeated_key_in_reserve_write_gets_wrong_state);
-  tcase_add_test(tc, repeated_key_in_finish_write_gets_wrong_state);
-  tcase_add_test(tc, repeated_key_in_delete_gets_wrong_state);
-  tcase_add_test(tc, repeated_key_in_prefetch_fails_through_the_handle);
-  tcase_add_test(tc, repeated_key_in_read_prefetched_is_refused);
-  tcase_add_test(tc, repeated_key_in_finish_read_releases_once);
+  tcase_add_test(tc, a_repeated_key_anywhere_refuses_every_call_and_changes_nothing);
   tcase_add_test(tc, runtime_without_l1_has_no_storage);
   suite_add_tcase(s, tc);
   return s;

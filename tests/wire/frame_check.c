@@ -224,6 +224,10 @@ static void assert_structs_eq(sample_rep *want, sample_rep *got, bool ok) {
     assert_tier_stats_eq(&got->tier_stats, &want->tier_stats);
   else
     ck_assert(all_ee(&got->tier_stats, sizeof got->tier_stats));
+  if (t == P_MEMCHECK) /* sent whatever the result, as the text */
+    ck_assert_mem_eq(&got->memcheck, &want->memcheck, sizeof got->memcheck);
+  else
+    ck_assert(all_ee(&got->memcheck, sizeof got->memcheck));
 }
 
 static void assert_text_eq(sample_rep *want, sample_rep *got) {

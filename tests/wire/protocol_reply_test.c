@@ -155,14 +155,36 @@ END_TEST
 START_TEST(texts_lie_after_their_length) {
   uint16_t types[] = {P_MEMCHECK, P_REFUSED};
   for (int i = 0; i < 2; i++) {
-    ck_assert_uint_eq(put_sample(types[i], 0, KVA_EIO, 5), PROTO_HDR_BYTES + 8 + 5);
+    size_t counts = types[i] == P_MEMCHECK ? 40 : 0; /* MEMCHECK's 5 u64 come first */
+    ck_assert_uint_eq(put_sample(types[i], 0, KVA_EIO, 5), PROTO_HDR_BYTES + 8 + counts + 5);
     const uint8_t *p = frame_payload(frame_buf);
     ck_assert_uint_eq(frame_le32(frame_buf + 4) >> 16,
                       types[i] == P_REFUSED ? P_REFUSED : P_MEMCHECK | P_REPLY);
     ck_assert_uint_eq(frame_le32(p), (uint32_t)KVA_EIO);
-    ck_assert_uint_eq(frame_le32(p + 4), 5);
-    ck_assert_mem_eq(p + 8, "abcde", 5);
+    ck_assert_uint_eq(frame_le32(p + 4 + counts), 5);
+    ck_assert_mem_eq(p + 8 + counts, "abcde", 5);
   }
+}
+END_TEST
+
+/* MEMCHECK's counts: kva_memcheck_report's u64 in declaration order,
+ * whatever the result; a sender without counts sends zeros, a receiver
+ * without room skips them. */
+START_TEST(memcheck_counts_follow_the_result_in_declaration_order) {
+  put_sample(P_MEMCHECK, 0, KVA_EIO, 0);
+  const uint8_t *p = frame_payload(frame_buf);
+  ck_assert_uint_eq(frame_le64(p + 4), want.memcheck.caller_write_locked);
+  ck_assert_uint_eq(frame_le64(p + 12), want.memcheck.caller_read_locked);
+  ck_assert_uint_eq(frame_le64(p + 20), want.memcheck.caller_pinned);
+  ck_assert_uint_eq(frame_le64(p + 28), want.memcheck.store_read_locked);
+  ck_assert_uint_eq(frame_le64(p + 36), want.memcheck.l2_keys_locked);
+  want.r.memcheck = NULL;
+  size_t size = frame_put_rep(&want.r);
+  for (size_t i = 0; i < 40; i++) ck_assert_uint_eq(frame_payload(frame_buf)[4 + i], 0);
+  sample_rep_expect(&got, P_MEMCHECK, 0);
+  got.r.memcheck = NULL;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_OK);
+  ck_assert_int_eq(got.r.result, KVA_EIO);
 }
 END_TEST
 
@@ -372,6 +394,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(rt, stats_lie_in_declaration_order);
   tcase_add_test(rt, welcome_and_lookup_lie_where_specified);
   tcase_add_test(rt, texts_lie_after_their_length);
+  tcase_add_test(rt, memcheck_counts_follow_the_result_in_declaration_order);
   tcase_add_test(rt, a_negative_result_ends_the_payload);
   tcase_add_test(rt, reply_encoder_refuses_what_it_cannot_encode);
   suite_add_tcase(s, rt);

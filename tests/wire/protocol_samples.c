@@ -83,6 +83,7 @@ proto_req sample_req(uint16_t t, const kva_key *keys, uint32_t n) {
     break;
   case P_MEMCHECK:
     r.report_len = PROTO_MAX_TEXT;
+    r.flag = 1;
     break;
   case P_FLUSH:
     r.timeout_ms = -12345;
@@ -173,6 +174,7 @@ static void sample_point(sample_rep *s) {
   s->r.lookup = &s->lookup;
   s->r.stats = &s->stats;
   s->r.tier_stats = &s->tier_stats;
+  s->r.memcheck = &s->memcheck;
   s->r.text = s->text;
 }
 
@@ -189,6 +191,7 @@ void sample_rep_fill(sample_rep *s, uint16_t type, uint32_t n, int32_t result, u
   }
   sample_lookup(&s->lookup);
   sample_stats(&s->stats, &s->tier_stats);
+  s->memcheck = (kva_memcheck_report){1, 0x202, 0x30303, 0x4040404, UINT64_C(0x5050505050505050)};
   for (uint32_t i = 0; i < text_len && i < PROTO_MAX_TEXT; i++) s->text[i] = (char)('a' + i % 26);
 }
 
@@ -300,5 +303,6 @@ void sample_rand_rep(sample_rng *g, sample_rep *s) {
   rand_lookup(g, &s->lookup);
   rand_bytes(g, &s->stats, sizeof s->stats);
   rand_bytes(g, &s->tier_stats, sizeof s->tier_stats);
+  rand_bytes(g, &s->memcheck, sizeof s->memcheck);
   for (uint32_t i = 0; i < text_len; i++) s->text[i] = (char)(1 + sample_below(g, 255));
 }

@@ -39,6 +39,7 @@ typedef struct sample_rep {
   kva_tier_hits lookup;
   kva_storage_stats stats;
   kva_l2_tier_stats tier_stats;
+  kva_memcheck_report memcheck;
   char text[PROTO_MAX_TEXT + 1];
 } sample_rep;
 

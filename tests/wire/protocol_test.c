@@ -28,7 +28,7 @@ static size_t put_sample(uint16_t t, uint32_t n) {
 
 START_TEST(header_bytes_are_as_specified) {
   static const uint8_t want[PROTO_HDR_BYTES] = {
-      'K', 'V', 'A', 'D', 1,    0,    0x02, 0x01, 0x06, 0x05, 0x04, 0x03,
+      'K', 'V', 'A', 'D', 2,    0,    0x02, 0x01, 0x06, 0x05, 0x04, 0x03,
       0,   0,   0,   0,   0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
   };
   uint8_t b[PROTO_HDR_BYTES];
@@ -446,8 +446,9 @@ START_TEST(flags_are_0_or_1) {
   struct {
     uint16_t type;
     size_t off;
-  } flags[] = {{P_DELETE, 4}, {P_CLEAR, 0},    {P_LOOKUP, 4},
-               {P_FREEZE, 0}, {P_PREFETCH, 8}, {P_SET_BYPASS, PROTO_TIER_BYTES}};
+  } flags[] = {{P_DELETE, 4},  {P_CLEAR, 0},    {P_LOOKUP, 4},
+               {P_FREEZE, 0},  {P_PREFETCH, 8}, {P_SET_BYPASS, PROTO_TIER_BYTES},
+               {P_MEMCHECK, 4}};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
     check_u32(flags[i].type, flags[i].off, 0, true);
     check_u32(flags[i].type, flags[i].off, 1, true);
