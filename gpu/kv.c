@@ -110,6 +110,7 @@ int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out) {
   }
   kva_kv *kv = kv_new(s, d);
   if (!kv) return KVA_ENOMEM;
+  kv->fork_gen = rt->fork_gen;
   if ((rc = storage_link_enter(s)) == KVA_OK) {
     rc = devices_acquire(rt, storage_link_l1(s), d->device, kv_streams(rt), kv, &kv->dev);
     storage_link_leave(s);

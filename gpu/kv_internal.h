@@ -26,6 +26,7 @@ struct kva_kv {
   uint32_t ops_out;           /* taken and not yet returned (kva_op_wait) */
   uint32_t ops_peak;          /* the most ever out at once */
   int unregistered;           /* the last op returned frees the kv */
+  uint32_t fork_gen;          /* the runtime's (actors/fork.c): ops outlive it */
   struct kva_kv *next_on_dev; /* dev->kvs, under devices.c's table lock */
 };
 

@@ -22,7 +22,6 @@
 #include "actors/runtime_internal.h"
 #include "common/array.h"
 #include "gpu/kv_internal.h"
-#include "gpu/storage_link.h"
 
 /* A new op of the pool: lock, condition variable (monotonic clock) and
  * eventfd, no arrays yet. */
@@ -227,7 +226,7 @@ static bool may_wait(int timeout_ms) {
 
 int kva_op_wait(kva_op *op, int timeout_ms, int *status) {
   if (!op || !may_wait(timeout_ms)) return KVA_EINVAL;
-  if (runtime_forked(storage_link_runtime(op->kv->s))) return KVA_ESHUTDOWN; /* actors/fork.c */
+  if (op->kv->fork_gen != runtime_fork_gen()) return KVA_ESHUTDOWN; /* a child of fork() */
   pthread_mutex_lock(&op->lock);
   int rc = op_wait_until(op, is_complete, 0, timeout_ms);
   int st = op->status;
@@ -240,7 +239,7 @@ int kva_op_wait(kva_op *op, int timeout_ms, int *status) {
 
 int kva_op_wait_layer(kva_op *op, uint32_t layer, int timeout_ms) {
   if (!op || layer >= op->job.g.num_layers || !may_wait(timeout_ms)) return KVA_EINVAL;
-  if (runtime_forked(storage_link_runtime(op->kv->s))) return KVA_ESHUTDOWN; /* actors/fork.c */
+  if (op->kv->fork_gen != runtime_fork_gen()) return KVA_ESHUTDOWN; /* a child of fork() */
   pthread_mutex_lock(&op->lock);
   int rc = op_wait_until(op, has_layer, layer, timeout_ms);
   pthread_mutex_unlock(&op->lock);
