@@ -14,8 +14,9 @@
  *  - its life: 1 from spawn until on_stop has run (actor_finish), or until
  *    kva_port_close for a port;
  *  - its scheduled flag while it is held: whoever wins it 0 -> 1 takes a
- *    reference (sched_take, the port's own takes), and the release gives it
- *    back (sched_release; sched_drop for a dead pinned actor or port);
+ *    reference (sched_take), and the release gives it back (sched_release;
+ *    sched_drop for a dead pinned actor or port): a releaser still reads
+ *    the mailbox after R1, when another thread may have run the last turn;
  *  - each send in progress (kva_send, actor_send_internal, the poller's);
  *  - a pooled actor muted on it (mute_target), until that actor's turn ends;
  *  - a pinned actor's thread, until it is joined (zombies, actor.c);
@@ -52,7 +53,6 @@ struct kva_actor {
   uint32_t life;      /* atomic LIFE_* */
   uint32_t kind;      /* ACTOR_*, fixed at spawn */
   uint32_t stop_sent; /* atomic: kva_actor_stop already queued STOP */
-  uint32_t refs;      /* atomic: who may still touch it (top of this file) */
   /* its turns may run on a lending thread (sched.c); set before its first message */
   uint32_t lendable;
   kva_runtime *rt;
@@ -72,6 +72,9 @@ struct kva_actor {
   /* rt->actors list, newest first, and rt->zombies (under rt->reg_lock) */
   kva_actor *next_all, *prev_all;
   kva_actor *next_zombie;
+  /* atomic: who may still touch it (top of this file). A line of its own:
+   * senders update it, and must not bounce the mailbox's or the flag's */
+  uint32_t refs __attribute__((aligned(64)));
 };
 
 typedef struct poller poller;
