@@ -86,13 +86,14 @@ setup_peer() {
     die "$peer: no $here/$peer.constraints; run '$0 --freeze $peer' to resolve and write it"
   fi
 
+  if [ -e "$venv" ] && [ ! -e "$venv/$stamp_name" ] && [ ! -e "$venv/.kvact-peer" ]; then
+    die "$venv exists and was not made by this script; remove it or set KVACT_PEERS_DIR"
+  fi
   # A scratch venv checks the index before the old environment is touched.
   "$python" -m venv "$tmp/probe" >/dev/null || die "$python -m venv failed (python3-venv missing? run tools/bootstrap.sh)"
   check_index "$tmp/probe/bin/pip" "$(main_package "$peer")"
 
   if [ -e "$venv" ]; then
-    [ -e "$venv/$stamp_name" ] || [ -e "$venv/.kvact-peer" ] ||
-      die "$venv exists and was not made by this script; remove it or set KVACT_PEERS_DIR"
     say "$peer: remaking $venv (requirements, constraints or interpreter changed)"
     rm -rf "$venv"
   fi
