@@ -26,3 +26,7 @@ def rt():
 @pytest.fixture
 def sm(rt):
     return rt.storage
+
+# vllm_real/ runs under the vLLM peer environment's interpreter, by its own
+# run.sh (//python:vllm_real_test), not under Debian's python3 with the rest.
+collect_ignore = ["vllm_real"]
