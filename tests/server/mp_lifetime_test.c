@@ -193,9 +193,13 @@ START_TEST(kvactd_serves_20000_connections_and_stays_flat) {
   ck_assert_uint_le(claimed, claimed0 + 64);
   ck_assert_uint_eq(fds_of(d), fds0);
   long grown = rss_kib_of(d) - rss0;
+#ifndef KVA_SANITIZER /* ASan's kvactd keeps freed memory in quarantine: it checks the frees */
   /* each connection kept ~15 kB and an fd before sessions were freed */
   ck_assert_msg(grown < 16 * 1024, "kvactd's RSS grew by %ld KiB over %d connections", grown,
                 CONNECTIONS);
+#else
+  (void)grown;
+#endif
   /* the killed clients' locks all came back, and the daemon still serves */
   kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
