@@ -225,11 +225,15 @@ static int forked_child(kva_runtime *rt, kva_storage *s) {
   if (kva_finish_read_prefetched(s, &k, 1, 0) != KVA_ESHUTDOWN) return 13;
   if (kva_port_open(rt, "child") != NULL) return 14;
   kva_runtime_shutdown(rt); /* returns at once: the parent's threads are not ours */
+#ifdef KVA_TSAN             /* TSan cannot start threads after a multi-threaded fork */
+  return 0;
+#else
   /* a runtime of its own works as in any process */
   kva_runtime *mine = client_up();
   int ok = read_keys(kva_storage_of(mine), 1, 1, 4096) == 1;
   kva_runtime_shutdown(mine);
   return ok ? 0 : 15;
+#endif
 }
 
 START_TEST(a_forked_child_is_refused_at_once_and_its_parent_keeps_its_connection) {

@@ -33,7 +33,8 @@ kva_layout fixture_layout_bytes(uint64_t bytes);
 /* reserve_write(NEW) + finish_write of keys [first, first + n), asserting
  * success. */
 void fixture_write(kva_storage *s, uint64_t first, size_t n, const kva_layout *l);
-/* Asserts that kva_memcheck reports no lock held and consistent accounting. */
+/* Asserts that kva_memcheck reports no lock held and consistent accounting,
+ * once the L1->L2 stores queued so far have ended (10 s at most). */
 void fixture_memcheck_clean(kva_storage *s);
 
 #endif
