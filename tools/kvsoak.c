@@ -108,9 +108,8 @@ static void ledgers(kva_runtime *rt, uint64_t sum[4], unsigned *sessions) {
   int fd = shm_open(kva_runtime_stats_name(rt), O_RDONLY, 0);
   if (fd < 0) return;
   struct stat st;
-  void *map = fstat(fd, &st) == 0
-                  ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0)
-                  : MAP_FAILED;
+  void *map = fstat(fd, &st) == 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0)
+                                  : MAP_FAILED;
   close(fd);
   if (map == MAP_FAILED) return;
   const stats_header *h = map;
@@ -277,10 +276,14 @@ int main(int argc, char **argv) {
                                        {"clients", 1, 0, 'c'}, {"seed", 1, 0, 's'},
                                        {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
   for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
-    if (o == 'm') minutes = atof(optarg);
-    else if (o == 'i') interval = atoi(optarg);
-    else if (o == 'c') nclients = atoi(optarg);
-    else if (o == 's') seed = strtoull(optarg, NULL, 0);
+    if (o == 'm')
+      minutes = atof(optarg);
+    else if (o == 'i')
+      interval = atoi(optarg);
+    else if (o == 'c')
+      nclients = atoi(optarg);
+    else if (o == 's')
+      seed = strtoull(optarg, NULL, 0);
     else {
       fprintf(stderr, "usage: kvsoak [--minutes M] [--interval S] [--clients N] [--seed X]\n");
       return 2;

@@ -302,7 +302,8 @@ START_TEST(actor_stop_delivers_queued_messages_then_on_stop) {
   gate_state s;
   gate_init(&s);
   kva_actor *a = kva_spawn(rt, &gate_behavior, &s, NULL);
-  kva_actor_hold(a); /* its record outlives the stop: the send below is refused, not a use after free */
+  kva_actor_hold(
+      a); /* its record outlives the stop: the send below is refused, not a use after free */
   ck_assert_int_eq(kva_send(a, T_DATA, NULL, 0, NULL, 0), KVA_OK);
   sem_wait(&s.entered);
   for (int i = 0; i < 100; i++) ck_assert_int_eq(kva_send(a, T_DATA, NULL, 0, NULL, 0), KVA_OK);
