@@ -23,8 +23,10 @@ import numpy as np
 import pytest
 import torch
 
+import hashlib
+
 import kvact
-from kvact.integrations.vllm import KvactConnector, KVConnectorRole, _LoadSpec
+from kvact.integrations.vllm import KvactConnector, KVConnectorRole, _LoadSpec, block_hash_keys
 
 BS, CT, LAYERS, HEADS, HEAD_DIM, BLOCKS = 4, 8, 3, 2, 8, 96
 MODEL = "fake-llm"
@@ -91,6 +93,15 @@ class Model:
                 layer[block_ids] = 7
 
 
+def block_hashes(tokens):
+    """vLLM's Request.block_hashes, reduced: one SHA-256 per full block, chained."""
+    out, parent = [], b"none"
+    for b in range(len(tokens) // BS):
+        parent = hashlib.sha256(parent + repr(tokens[b * BS:(b + 1) * BS]).encode()).digest()
+        out.append(parent)
+    return out
+
+
 class Request:
     """The fields of vLLM's Request the connector reads, and the engine's bookkeeping."""
 
@@ -104,13 +115,17 @@ class Request:
     def num_tokens(self):
         return len(self.all_token_ids)
 
+    @property
+    def block_hashes(self):
+        return block_hashes(self.all_token_ids)
+
 
 class WorkerSide:
     """vLLM's model runner: the paged caches, the fake model and the worker-side connector."""
 
     def __init__(self, cfg, dtype, fmt):
         self.model = Model(dtype, fmt)
-        self.conn = KvactConnector(cfg, KVConnectorRole.WORKER)
+        self.conn = KvactConnector(cfg, KVConnectorRole.WORKER, None)
         self.conn.register_kv_caches(dict(zip(NAMES, self.model.layers)))
 
     def execute(self, meta, batch, finished):
@@ -191,7 +206,7 @@ class Engine:
                  "kvact.model": MODEL, "kvact.kv_format": fmt}
         cfg = NS(kv_transfer_config=NS(kv_connector_extra_config=extra),
                  cache_config=NS(block_size=BS), model_config=NS(model=MODEL))
-        self.sched = KvactConnector(cfg, KVConnectorRole.SCHEDULER)
+        self.sched = KvactConnector(cfg, KVConnectorRole.SCHEDULER, None)
         self.w = (RemoteWorkerSide if remote else WorkerSide)(cfg, dtype, fmt)
         self.sm, self.budget = self.sched.storage, budget
         self.free = list(range(BLOCKS))
@@ -327,7 +342,7 @@ def prompt(n, seed):
 
 
 def keys_of(tokens):
-    return kvact.chunk_keys(MODEL, tokens, CT)
+    return block_hash_keys(MODEL, block_hashes(tokens), CT, BS)
 
 
 @pytest.fixture
