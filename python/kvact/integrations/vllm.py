@@ -8,7 +8,8 @@ Load it with
 Extra config: "kvact.config" (dict of kvact settings) and/or "kvact.config_file"
 (a kvact config file; the dict's settings apply on top), "kvact.chunk_tokens"
 (default 256, a multiple of vLLM's block_size), "kvact.model" (default the
-served model's name), "kvact.salt", "kvact.kv_format" ("flash", the default:
+served model's name), "kvact.salt", "kvact.reset_tracked_chunks" (default
+262144: the newest chunks stored that reset_cache deletes), "kvact.kv_format" ("flash", the default:
 per layer [2, blocks, block_size, heads, head_dim]; or "flashinfer":
 [blocks, 2, ...]).
 
@@ -49,7 +50,8 @@ Scheduler side (keys of kv_rank 0: every TP rank stores the same chunks):
   request_finished: (False, None) — the store is synchronous: wait_for_save
     returns once the bytes are copied out of the paged cache into L1.
   reset_cache (/reset_prefix_cache): a forced delete from L1 of the chunks
-    this scheduler planned to store, all TP ranks; L2 keeps its copies.
+    this scheduler planned to store (the newest kvact.reset_tracked_chunks),
+    all TP ranks; L2 keeps its copies.
   take_events: BlockStored of the chunks every worker stored (the workers'
     get_kv_connector_kv_cache_events), BlockRemoved of reset_cache's; only
     with kv_events_config.enable_kv_cache_events. Evictions are not reported.
@@ -204,7 +206,8 @@ class KvactConnector(KVConnectorBase_V1):
         self.storage = runtime.storage
         self._is_scheduler = role == KVConnectorRole.SCHEDULER
         self._tracked, self._lookups = {}, {}        # scheduler side
-        self._stored = {}   # scheduler: key -> its blocks' hashes, chunks planned to store
+        self._stored = {}   # scheduler: key -> its blocks' hashes (events on), oldest first
+        self._stored_cap = int(extra.get("kvact.reset_tracked_chunks", 1 << 18))
         self._kv, self._layer_index, self._chunk_bytes = None, {}, 0  # worker side
         self._events = []   # events not yet taken (both sides)
         self._stats = KvactConnectorStats()
@@ -329,11 +332,18 @@ class KvactConnector(KVConnectorBase_V1):
             keys = self._chunk_keys(hashes, first, full)
             slots = self._slots(t.block_ids, first * ct, full * ct)
             for c, key in enumerate(keys, first):
-                self._stored[key] = [maybe_convert_block_hash(h)
-                                     for h in hashes[c * per:(c + 1) * per]]
+                self._track_stored(key, hashes[c * per:(c + 1) * per])
             events = self._stored_events(t.request, first, full) if self._events_on else []
             meta.saves.append(_SaveSpec(req_id, keys, slots, events))
             t.saved_chunks = full
+
+    def _track_stored(self, key, hashes):
+        """Remembers a chunk for reset_cache: the newest kvact.reset_tracked_chunks of
+        them (older ones have most likely left L1 by then)."""
+        self._stored[key] = [maybe_convert_block_hash(h) for h in hashes] \
+            if self._events_on else None
+        if len(self._stored) > self._stored_cap:
+            del self._stored[next(iter(self._stored))]
 
     def _stored_events(self, request, first, last):
         """BlockStored of chunks [first, last) of request, in vLLM's blocks of hashing."""
