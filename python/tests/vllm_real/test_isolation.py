@@ -36,8 +36,8 @@ from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
 import kvact
 from kvact.integrations.vllm import block_hash_keys
 
-from vllm_cpu import (BLOCK_SIZE, CHUNK_TOKENS, make_kv_cache_config, make_request,
-                      make_scheduler)
+from vllm_cpu import (BLOCK_SIZE, CHUNK_TOKENS, kvact_extra, make_kv_cache_config,
+                      make_request, make_scheduler)
 
 PROMPT = [(i * 7919) % 997 + 3 for i in range(3 * CHUNK_TOKENS + 5)]  # 3 chunks and 5
 STORED = 2 * CHUNK_TOKENS  # a step of 64 tokens (max_num_batched_tokens) stores 2 chunks
@@ -68,7 +68,9 @@ IDENTITIES = {
 
 @pytest.fixture
 def scheduler(vllm_config):
-    config = vllm_config()
+    """No L2 tier: every case sees only what it stored (kvact's default has a temporary
+    disk tier, which outlives a reset_cache by design)."""
+    config = vllm_config(extra=kvact_extra(l2=[]))
     config.kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
     sched = make_scheduler(config, make_kv_cache_config(config))
     yield sched
@@ -164,7 +166,7 @@ def test_reset_cache_removes_what_this_engine_stored(scheduler):
     assert stats.reduce()["hit_tokens"] == STORED and stats.reduce()["lookups"] == 2
     assert conn.get_kv_connector_stats() is None  # reported once
     conn.take_events()
-    assert scheduler.reset_connector_cache() is True
+    assert scheduler.reset_connector_cache() is True  # what /reset_prefix_cache calls
     assert conn.storage.lookup(keys).total == 0
     assert hit(conn, make_request("after", PROMPT, cache_salt="s")) == 0
     (removed,) = conn.take_events()
