@@ -23,8 +23,12 @@ import numpy as np
 import pytest
 import torch
 
+import hashlib
+
 import kvact
-from kvact.integrations.vllm import KvactConnector, KVConnectorRole, _LoadSpec
+from kvact.integrations.vllm import (KvactConnector, KVConnectorRole, _LoadSpec,
+                                     block_hash_keys)
+from kvact.integrations._vllm_base import BlockRemoved, BlockStored, KvactConnectorStats
 
 BS, CT, LAYERS, HEADS, HEAD_DIM, BLOCKS = 4, 8, 3, 2, 8, 96
 MODEL = "fake-llm"
@@ -91,6 +95,15 @@ class Model:
                 layer[block_ids] = 7
 
 
+def block_hashes(tokens):
+    """vLLM's Request.block_hashes, reduced: one SHA-256 per full block, chained."""
+    out, parent = [], b"none"
+    for b in range(len(tokens) // BS):
+        parent = hashlib.sha256(parent + repr(tokens[b * BS:(b + 1) * BS]).encode()).digest()
+        out.append(parent)
+    return out
+
+
 class Request:
     """The fields of vLLM's Request the connector reads, and the engine's bookkeeping."""
 
@@ -104,18 +117,22 @@ class Request:
     def num_tokens(self):
         return len(self.all_token_ids)
 
+    @property
+    def block_hashes(self):
+        return block_hashes(self.all_token_ids)
+
 
 class WorkerSide:
     """vLLM's model runner: the paged caches, the fake model and the worker-side connector."""
 
     def __init__(self, cfg, dtype, fmt):
         self.model = Model(dtype, fmt)
-        self.conn = KvactConnector(cfg, KVConnectorRole.WORKER)
+        self.conn = KvactConnector(cfg, KVConnectorRole.WORKER, None)
         self.conn.register_kv_caches(dict(zip(NAMES, self.model.layers)))
 
     def execute(self, meta, batch, finished):
         """One forward pass of batch [(request, tokens scheduled)] given the pickled
-        metadata: the block ids that failed to load."""
+        metadata: the block ids that failed to load, the step's stats and events."""
         w = self.conn
         w.bind_connector_metadata(pickle.loads(meta))
         w.start_load_kv(NS())
@@ -127,8 +144,9 @@ class WorkerSide:
         w.wait_for_save()
         assert w.get_finished(finished) == (None, None)
         errors = w.get_block_ids_with_load_errors()
+        stats, events = w.get_kv_connector_stats(), w.get_kv_connector_kv_cache_events()
         w.clear_connector_metadata()
-        return errors
+        return errors, stats, events
 
     def wrong(self, reqs):
         """The requests whose computed tokens the cache does not hold right."""
@@ -190,13 +208,15 @@ class Engine:
         extra = {"kvact.config": kvact_settings, "kvact.chunk_tokens": CT,
                  "kvact.model": MODEL, "kvact.kv_format": fmt}
         cfg = NS(kv_transfer_config=NS(kv_connector_extra_config=extra),
-                 cache_config=NS(block_size=BS), model_config=NS(model=MODEL))
-        self.sched = KvactConnector(cfg, KVConnectorRole.SCHEDULER)
+                 cache_config=NS(block_size=BS), model_config=NS(model=MODEL),
+                 kv_events_config=NS(enable_kv_cache_events=True))
+        self.sched = KvactConnector(cfg, KVConnectorRole.SCHEDULER, None)
         self.w = (RemoteWorkerSide if remote else WorkerSide)(cfg, dtype, fmt)
         self.sm, self.budget = self.sched.storage, budget
         self.free = list(range(BLOCKS))
         self.waiting, self.running, self.finished = [], [], []
         self.matched, self.load_errors, self.done, self.metas = {}, [], {}, []
+        self.events, self.stats = [], KvactConnectorStats()  # as vLLM's scheduler gathers them
 
     def add(self, req_id, prompt, max_tokens=3, local_hit=0):
         """local_hit: tokens (whole blocks) vLLM's own prefix cache is to hold at admission."""
@@ -225,8 +245,13 @@ class Engine:
         self.metas.append(meta)
         reqs = {r.request_id: r for r in self.running}
         batch = [(reqs[i], n) for i, n in out.num_scheduled_tokens.items()]
-        errors = self.w.execute(pickle.dumps(meta), batch, out.finished_req_ids)
+        errors, stats, events = self.w.execute(pickle.dumps(meta), batch, out.finished_req_ids)
         self.load_errors.append(errors)
+        self.sched.update_connector_output(NS(kv_cache_events=events))
+        self.events += self.sched.take_events()
+        for s in (stats, self.sched.get_kv_connector_stats()):
+            if s is not None:
+                self.stats.aggregate(s)
         self._update(out, errors)
         assert self.w.wrong(self.running) == []
 
@@ -327,7 +352,7 @@ def prompt(n, seed):
 
 
 def keys_of(tokens):
-    return kvact.chunk_keys(MODEL, tokens, CT)
+    return block_hash_keys(MODEL, block_hashes(tokens), CT, BS)
 
 
 @pytest.fixture
@@ -387,6 +412,32 @@ def check_shared_prefixes(engine):
     assert engine.computed["B"] == 34 - 24 + 2 and engine.computed["C"] == 29 - 24 + 2
     assert not any(engine.load_errors)
     assert engine.done["C"] == engine.done["A"]
+    engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
+    assert engine.sm.memcheck(), engine.sm.memcheck_report()
+
+
+def test_stores_loads_and_resets_are_reported_as_events_and_stats(engine):
+    base = prompt(29, 12)
+    engine.add("A", base)
+    engine.run()
+    stored = [e for e in engine.events if isinstance(e, BlockStored)]
+    hashes = block_hashes(base)
+    assert [e.block_hashes for e in stored] == [hashes[c * 2:c * 2 + 2] for c in range(3)]
+    assert [e.token_ids for e in stored] == [base[c * CT:(c + 1) * CT] for c in range(3)]
+    assert stored[1].parent_block_hash == hashes[1] and stored[0].parent_block_hash is None
+    engine.add("B", base)
+    engine.run()
+    chunk_bytes = engine.w.conn._kv.chunk_layout().nbytes
+    assert engine.stats.reduce() == {
+        "lookups": 2, "hit_tokens": 24, "loaded_tokens": 24, "loaded_bytes": 3 * chunk_bytes,
+        "stored_tokens": 3 * CT, "stored_bytes": 3 * chunk_bytes, "load_error_blocks": 0,
+        "load_error_requests": 0}
+    engine.sm.flush(timeout=10.0)  # the chunks reach the L2 tier too
+    assert engine.sched.reset_cache() is True
+    found = engine.sm.lookup(keys_of(base))  # gone from L1; the L2 tier keeps its copies
+    assert found.tiers["L1"] == 0 and found.total == 3
+    (removed,) = engine.sched.take_events()
+    assert isinstance(removed, BlockRemoved) and removed.block_hashes == hashes[:6]
     engine.sm.flush(timeout=10.0)  # the store-behind's copies hold read locks
     assert engine.sm.memcheck(), engine.sm.memcheck_report()
 

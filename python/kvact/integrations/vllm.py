@@ -8,7 +8,8 @@ Load it with
 Extra config: "kvact.config" (dict of kvact settings) and/or "kvact.config_file"
 (a kvact config file; the dict's settings apply on top), "kvact.chunk_tokens"
 (default 256, a multiple of vLLM's block_size), "kvact.model" (default the
-served model's name), "kvact.salt", "kvact.kv_format" ("flash", the default:
+served model's name), "kvact.salt", "kvact.reset_tracked_chunks" (default
+262144: the newest chunks stored that reset_cache deletes), "kvact.kv_format" ("flash", the default:
 per layer [2, blocks, block_size, heads, head_dim]; or "flashinfer":
 [blocks, 2, ...]).
 
@@ -16,7 +17,18 @@ Design. vLLM runs the scheduler-side and the worker-side connector in
 different processes; each opens its own kvact.Runtime from the same config,
 so in a deployment "client.socket" names one kvactd that both use. Two
 connectors of one process with the same config share one Runtime (vLLM's
-single-process mode, and the tests).
+single-process mode, and the tests). With vLLM importable the class
+subclasses vLLM's KVConnectorBase_V1 with its exact signatures; without it,
+the stand-ins of _vllm_base.py.
+
+Keys: chunk i of a request is keyed by vLLM's block hash of its last block,
+request.block_hashes[(i + 1) * chunk_tokens / hash_block_size - 1] (a chained
+hash of every token before it and of the request's cache_salt, LoRA adapter,
+multimodal inputs and prompt embeddings), beside the model name and the TP
+rank; "kvact.salt", when set, is hashed in too. vLLM's sha256 hashes are
+the same in every process and restart; its xxhash ones only under a fixed
+PYTHONHASHSEED. A chunk whose block hashes vLLM has not made yet is neither
+looked up nor stored until it has them.
 
 Scheduler side (keys of kv_rank 0: every TP rank stores the same chunks):
   get_num_new_matched_tokens: sm.lookup over the full chunks of all but the
@@ -37,9 +49,18 @@ Scheduler side (keys of kv_rank 0: every TP rank stores the same chunks):
     load error, a preemption) has its saved-chunk mark lowered with them.
   request_finished: (False, None) — the store is synchronous: wait_for_save
     returns once the bytes are copied out of the paged cache into L1.
+  reset_cache (/reset_prefix_cache): a forced delete from L1 of the chunks
+    this scheduler planned to store (the newest kvact.reset_tracked_chunks),
+    all TP ranks; L2 keeps its copies.
+  take_events: BlockStored of the chunks every worker stored (the workers'
+    get_kv_connector_kv_cache_events), BlockRemoved of reset_cache's; only
+    with kv_events_config.enable_kv_cache_events. Evictions are not reported.
+  get_kv_connector_stats (both sides): KvactConnectorStats, since the last call.
 
 Worker side: register_kv_caches wraps the layers, in the dict's order, in one
-kvact.PagedKVCache. start_load_kv checks every request's load spec (keys, a
+kvact.PagedKVCache. bind_connector_metadata starts the step (vLLM calls
+start_load_kv after the forward on steps without synchronous loads).
+start_load_kv checks every request's load spec (keys, a
 slot mapping of their length, their block ids: a ValueError naming the
 request, before anything is taken), submits every request's prefetch,
 waits, and starts kv.load of the hit prefix; wait_for_layer_load waits for
@@ -53,47 +74,36 @@ it was to load as a load error. kvact's store gathers all layers at once, so the
 are made in wait_for_save (after the forward pass), skipping requests whose
 load failed this step: their new tokens were computed over a wrong prefix.
 """
-import enum
+from __future__ import annotations
+
 import hashlib
 import json
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import kvact
 
-try:
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
-                                                                   KVConnectorMetadata,
-                                                                   KVConnectorRole)
-except ImportError:  # vLLM absent: just what KvactConnector uses of its base
-    class KVConnectorRole(enum.Enum):
-        SCHEDULER = 0
-        WORKER = 1
+from ._vllm_base import (MEDIUM, BlockRemoved, BlockStored, KVConnectorBase_V1,
+                         KVConnectorKVEvents, KVConnectorMetadata, KVConnectorRole,
+                         KVConnectorStats, KvactConnectorStats, KvactKVEvents,
+                         maybe_convert_block_hash)
 
-    class KVConnectorMetadata:
-        pass
-
-    class KVConnectorBase_V1:
-        def __init__(self, vllm_config, role, kv_cache_config=None):
-            self._vllm_config, self._role = vllm_config, role
-            self._connector_metadata = None
-
-        @property
-        def role(self):
-            return self._role
-
-        def bind_connector_metadata(self, connector_metadata):
-            self._connector_metadata = connector_metadata
-
-        def clear_connector_metadata(self):
-            self._connector_metadata = None
-
-        def _get_connector_metadata(self):
-            assert self._connector_metadata is not None
-            return self._connector_metadata
+if TYPE_CHECKING:  # the names of the base's annotations, for readers and type checkers
+    import torch
+    from vllm.config import VllmConfig
+    from vllm.distributed.kv_events import KVCacheEvent
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +125,7 @@ class _SaveSpec:
     req_id: str
     keys: list
     slots: np.ndarray
+    events: list = field(default_factory=list)  # BlockStored per chunk, when events are on
 
 
 @dataclass
@@ -172,37 +183,65 @@ def _config(extra):
 class KvactConnector(KVConnectorBase_V1):
     """vLLM's KV connector over kvact (see the module docstring for the design)."""
 
-    def __init__(self, vllm_config, role, kv_cache_config=None):
-        if kv_cache_config is None:
-            super().__init__(vllm_config, role)  # vLLM before kv_cache_config was passed
-        else:
-            super().__init__(vllm_config, role, kv_cache_config)
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole,
+                 kv_cache_config: KVCacheConfig):
+        super().__init__(vllm_config, role, kv_cache_config)
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
         self._block_size = vllm_config.cache_config.block_size
+        self._hash_block_size = (getattr(kv_cache_config, "hash_block_size", None)
+                                 or self._block_size)
         self._chunk_tokens = int(extra.get("kvact.chunk_tokens", 256))
-        if self._chunk_tokens <= 0 or self._chunk_tokens % self._block_size:
+        if (self._chunk_tokens <= 0 or self._chunk_tokens % self._block_size
+                or self._chunk_tokens % self._hash_block_size):
             raise ValueError("kvact.chunk_tokens %d is not a multiple of block_size %d" %
                              (self._chunk_tokens, self._block_size))
         self._model = _model_name(extra.get("kvact.model", vllm_config.model_config.model))
         self._salt = extra.get("kvact.salt", "")
         self._fmt = extra.get("kvact.kv_format", "flash")
+        events = getattr(vllm_config, "kv_events_config", None)
+        self._events_on = bool(events and events.enable_kv_cache_events)
+        parallel = getattr(vllm_config, "parallel_config", None)
+        self._tp = getattr(parallel, "tensor_parallel_size", 1) or 1
         self._runtime_id, runtime = _acquire_runtime(extra)
         self.storage = runtime.storage
         self._is_scheduler = role == KVConnectorRole.SCHEDULER
         self._tracked, self._lookups = {}, {}        # scheduler side
-        self._kv, self._layer_index = None, {}       # worker side
+        self._stored = {}   # scheduler: key -> its blocks' hashes (events on), oldest first
+        self._stored_cap = int(extra.get("kvact.reset_tracked_chunks", 1 << 18))
+        self._kv, self._layer_index, self._chunk_bytes = None, {}, 0  # worker side
+        self._events = []   # events not yet taken (both sides)
+        self._stats = KvactConnectorStats()
         self._rank = 0 if self._is_scheduler else _tp_rank()
         self._reset_step()
 
+    # ---- what vLLM reads of the class ---------------------------------------------------
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
+        """True: wait_for_layer_load waits on the host per layer, which a captured CUDA
+        graph would skip on replay; vLLM then captures the graph in pieces between layers."""
+        return True
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        """False: kvact is a best-effort cache. A save a preemption drops is a later miss,
+        not a lost hand-off, so vLLM need not recompute the preempted request."""
+        return False
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None
+                                 ) -> KVConnectorStats | None:
+        return None if data is None else KvactConnectorStats(data=dict(data))
+
     # ---- scheduler side ---------------------------------------------------------------
-    def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        tokens = list(request.all_token_ids)[:request.num_tokens - 1]
-        keys = self._keys(tokens)
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int
+                                   ) -> tuple[int | None, bool]:
+        keys = self._request_keys(request, request.num_tokens - 1)
         hit = self.storage.lookup(keys).total * self._chunk_tokens if keys else 0
         self._lookups[request.request_id] = (keys, hit)
         return max(0, hit - num_computed_tokens), False
 
-    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
+                                 num_external_tokens: int):
         looked_up = self._lookups.pop(request.request_id, None)
         keys, hit = looked_up or ([], 0)
         if num_external_tokens > hit:  # the load would start before the request's token 0
@@ -214,8 +253,10 @@ class KvactConnector(KVConnectorBase_V1):
         if num_external_tokens > 0:
             t.load = (keys, hit - num_external_tokens, hit)
         self._tracked[request.request_id] = t
+        self._stats.add("lookups", 1 if looked_up else 0)
+        self._stats.add("hit_tokens", num_external_tokens)
 
-    def build_connector_meta(self, scheduler_output):
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = KvactConnectorMetadata()
         for req_id in getattr(scheduler_output, "finished_req_ids", ()):
             self._tracked.pop(req_id, None)
@@ -237,25 +278,87 @@ class KvactConnector(KVConnectorBase_V1):
             self._plan(meta, req_id, t, computed + scheduled[req_id])
         return meta
 
-    def request_finished(self, request, block_ids):
+    def update_connector_output(self, connector_output: KVConnectorOutput):
+        """Keeps the workers' events of this step (those every worker reported)."""
+        events = getattr(connector_output, "kv_cache_events", None)
+        if isinstance(events, KvactKVEvents):
+            self._events.extend(events.aggregate().get_all_events())
+
+    def request_finished(self, request: Request, block_ids: list[int]
+                         ) -> tuple[bool, dict[str, Any] | None]:
         self._tracked.pop(request.request_id, None)
         self._lookups.pop(request.request_id, None)
         return False, None
 
+    def take_events(self) -> Iterable[KVCacheEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def reset_cache(self) -> bool | None:
+        """vLLM's /reset_prefix_cache: a forced delete from L1 of every chunk this
+        scheduler had stored (all TP ranks' keys), readers keeping what they hold. Their
+        copies in L2 tiers stay (a later lookup may find them there); chunks other
+        engines or an earlier run of this one stored stay too. False when kvact refuses."""
+        keys = list(self._stored)
+        ranked = [k if r == 0 else k._replace(kv_rank=r) for r in range(self._tp) for k in keys]
+        try:
+            status = self.storage.delete(ranked, force=True) if ranked else []
+        except kvact.KvactError as e:
+            log.warning("kvact reset_cache: the delete was refused: %s", e)
+            return False
+        removed = [k for k, s in zip(keys, status) if s == 0]
+        if self._events_on and removed:
+            self._events.append(BlockRemoved(
+                block_hashes=[h for k in removed for h in self._stored[k]], medium=MEDIUM))
+        log.info("kvact reset_cache: removed %d of the %d chunks this engine stored from "
+                 "L1 (forced, %d TP rank(s)); L2 tiers keep their copies", len(removed),
+                 len(keys), self._tp)
+        self._stored.clear()
+        return True
+
     def _plan(self, meta, req_id, t, computed_after):
         """Adds req_id's load (if one is pending) and the store of the full chunks whose
-        tokens are all computed once this step is done."""
+        tokens are all computed once this step is done and whose block hashes vLLM has
+        (a chunk's hashes may lag its tokens: it is stored in a later step)."""
         ct = self._chunk_tokens
         if t.load is not None:
             keys, start, end = t.load
             meta.loads.append(self._load_spec(req_id, t.block_ids, keys, start, end))
             t.load = None
-        full = computed_after // ct
+        hashes = t.request.block_hashes
+        full = min(computed_after // ct, len(hashes) * self._hash_block_size // ct)
         if full > t.saved_chunks:
-            keys = self._keys(list(t.request.all_token_ids)[:full * ct])
-            slots = self._slots(t.block_ids, t.saved_chunks * ct, full * ct)
-            meta.saves.append(_SaveSpec(req_id, keys[t.saved_chunks:], slots))
+            first, per = t.saved_chunks, ct // self._hash_block_size
+            keys = self._chunk_keys(hashes, first, full)
+            slots = self._slots(t.block_ids, first * ct, full * ct)
+            for c, key in enumerate(keys, first):
+                self._track_stored(key, hashes[c * per:(c + 1) * per])
+            events = self._stored_events(t.request, first, full) if self._events_on else []
+            meta.saves.append(_SaveSpec(req_id, keys, slots, events))
             t.saved_chunks = full
+
+    def _track_stored(self, key, hashes):
+        """Remembers a chunk for reset_cache: the newest kvact.reset_tracked_chunks of
+        them (older ones have most likely left L1 by then)."""
+        self._stored[key] = [maybe_convert_block_hash(h) for h in hashes] \
+            if self._events_on else None
+        if len(self._stored) > self._stored_cap:
+            del self._stored[next(iter(self._stored))]
+
+    def _stored_events(self, request, first, last):
+        """BlockStored of chunks [first, last) of request, in vLLM's blocks of hashing."""
+        ct, hbs, hashes = self._chunk_tokens, self._hash_block_size, request.block_hashes
+        lora = getattr(request, "lora_request", None)
+        out = []
+        for c in range(first, last):
+            a, b = c * ct // hbs, (c + 1) * ct // hbs
+            out.append(BlockStored(
+                block_hashes=[maybe_convert_block_hash(h) for h in hashes[a:b]],
+                parent_block_hash=maybe_convert_block_hash(hashes[a - 1]) if a else None,
+                token_ids=list(request.all_token_ids[c * ct:(c + 1) * ct]), block_size=hbs,
+                lora_id=lora.lora_int_id if lora else None, medium=MEDIUM,
+                lora_name=lora.lora_name if lora else None))
+        return out
 
     def _load_spec(self, req_id, block_ids, keys, start, end):
         ct, bs = self._chunk_tokens, self._block_size
@@ -271,19 +374,34 @@ class KvactConnector(KVConnectorBase_V1):
         blocks = np.asarray(block_ids, dtype=np.int64)
         return blocks[tok // self._block_size] * self._block_size + tok % self._block_size
 
-    def _keys(self, tokens):
-        return kvact.chunk_keys(self._model, tokens, self._chunk_tokens, 0, self._salt)
+    def _request_keys(self, request, tokens):
+        """Keys of the full chunks of request's first `tokens` tokens that vLLM has
+        block hashes of."""
+        n = min(tokens, len(request.block_hashes) * self._hash_block_size)
+        return self._chunk_keys(request.block_hashes, 0, n // self._chunk_tokens)
+
+    def _chunk_keys(self, hashes, first, last):
+        per = self._chunk_tokens // self._hash_block_size
+        return [kvact.ObjectKey(self._model, 0, 0, _key_hash(hashes[(c + 1) * per - 1],
+                                                             self._salt))
+                for c in range(first, last)]
 
     # ---- worker side --------------------------------------------------------------------
-    def register_kv_caches(self, kv_caches):
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
         names = list(kv_caches)
         self._first_layer = kv_caches[names[0]]
         self._layer_index = {name: i for i, name in enumerate(names)}
         self._kv = kvact.PagedKVCache(self.storage, [kv_caches[n] for n in names], self._fmt,
                                       self._chunk_tokens)
+        self._chunk_bytes = self._kv.chunk_layout().nbytes
 
-    def start_load_kv(self, forward_context, **kwargs):
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        """The step starts here: vLLM calls start_load_kv after the forward on steps
+        without synchronous loads, too late to reset the step's state."""
+        super().bind_connector_metadata(connector_metadata)
         self._reset_step()
+
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         for spec in meta.loads:  # before anything is taken
             self._check_load(spec)
@@ -304,13 +422,14 @@ class KvactConnector(KVConnectorBase_V1):
             self._give_back(step)
             raise
 
-    def wait_for_layer_load(self, layer_name):
+    def wait_for_layer_load(self, layer_name: str) -> None:
         layer = self._layer_index.get(layer_name)
         if layer is not None:
             for _, _, op in self._loads:
                 op.wait_layer(layer)
 
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
+                      attn_metadata: AttentionMetadata, **kwargs: Any) -> None:
         """Nothing per layer: kvact's store gathers all layers in one op (wait_for_save)."""
 
     def wait_for_save(self):
@@ -325,14 +444,36 @@ class KvactConnector(KVConnectorBase_V1):
             status = op.wait()
             if status != 0:  # best effort: a chunk not stored is a later miss
                 log.warning("kvact store of %s: status %d", spec.req_id, status)
+                continue
+            self._stats.add("stored_tokens", len(spec.keys) * self._chunk_tokens)
+            self._stats.add("stored_bytes", len(spec.keys) * self._chunk_bytes)
+            self._events.extend(spec.events)
 
-    def get_finished(self, finished_req_ids):
+    def get_finished(self, finished_req_ids: set[str]
+                     ) -> tuple[set[str] | None, set[str] | None]:
         return None, None  # nothing is asynchronous across steps
 
-    def get_block_ids_with_load_errors(self):
+    def get_block_ids_with_load_errors(self) -> set[int]:
         self._finish_loads()
         errors, self._errors = self._errors, set()
+        self._stats.add("load_error_blocks", len(errors))
+        self._stats.add("load_error_requests", len(self._failed))
         return errors
+
+    def get_kv_connector_kv_cache_events(self) -> KVConnectorKVEvents | None:
+        if not self._events:
+            return None
+        events = KvactKVEvents(num_workers=1)
+        events.add_events(self._events)
+        self._events = []
+        return events
+
+    # ---- both sides ---------------------------------------------------------------------
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        if self._stats.is_empty():
+            return None
+        stats, self._stats = self._stats, KvactConnectorStats()
+        return stats
 
     def shutdown(self):
         if self._kv is not None:
@@ -403,6 +544,9 @@ class KvactConnector(KVConnectorBase_V1):
             if status != 0:
                 log.warning("kvact load of %s: status %d", spec.req_id, status)
                 self._fail(spec, 0, hits)
+                continue
+            self._stats.add("loaded_tokens", int((spec.slots[:hits * self._chunk_tokens] >= 0).sum()))
+            self._stats.add("loaded_bytes", hits * self._chunk_bytes)
         self._loads = []
 
     def _fail(self, spec, first, last):
@@ -438,6 +582,26 @@ def _resumed(cached, i, req_id):
     if hasattr(cached, "resumed_req_ids"):
         return req_id in cached.resumed_req_ids
     return bool(cached.resumed_from_preemption[i])
+
+
+def block_hash_keys(model, block_hashes, chunk_tokens, hash_block_size, kv_rank=0, salt=""):
+    """The kvact keys of the full chunks that block_hashes (vLLM's Request.block_hashes,
+    one per hash_block_size tokens) cover: chunk i's hash is that of its last block, which
+    vLLM chains over every block before it and the request's identity (cache_salt, LoRA,
+    multimodal inputs, prompt embeddings)."""
+    per = chunk_tokens // hash_block_size
+    return [kvact.ObjectKey(_model_name(model), kv_rank, 0,
+                            _key_hash(block_hashes[(i + 1) * per - 1], salt))
+            for i in range(len(block_hashes) // per)]
+
+
+def _key_hash(block_hash, salt):
+    """A kva_key hash (1..32 bytes) of a vLLM block hash: the hash itself (sha256's 32
+    bytes, xxhash's 8 or 16), or its SHA-256 when kvact.salt is set or it is longer."""
+    raw = bytes(block_hash)
+    if salt or not 0 < len(raw) <= 32:
+        return hashlib.sha256(salt.encode() + b"\0" + raw).digest()
+    return raw
 
 
 def _tp_rank():

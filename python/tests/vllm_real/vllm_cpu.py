@@ -111,14 +111,19 @@ def make_scheduler(vllm_config, kv_cache_config):
 _none_hash_ready = False
 
 
-def make_request(req_id, tokens, max_tokens=4, cache_salt=None):
-    """vLLM's create_request: a real Request with vLLM's sha256 block hasher."""
+def make_request(req_id, tokens, max_tokens=4, cache_salt=None, lora_request=None,
+                 mm_features=None, prompt_embeds=None):
+    """vLLM's create_request: a real Request with vLLM's sha256 block hasher. With
+    prompt_embeds (a [tokens, hidden] tensor) the request has no token ids, as vLLM's
+    requests built from embeddings: tokens gives only their number."""
     global _none_hash_ready
     if not _none_hash_ready:
         init_none_hash(sha256)
         _none_hash_ready = True
     params = SamplingParams(max_tokens=max_tokens)
     params.update_from_generation_config({}, EOS)
-    return Request(request_id=req_id, prompt_token_ids=list(tokens), sampling_params=params,
-                   pooling_params=None, mm_features=None, cache_salt=cache_salt,
+    return Request(request_id=req_id,
+                   prompt_token_ids=None if prompt_embeds is not None else list(tokens),
+                   prompt_embeds=prompt_embeds, sampling_params=params, pooling_params=None,
+                   mm_features=mm_features, lora_request=lora_request, cache_salt=cache_salt,
                    block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256))
