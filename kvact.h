@@ -695,9 +695,9 @@ KVA_API int kva_eviction_policy_register(const kva_eviction_policy *p);
  * One copy actor per device, on its own thread, gathers a request's tokens
  * out of the paged cache into L1 chunk objects (store) and scatters
  * prefetched chunks back (load). Chunk objects are KV_2LTD: one tensor
- * [2, layers, tokens, heads * head_dim] of the cache's dtype (see
- * kva_kv_chunk_layout). Copies are bytewise, so any dtype of the right
- * element size round-trips exactly.
+ * [2, layers, tokens, heads * head_dim] of the cache's dtype, or KV_PAGES
+ * for KVA_KV_PAGES (whole pages; see kva_kv_chunk_layout). Copies are
+ * bytewise, so any dtype of the right element size round-trips exactly.
  *
  * KVA_DEVICE_HOST is a device whose "device memory" is host memory: the
  * same gather/scatter on CPU threads, the same completion path. A CUDA
