@@ -695,9 +695,9 @@ KVA_API int kva_eviction_policy_register(const kva_eviction_policy *p);
  * One copy actor per device, on its own thread, gathers a request's tokens
  * out of the paged cache into L1 chunk objects (store) and scatters
  * prefetched chunks back (load). Chunk objects are KV_2LTD: one tensor
- * [2, layers, tokens, heads * head_dim] of the cache's dtype (see
- * kva_kv_chunk_layout). Copies are bytewise, so any dtype of the right
- * element size round-trips exactly.
+ * [2, layers, tokens, heads * head_dim] of the cache's dtype, or KV_PAGES
+ * for KVA_KV_PAGES (whole pages; see kva_kv_chunk_layout). Copies are
+ * bytewise, so any dtype of the right element size round-trips exactly.
  *
  * KVA_DEVICE_HOST is a device whose "device memory" is host memory: the
  * same gather/scatter on CPU threads, the same completion path. A CUDA
@@ -707,15 +707,29 @@ KVA_API int kva_eviction_policy_register(const kva_eviction_policy *p);
  * ------------------------------------------------------------------------ */
 enum { KVA_DEVICE_HOST = -1 };
 typedef enum {
-  KVA_KV_FLASH,     /* per layer [2, blocks, block_size, heads, head_dim] */
-  KVA_KV_FLASHINFER /* per layer [blocks, 2, block_size, heads, head_dim] */
+  KVA_KV_FLASH,      /* per layer [2, blocks, block_size, heads, head_dim] */
+  KVA_KV_FLASHINFER, /* per layer [blocks, 2, block_size, heads, head_dim] */
+  KVA_KV_PAGES       /* per layer num_blocks opaque pages (see below) */
 } kva_kv_format;
+/* KVA_KV_PAGES: block b of layer l is the page_bytes contiguous bytes at
+ * layers[l] + b * block_stride, whatever they hold (vLLM 0.33's fused
+ * [heads, block_size, K|V] pages, whose K|V split depends on the attention
+ * backend). Strided blocks cover blocks-first caches, where one block
+ * holds every layer's page (block_stride = layers * page_bytes); pages
+ * must not overlap (block_stride >= page_bytes). Copies move whole pages:
+ * chunk_tokens must be a multiple of block_size, and the slots of each
+ * block of a chunk a run block * block_size + 0, 1, ... (or all -1: the
+ * page is skipped, as a -1 token is in the other formats). num_heads and
+ * head_dim are not read; page_bytes must be a multiple of the dtype's
+ * size. Chunk objects are KV_PAGES (see kva_kv_chunk_layout). */
 typedef struct kva_paged_kv {
   int device; /* CUDA ordinal or KVA_DEVICE_HOST */
   kva_kv_format format;
   kva_dtype dtype;
   uint32_t num_layers, num_blocks, block_size, num_heads, head_dim;
-  void *const *layers; /* num_layers base pointers (device or host memory) */
+  void *const *layers;   /* num_layers base pointers (device or host memory) */
+  uint64_t block_stride; /* KVA_KV_PAGES: bytes from a layer's block b to b + 1 */
+  uint64_t page_bytes;   /* KVA_KV_PAGES: bytes of one block of one layer */
 } kva_paged_kv;
 typedef struct kva_kv kva_kv;
 typedef struct kva_op kva_op;
@@ -727,7 +741,10 @@ typedef struct kva_op kva_op;
  * kv. */
 KVA_API int kva_kv_register(kva_storage *s, const kva_paged_kv *d, kva_kv **out);
 KVA_API void kva_kv_unregister(kva_kv *kv); /* waits for the kv's ops still copying */
-/* KV_2LTD layout of a chunk of chunk_tokens tokens (ntensors 0 if invalid) */
+/* The layout of a chunk of chunk_tokens tokens (ntensors 0 if invalid):
+ * KV_2LTD [2, layers, tokens, heads * head_dim] for the token formats;
+ * KV_PAGES [layers, ceil(tokens / block_size), page_bytes / dtype size]
+ * for KVA_KV_PAGES (a page of each of the chunk's blocks, per layer). */
 KVA_API kva_layout kva_kv_chunk_layout(const kva_kv *kv, uint32_t chunk_tokens);
 /* Chunk i of k[] holds tokens [i * chunk_tokens, min((i + 1) * chunk_tokens,
  * ntokens)): ntokens must be in ((nchunks - 1) * chunk_tokens, nchunks *
@@ -735,7 +752,10 @@ KVA_API kva_layout kva_kv_chunk_layout(const kva_kv *kv, uint32_t chunk_tokens);
  * layout of its own token count). slot_mapping[t] = block * block_size +
  * offset; -1 = skip this token (stored as zeros in its chunk, not written
  * to the cache on load). slot_mapping is host
- * memory, copied by the call.
+ * memory, copied by the call. KVA_KV_PAGES copies whole pages: KVA_EINVAL
+ * unless chunk_tokens is a multiple of block_size and each block's slots
+ * in a chunk are a block-aligned run or all -1; a partial last block
+ * moves its whole page (the slots past ntokens in it too).
  *
  * kva_kv_store: reserve_write(NEW) + gather + finish_write. Keys already
  * present are skipped, not an error. Op status: KVA_OK, or KVA_ENOMEM when

@@ -22,8 +22,8 @@
 extern "C" {
 #endif
 
-#define KVA_CUDA_API_VERSION 2u
-#define KVA_CUDA_API_SYMBOL "kvact_cuda_api_v2"
+#define KVA_CUDA_API_VERSION 3u /* 3: kv_geom has pages (GEOM_PAGES) */
+#define KVA_CUDA_API_SYMBOL "kvact_cuda_api_v3"
 
 enum { CUDA_H2D = 1, CUDA_D2H = 2, CUDA_D2D = 3 }; /* = cudaMemcpyKind */
 
@@ -37,7 +37,7 @@ typedef struct cuda_launch {
   uint32_t nchunks, max_tokens;
   uint32_t layer_first, layer_count; /* the layers this launch copies */
   int dir;                           /* COPY_GATHER / COPY_SCATTER */
-  uint32_t vec_bytes;                /* 16, 4 or 1: what every row and pointer allows */
+  uint32_t vec_bytes;                /* 16, 4 or 1: what every row/page and pointer allows */
 } cuda_launch;
 
 typedef struct cuda_api {

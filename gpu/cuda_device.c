@@ -110,9 +110,10 @@ static size_t align16(size_t n) {
   return (n + 15) & ~(size_t)15;
 }
 
-/* The widest word every row and base pointer of the job is aligned to. */
+/* The widest word every row (or page, and block stride) and base pointer
+ * of the job is aligned to. */
 static uint32_t job_vec_bytes(const copy_job *j) {
-  uintptr_t bits = (uintptr_t)j->g.row_bytes;
+  uintptr_t bits = (uintptr_t)(j->g.row_bytes | j->g.page_bytes | j->g.block_stride);
   for (uint32_t l = 0; l < j->g.num_layers; l++) bits |= (uintptr_t)j->layers[l];
   for (uint32_t c = 0; c < j->nchunks; c++) bits |= (uintptr_t)j->chunks[c].buf;
   return bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;

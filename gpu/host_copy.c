@@ -3,13 +3,15 @@
  * host device's copy, and the reference the CUDA kernels are compared with
  * bit for bit (tests/gpu/gpu_cuda_test.c).
  *
- * A row is heads * head_dim elements (2 KiB for llama3-8b in bf16) and is
- * copied bytewise, so every dtype of the same size is the same copy. Rows
- * whose length and addresses are multiples of 16 bytes go through
- * non-temporal 16-byte stores, as glibc's memcpy does for a copy this
- * large: the bytes are not read back soon by this thread, and streaming
- * them saves the read-for-ownership of every destination line (about 2x
- * against memcpy of each 2 KiB row). Others use memcpy.
+ * A row is heads * head_dim elements (2 KiB for llama3-8b in bf16), a page
+ * one block of one layer (KVA_KV_PAGES: 64 KiB for llama3-8b, blocks of 16
+ * tokens); both are copied bytewise, so every dtype of the same size is
+ * the same copy. Rows and pages whose length and addresses are multiples
+ * of 16 bytes go through non-temporal 16-byte stores, as glibc's memcpy
+ * does for a copy this large: the bytes are not read back soon by this
+ * thread, and streaming them saves the read-for-ownership of every
+ * destination line (about 2x against memcpy of each 2 KiB row). Others
+ * use memcpy.
  */
 #include <emmintrin.h>
 #include <stdint.h>
@@ -62,14 +64,45 @@ static void scatter_chunk(const copy_job *j, const copy_chunk *c, uint32_t l) {
   }
 }
 
+/* Paged cache -> a KV_PAGES chunk, page by page; a skipped block (slot
+ * -1, kv_io.c checked the run) is stored as zeros. */
+static void gather_pages(const copy_job *j, const copy_chunk *c, uint32_t l) {
+  const kv_geom *g = &j->g;
+  const char *layer = j->layers[l];
+  uint32_t pages = geom_chunk_pages(g, c->tokens);
+  for (uint32_t p = 0; p < pages; p++) {
+    char *dst = (char *)c->buf + geom_chunk_page_offset(g, l, pages, p);
+    int64_t slot = j->slots[c->first + (uint64_t)p * g->block_size];
+    if (slot < 0)
+      row_zero(dst, g->page_bytes);
+    else
+      row_copy(dst, layer + geom_page_offset(g, (uint64_t)slot / g->block_size), g->page_bytes);
+  }
+}
+
+/* A KV_PAGES chunk -> paged cache; a skipped block is not written. */
+static void scatter_pages(const copy_job *j, const copy_chunk *c, uint32_t l) {
+  const kv_geom *g = &j->g;
+  char *layer = j->layers[l];
+  uint32_t pages = geom_chunk_pages(g, c->tokens);
+  for (uint32_t p = 0; p < pages; p++) {
+    int64_t slot = j->slots[c->first + (uint64_t)p * g->block_size];
+    if (slot < 0) continue;
+    const char *src = (const char *)c->buf + geom_chunk_page_offset(g, l, pages, p);
+    row_copy(layer + geom_page_offset(g, (uint64_t)slot / g->block_size), src, g->page_bytes);
+  }
+}
+
+static void copy_chunk_layer(const copy_job *j, const copy_chunk *c, uint32_t l) {
+  if (j->g.format == GEOM_PAGES)
+    (j->dir == COPY_GATHER ? gather_pages : scatter_pages)(j, c, l);
+  else
+    (j->dir == COPY_GATHER ? gather_chunk : scatter_chunk)(j, c, l);
+}
+
 /* The fence orders the streaming stores before the layer is reported (a
  * reader on another thread must see its bytes). */
 void host_copy_layer(const copy_job *j, uint32_t layer) {
-  for (uint32_t i = 0; i < j->nchunks; i++) {
-    if (j->dir == COPY_GATHER)
-      gather_chunk(j, &j->chunks[i], layer);
-    else
-      scatter_chunk(j, &j->chunks[i], layer);
-  }
+  for (uint32_t i = 0; i < j->nchunks; i++) copy_chunk_layer(j, &j->chunks[i], layer);
   _mm_sfence();
 }

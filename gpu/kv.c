@@ -15,18 +15,44 @@
 #include "common/key.h"
 #include "gpu/storage_link.h"
 
-/* Every number positive, the per-layer element count and a row's bytes
- * free of overflow, every layer pointer set. */
-static int kv_check_desc(const kva_paged_kv *d) {
-  if (!d || (d->format != KVA_KV_FLASH && d->format != KVA_KV_FLASHINFER)) return KVA_EINVAL;
-  uint64_t es = dtype_size(d->dtype), n = 2, row;
-  if (!es || !d->num_layers || !d->num_blocks || !d->block_size || !d->num_heads || !d->head_dim ||
-      !d->layers)
-    return KVA_EINVAL;
+_Static_assert((int)GEOM_FLASH == (int)KVA_KV_FLASH &&
+                   (int)GEOM_FLASHINFER == (int)KVA_KV_FLASHINFER &&
+                   (int)GEOM_PAGES == (int)KVA_KV_PAGES,
+               "kv_geom formats are kva_kv_format values");
+
+/* Token formats: heads and head_dim positive, the per-layer element count
+ * and a row's bytes free of overflow. */
+static int kv_check_rows(const kva_paged_kv *d, uint64_t es) {
+  uint64_t n = 2, row;
+  if (!d->num_heads || !d->head_dim) return KVA_EINVAL;
   if (__builtin_mul_overflow(es * d->num_heads, (uint64_t)d->head_dim, &row) ||
       __builtin_mul_overflow(n * d->num_blocks, (uint64_t)d->block_size, &n) ||
       __builtin_mul_overflow(n, row, &n))
     return KVA_EINVAL;
+  return KVA_OK;
+}
+
+/* KVA_KV_PAGES: whole elements per page, pages that do not overlap, the
+ * last block's end free of overflow (heads and head_dim are not read). */
+static int kv_check_pages(const kva_paged_kv *d, uint64_t es) {
+  uint64_t end;
+  if (!d->page_bytes || d->page_bytes % es || d->block_stride < d->page_bytes) return KVA_EINVAL;
+  if (__builtin_mul_overflow((uint64_t)(d->num_blocks - 1), d->block_stride, &end) ||
+      __builtin_add_overflow(end, d->page_bytes, &end))
+    return KVA_EINVAL;
+  return KVA_OK;
+}
+
+/* Every number positive, the format's own checks, every layer pointer
+ * set. */
+static int kv_check_desc(const kva_paged_kv *d) {
+  if (!d ||
+      (d->format != KVA_KV_FLASH && d->format != KVA_KV_FLASHINFER && d->format != KVA_KV_PAGES))
+    return KVA_EINVAL;
+  uint64_t es = dtype_size(d->dtype);
+  if (!es || !d->num_layers || !d->num_blocks || !d->block_size || !d->layers) return KVA_EINVAL;
+  int rc = d->format == KVA_KV_PAGES ? kv_check_pages(d, es) : kv_check_rows(d, es);
+  if (rc != KVA_OK) return rc;
   for (uint32_t l = 0; l < d->num_layers; l++)
     if (!d->layers[l]) return KVA_EINVAL;
   return KVA_OK;
@@ -80,11 +106,15 @@ static kva_kv *kv_new(kva_storage *s, const kva_paged_kv *d) {
   kv->desc = *d;
   memcpy(kv->layers, d->layers, d->num_layers * sizeof(void *));
   kv->desc.layers = kv->layers;
-  kv->g = (kv_geom){.format = d->format == KVA_KV_FLASH ? GEOM_FLASH : GEOM_FLASHINFER,
+  int pages = d->format == KVA_KV_PAGES;
+  kv->g = (kv_geom){.format = (uint32_t)d->format, /* GEOM_* = kva_kv_format */
                     .num_layers = d->num_layers,
                     .num_blocks = d->num_blocks,
                     .block_size = d->block_size,
-                    .row_bytes = (uint64_t)dtype_size(d->dtype) * d->num_heads * d->head_dim};
+                    .row_bytes =
+                        pages ? 0 : (uint64_t)dtype_size(d->dtype) * d->num_heads * d->head_dim,
+                    .block_stride = pages ? d->block_stride : 0,
+                    .page_bytes = pages ? d->page_bytes : 0};
   pthread_mutex_init(&kv->lock, NULL);
   pthread_cond_init(&kv->idle, NULL);
   return kv;
@@ -157,9 +187,23 @@ void kv_op_finished(kva_kv *kv) {
   pthread_mutex_unlock(&kv->lock);
 }
 
+/* KV_PAGES: [layers, pages of the chunk, page elements]. */
+static kva_layout kv_pages_layout(const kva_kv *kv, uint32_t chunk_tokens) {
+  kva_layout l = {0};
+  const kva_paged_kv *d = &kv->desc;
+  l.ntensors = 1;
+  l.tensor[0].ndim = 3;
+  l.tensor[0].dtype = d->dtype;
+  l.tensor[0].shape[0] = d->num_layers;
+  l.tensor[0].shape[1] = geom_chunk_pages(&kv->g, chunk_tokens);
+  l.tensor[0].shape[2] = d->page_bytes / dtype_size(d->dtype);
+  return l;
+}
+
 kva_layout kva_kv_chunk_layout(const kva_kv *kv, uint32_t chunk_tokens) {
   kva_layout l = {0};
   if (!kv || !chunk_tokens) return l;
+  if (kv->desc.format == KVA_KV_PAGES) return kv_pages_layout(kv, chunk_tokens);
   const kva_paged_kv *d = &kv->desc;
   l.ntensors = 1;
   l.tensor[0].ndim = 4;

@@ -20,8 +20,33 @@
 #include "gpu/op.h"
 #include "gpu/storage_link.h"
 
+/* KVA_KV_PAGES moves whole pages: chunks of whole blocks, and the slots
+ * of each block a run block * block_size + 0, 1, ... (cut short by the
+ * request's end) or all -1, a page skipped. */
+static int kv_check_pages(const kv_geom *g, uint32_t ct, const int64_t *slots, size_t ntokens,
+                          const char *call) {
+  uint32_t bs = g->block_size;
+  if (ct % bs) {
+    LOG_WARN("%s: chunk_tokens %u is not a multiple of block_size %u", call, ct, bs);
+    return KVA_EINVAL;
+  }
+  for (size_t t0 = 0; t0 < ntokens; t0 += bs) {
+    int64_t s0 = slots[t0];
+    size_t run = ntokens - t0 < bs ? ntokens - t0 : bs;
+    int ok = s0 < 0 || s0 % bs == 0;
+    for (size_t o = 1; ok && o < run; o++) ok = slots[t0 + o] == (s0 < 0 ? -1 : s0 + (int64_t)o);
+    if (!ok) {
+      LOG_WARN("%s: tokens %zu..%zu are not one whole block's slots in order", call, t0,
+               t0 + run - 1);
+      return KVA_EINVAL;
+    }
+  }
+  return KVA_OK;
+}
+
 /* The request's shape: tokens split into nchunks chunks of chunk_tokens,
- * only the last one partial, every slot -1 or inside the cache; no chunk
+ * only the last one partial, every slot -1 or inside the cache (whole
+ * blocks for pages: kv_check_pages); no chunk
  * key named twice (a store reserves a partial last chunk in a call of its
  * own, so the facade's check of each call would not see it repeat an
  * earlier chunk). */
@@ -35,6 +60,8 @@ static int kv_check_request(kva_storage *s, const kva_kv *kv, const kva_key *k, 
   uint64_t limit = geom_slots(&kv->g);
   for (size_t t = 0; t < ntokens; t++)
     if (slots[t] < -1 || (slots[t] >= 0 && (uint64_t)slots[t] >= limit)) return KVA_EINVAL;
+  if (kv->g.format == GEOM_PAGES && kv_check_pages(&kv->g, ct, slots, ntokens, call) != KVA_OK)
+    return KVA_EINVAL;
   char why[KVA_KEY_TEXT_MAX + 160];
   int rc = key_repeat_problem(k, nchunks, call, why, sizeof(why));
   if (rc == KVA_EINVAL) LOG_WARN("%s", why);

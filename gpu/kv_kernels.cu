@@ -9,7 +9,8 @@
  * goes straight from the paged cache into the L1 pool, with no staging
  * buffer and no second copy. Rows (one token's heads * head_dim elements)
  * are contiguous on both sides and are copied in 16-byte words when the
- * row length and every base pointer allow it.
+ * row length and every base pointer allow it. KVA_KV_PAGES copies pages
+ * (one block of one layer) the same way, a thread block per page.
  *
  * Slot semantics follow LMCache's multi_layer_kv_transfer: slot = block *
  * block_size + offset, -1 skips the token (a store writes zeros there).
@@ -43,7 +44,38 @@ template <typename W> __global__ void kv_copy_kernel(cuda_launch l) {
     for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) paged[i] = chunk[i];
 }
 
+/* KVA_KV_PAGES: grid x = pages of a chunk, y = chunk, z = layer; the
+ * threads of a block stride over the words of one page. A page whose block
+ * is skipped (slot -1, kv_io.c checked the run) is zeros in a gather. */
+template <typename W> __global__ void kv_page_kernel(cuda_launch l) {
+  const copy_chunk c = l.chunks[blockIdx.y];
+  uint32_t pages = geom_chunk_pages(&l.g, c.tokens), p = blockIdx.x;
+  if (p >= pages) return;
+  uint32_t layer = l.layer_first + blockIdx.z;
+  int64_t slot = l.slots[c.first + (uint64_t)p * l.g.block_size];
+  uint64_t words = l.g.page_bytes / sizeof(W);
+  W *chunk = (W *)((char *)c.buf + geom_chunk_page_offset(&l.g, layer, pages, p));
+  if (slot < 0) {
+    if (l.dir == COPY_GATHER)
+      for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) chunk[i] = W{};
+    return;
+  }
+  W *paged =
+      (W *)((char *)l.layers[layer] + geom_page_offset(&l.g, (uint64_t)slot / l.g.block_size));
+  if (l.dir == COPY_GATHER)
+    for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) chunk[i] = paged[i];
+  else
+    for (uint64_t i = threadIdx.x; i < words; i += blockDim.x) paged[i] = chunk[i];
+}
+
+template <typename W> int launch_pages_as(void *stream, const cuda_launch *l) {
+  dim3 grid(geom_chunk_pages(&l->g, l->max_tokens), l->nchunks, l->layer_count);
+  kv_page_kernel<W><<<grid, 256, 0, (cudaStream_t)stream>>>(*l);
+  return (int)cudaGetLastError();
+}
+
 template <typename W> int launch_as(void *stream, const cuda_launch *l) {
+  if (l->g.format == GEOM_PAGES) return launch_pages_as<W>(stream, l);
   uint64_t words = l->g.row_bytes / sizeof(W);
   uint32_t tx = words < 256 ? (uint32_t)words : 256;
   uint32_t ty = 256 / tx;
@@ -150,6 +182,6 @@ const cuda_api api = {
 
 } // namespace
 
-extern "C" __attribute__((visibility("default"))) const cuda_api *kvact_cuda_api_v2(void) {
+extern "C" __attribute__((visibility("default"))) const cuda_api *kvact_cuda_api_v3(void) {
   return &api;
 }

@@ -101,7 +101,8 @@ class MemcheckReport(Structure):
 class PagedKV(Structure):
     _fields_ = [("device", c_int), ("format", c_int), ("dtype", c_int), ("num_layers", c_uint32),
                 ("num_blocks", c_uint32), ("block_size", c_uint32), ("num_heads", c_uint32),
-                ("head_dim", c_uint32), ("layers", POINTER(c_void_p))]
+                ("head_dim", c_uint32), ("layers", POINTER(c_void_p)),
+                ("block_stride", c_uint64), ("page_bytes", c_uint64)]
 
 
 # ---- prototypes --------------------------------------------------------------

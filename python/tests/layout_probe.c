@@ -42,5 +42,7 @@ int main(void) {
   OFF(kva_paged_kv, num_layers);
   OFF(kva_paged_kv, head_dim);
   OFF(kva_paged_kv, layers);
+  OFF(kva_paged_kv, block_stride);
+  OFF(kva_paged_kv, page_bytes);
   return 0;
 }

@@ -60,6 +60,8 @@ def _actual():
         "kva_paged_kv.num_layers": _off(P, "num_layers"),
         "kva_paged_kv.head_dim": _off(P, "head_dim"),
         "kva_paged_kv.layers": _off(P, "layers"),
+        "kva_paged_kv.block_stride": _off(P, "block_stride"),
+        "kva_paged_kv.page_bytes": _off(P, "page_bytes"),
     }
 
 

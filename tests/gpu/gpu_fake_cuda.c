@@ -95,11 +95,29 @@ static void copy_rows(const cuda_launch *l, const copy_chunk *c, uint32_t layer)
     }
 }
 
+static void copy_pages(const cuda_launch *l, const copy_chunk *c, uint32_t layer) {
+  const kv_geom *g = &l->g;
+  uint32_t pages = geom_chunk_pages(g, c->tokens);
+  for (uint32_t p = 0; p < pages; p++) {
+    char *chunk = (char *)c->buf + geom_chunk_page_offset(g, layer, pages, p);
+    int64_t slot = l->slots[c->first + (uint64_t)p * g->block_size];
+    if (slot < 0) {
+      if (l->dir == COPY_GATHER) memset(chunk, 0, g->page_bytes);
+      continue;
+    }
+    char *paged = (char *)l->layers[layer] + geom_page_offset(g, (uint64_t)slot / g->block_size);
+    if (l->dir == COPY_GATHER)
+      memcpy(chunk, paged, g->page_bytes);
+    else
+      memcpy(paged, chunk, g->page_bytes);
+  }
+}
+
 static int launch(int device, void *stream, const cuda_launch *l) {
   if (l->vec_bytes != 16 && l->vec_bytes != 4 && l->vec_bytes != 1) return 1;
   for (uint32_t i = 0; i < l->nchunks; i++)
     for (uint32_t layer = l->layer_first; layer < l->layer_first + l->layer_count; layer++)
-      copy_rows(l, &l->chunks[i], layer);
+      (l->g.format == GEOM_PAGES ? copy_pages : copy_rows)(l, &l->chunks[i], layer);
   return 0;
 }
 
@@ -176,6 +194,6 @@ static const cuda_api api = {
     .stream_wait_event = stream_wait_event,
 };
 
-__attribute__((visibility("default"))) const cuda_api *kvact_cuda_api_v2(void) {
+__attribute__((visibility("default"))) const cuda_api *kvact_cuda_api_v3(void) {
   return &api;
 }
