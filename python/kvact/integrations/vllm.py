@@ -391,8 +391,13 @@ class KvactConnector(KVConnectorBase_V1):
         names = list(kv_caches)
         self._first_layer = kv_caches[names[0]]
         self._layer_index = {name: i for i, name in enumerate(names)}
-        self._kv = kvact.PagedKVCache(self.storage, [kv_caches[n] for n in names], self._fmt,
-                                      self._chunk_tokens)
+        layers = [kv_caches[n] for n in names]
+        if layers[0].dim() == 4:  # vLLM 0.33's per-layer [blocks, heads, block, K|V] views
+            cache = getattr(self._vllm_config, "cache_config", None)
+            self._kv = kvact.PagedKVCache(self.storage, layers, "pages", self._chunk_tokens,
+                                          layout=_layout_name(cache))
+        else:
+            self._kv = kvact.PagedKVCache(self.storage, layers, self._fmt, self._chunk_tokens)
         self._chunk_bytes = self._kv.chunk_layout().nbytes
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
@@ -602,6 +607,14 @@ def _key_hash(block_hash, salt):
     if salt or not 0 < len(raw) <= 32:
         return hashlib.sha256(salt.encode() + b"\0" + raw).digest()
     return raw
+
+
+def _layout_name(cache_config):
+    """vLLM's kv_cache_layout as PagedKVCache names it ("LBHNC", ...), or None: then the
+    layout is read from the tensors' strides."""
+    layout = getattr(cache_config, "kv_cache_layout", None)
+    name = getattr(layout, "name", layout)
+    return name if isinstance(name, str) and len(name) == 5 else None
 
 
 def _tp_rank():
