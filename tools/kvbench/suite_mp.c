@@ -117,7 +117,7 @@ static int bench_batch(const bench_opts *o, const mp_daemon *d, int reps) {
     double k = bench_median(lookup, reps), a = bench_median(raw, reps);
     char m[32];
     snprintf(m, sizeof m, "batch64-%dclient", clients[c]);
-    printf("measure=%s kvact=%.4g anchor=unix-stream:%.4g ratio=%.2f", m, k, a, k / a);
+    printf("measure=%s kvact=%.4g anchor=unix-stream:%.4g ratio=%.3g", m, k, a, k / a);
     bench_target(m, NULL, k, ">=", BATCH_TARGET);
     printf(" unit=key-ops/s call=lookup touch=%.4g\n", bench_median(touch, reps));
     fflush(stdout);
@@ -137,7 +137,7 @@ static int bench_cycle(const bench_opts *o, const mp_daemon *d, int reps) {
     double k = bench_median(client, reps), a = bench_median(own, reps);
     char m[32];
     snprintf(m, sizeof m, "cycle-%lluMiB", (unsigned long long)(sizes[z] / MiB));
-    printf("measure=%s kvact=%.3g anchor=in-process:%.3g ratio=%.2f", m, k / 1e9, a / 1e9, k / a);
+    printf("measure=%s kvact=%.3g anchor=in-process:%.3g ratio=%.3g", m, k / 1e9, a / 1e9, k / a);
     bench_target(m, NULL, k / a, ">=", CYCLE_TARGET);
     printf(" unit=GB/s\n");
     fflush(stdout);
