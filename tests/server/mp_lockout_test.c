@@ -121,10 +121,8 @@ static double scrape_within(int port, double limit_s) {
 }
 
 START_TEST(trickling_connections_do_not_block_a_scrape) {
-  int port = 40000 + (int)(getpid() % 20000);
-  char addr[64];
-  snprintf(addr, sizeof(addr), "server.metrics_addr=127.0.0.1:%d", port);
-  pid_t d = daemon_start_with(0, 0, addr); /* every metrics limit at its default */
+  int port;
+  pid_t d = daemon_start_metrics(NULL, &port); /* every metrics limit at its default */
   scrape_within(port, 10); /* the endpoint is up (it starts after the socket listens) */
   /* more than libmicrohttpd's default limit of 16, each byte well within
    * its default inactivity timeout of 10 s, from the scraper's address */

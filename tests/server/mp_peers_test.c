@@ -290,10 +290,8 @@ END_TEST
 /* ---- metrics ------------------------------------------------------------------- */
 
 START_TEST(the_daemons_metrics_match_its_stats_and_clients) {
-  int port = 20000 + (int)(getpid() % 20000);
-  char addr[64];
-  snprintf(addr, sizeof(addr), "server.metrics_addr=127.0.0.1:%d", port);
-  pid_t d = daemon_start_with(0, 0, addr);
+  int port;
+  pid_t d = daemon_start_metrics(NULL, &port);
   kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
   write_keys(s, 1, 8, 4096);

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +44,9 @@ int raw_connect(void) {
 /* kvactd on sock_path with a mock tier (latency_us, 0 = none) and, when
  * disk is set, a disk tier on disk_path, plus the "key=value" settings of
  * extra (NULL-terminated, at most 8); returns its pid once it accepts. */
-pid_t daemon_start_opts(int latency_us, int disk, const char *const *extra) {
+/* daemon_start_opts; a kvactd that exits at start is an abort, or, with
+ * exited, -1 and its wait status there. */
+static pid_t daemon_spawn(int latency_us, int disk, const char *const *extra, int *exited) {
   char lat[64], mock[512];
   snprintf(lat, sizeof(lat), "%d", latency_us);
   if (disk)
@@ -79,10 +82,48 @@ pid_t daemon_start_opts(int latency_us, int disk, const char *const *extra) {
       return pid;
     }
     int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) ck_abort_msg("kvactd exited at start (%d)", st);
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      if (exited) {
+        *exited = st;
+        return -1;
+      }
+      ck_abort_msg("kvactd exited at start (%d)", st);
+    }
     sleep_ms(5);
   }
   ck_abort_msg("kvactd did not accept in 10 s");
+  return -1;
+}
+
+pid_t daemon_start_opts(int latency_us, int disk, const char *const *extra) {
+  return daemon_spawn(latency_us, disk, extra, NULL);
+}
+
+int free_tcp_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+/* A port free when chosen can be taken (by any outgoing connection of the
+ * host) before kvactd binds it: kvactd then exits at start, and another
+ * port is tried. */
+pid_t daemon_start_metrics(const char *extra, int *port) {
+  for (int tries = 0; tries < 8; tries++) {
+    char addr[64];
+    *port = free_tcp_port();
+    snprintf(addr, sizeof(addr), "server.metrics_addr=127.0.0.1:%d", *port);
+    const char *const opts[] = {addr, extra ? extra : "server.max_clients=64", NULL};
+    int st = 0;
+    pid_t pid = daemon_spawn(0, 0, opts, &st);
+    if (pid > 0) return pid;
+  }
+  ck_abort_msg("kvactd could not bind a metrics port in 8 tries");
   return -1;
 }
 

@@ -31,6 +31,11 @@ pid_t daemon_start_with(int latency_us, int disk, const char *extra);
 /* The same with any number of "key=value" settings (NULL-terminated). */
 pid_t daemon_start_opts(int latency_us, int disk, const char *const *extra);
 pid_t daemon_start(void);
+/* A loopback TCP port that was free a moment ago. */
+int free_tcp_port(void);
+/* daemon_start_with(0, 0, extra) plus its metrics on a loopback port
+ * (*port), another port tried while one is taken before kvactd binds it. */
+pid_t daemon_start_metrics(const char *extra, int *port);
 /* Sends sig and reaps it: its wait status. */
 int daemon_stop(pid_t pid, int sig);
 
