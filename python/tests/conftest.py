@@ -1,7 +1,21 @@
-"""conftest.py — an embedded runtime with a small L1 and one mock L2 tier."""
+"""conftest.py — an embedded runtime with a small L1 and one mock L2 tier, and a kvactd
+for the client-mode suites."""
+import contextlib
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
 import pytest
 
 import kvact
+
+# $KVACT_KVACTD (set by pytest_test.sh under bazel), else the checkout's bazel-bin
+KVACTD = os.environ.get("KVACT_KVACTD") or str(pathlib.Path(__file__).parents[2] /
+                                                "bazel-bin" / "tools" / "kvactd")
 
 
 def small_config(**extra):
@@ -26,6 +40,38 @@ def rt():
 @pytest.fixture
 def sm(rt):
     return rt.storage
+
+@contextlib.contextmanager
+def kvactd(l1_bytes=1 << 24):
+    """A kvactd on a fresh socket (one mock tier), accepting: yields (its socket, its
+    Popen); at the end continued (a test may have stopped it) and stopped, exit 0 asserted.
+    No kvactd built is a failed set-up, never a skip."""
+    if not os.access(KVACTD, os.X_OK):
+        pytest.fail("no kvactd at %s: bazel build //tools:kvactd, or set KVACT_KVACTD" % KVACTD)
+    with tempfile.TemporaryDirectory(prefix="kvpy", dir="/tmp") as d:  # fits sun_path
+        sock = os.path.join(d, "kvact.sock")
+        opts = ["server.socket=" + sock, "l1.size_bytes=%d" % l1_bytes, "l1.hugepages=false",
+                "l1.prefault=false", "l1.pinned=false", 'l2=[{"type":"mock"}]']
+        proc = subprocess.Popen([KVACTD, "--quiet"] + [a for o in opts for a in ("-o", o)])
+        try:
+            _wait_accepting(sock, proc)
+            yield sock, proc
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+
+
+def _wait_accepting(sock, proc):
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "kvactd exited at start"
+        with socket.socket(socket.AF_UNIX) as s:
+            if s.connect_ex(sock) == 0:
+                return
+        time.sleep(0.005)
+    raise AssertionError("kvactd did not accept in 20 s")
+
 
 # vllm_real/ runs under the vLLM peer environment's interpreter, by its own
 # run.sh (//python:vllm_real_test), not under Debian's python3 with the rest.

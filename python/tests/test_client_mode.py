@@ -2,11 +2,8 @@
 processes, PagedKVCache store in one process and load in another, and a killed client's
 locks given back."""
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
@@ -14,33 +11,16 @@ import pytest
 import torch
 
 import kvact
-from conftest import clean
+from conftest import clean, kvactd
 
-KVACTD = os.environ.get("KVACT_KVACTD", os.path.join(os.path.dirname(__file__), "..", "..",
-                                                     "bazel-bin", "tools", "kvactd"))
 LAYOUT = kvact.MemoryLayoutDesc(shapes=[(2, 4, 64)], dtypes=["bfloat16"])
 
 
 @pytest.fixture
 def daemon():
     """A kvactd on a fresh socket (16 MiB L1, one mock tier): yields the socket's path."""
-    if not os.path.exists(KVACTD):
-        pytest.skip("kvactd not built (bazel build //tools:kvactd)")
-    d = tempfile.mkdtemp(prefix="kvpy", dir="/tmp")  # a socket path fits in 108 bytes
-    sock = os.path.join(d, "kvact.sock")
-    proc = subprocess.Popen([KVACTD, "--quiet", "-o", "server.socket=" + sock,
-                             "-o", "l1.size_bytes=16777216", "-o", "l1.hugepages=false",
-                             "-o", "l1.pinned=false", "-o", 'l2=[{"type":"mock"}]'])
-    try:
-        deadline = time.monotonic() + 20
-        while not os.path.exists(sock):
-            assert proc.poll() is None and time.monotonic() < deadline, "kvactd did not start"
-            time.sleep(0.02)
+    with kvactd() as (sock, _):
         yield sock
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def client(sock):

@@ -8,8 +8,6 @@ import contextlib
 import gc
 import os
 import signal
-import subprocess
-import tempfile
 import threading
 import time
 import warnings
@@ -17,8 +15,7 @@ import warnings
 import pytest
 
 import kvact
-from conftest import clean
-from test_client_mode import KVACTD
+from conftest import clean, kvactd
 
 LAYOUT = kvact.MemoryLayoutDesc(shapes=[(64, 64)], dtypes=["float32"])
 
@@ -64,22 +61,8 @@ def sigint_soon():
 @pytest.fixture
 def daemon():
     """A kvactd: (its socket, its Popen), so that a test can stop and continue it."""
-    if not os.path.exists(KVACTD):
-        pytest.skip("kvactd not built (bazel build //tools:kvactd)")
-    with tempfile.TemporaryDirectory(prefix="kvpyh", dir="/tmp") as d:
-        sock = os.path.join(d, "kvact.sock")
-        proc = subprocess.Popen([KVACTD, "--quiet", "-o", "server.socket=" + sock,
-                                 "-o", "l1.size_bytes=16777216", "-o", "l1.hugepages=false",
-                                 "-o", "l1.pinned=false", "-o", 'l2=[{"type":"mock"}]'])
-        try:
-            while not os.path.exists(sock):
-                assert proc.poll() is None, "kvactd exited at start"
-                time.sleep(0.02)
-            yield sock, proc
-        finally:
-            proc.send_signal(signal.SIGCONT)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0
+    with kvactd() as sock_proc:
+        yield sock_proc
 
 
 @pytest.fixture

@@ -10,13 +10,7 @@ byte-checked against what computing it would have given, and a chunk stored
 from a bad prefix shows up when a later request loads it.
 """
 import multiprocessing
-import os
-import pathlib
 import pickle
-import socket
-import subprocess
-import tempfile
-import time
 from types import SimpleNamespace as NS
 
 import numpy as np
@@ -25,7 +19,7 @@ import torch
 
 import hashlib
 
-import kvact
+from conftest import kvactd as start_kvactd
 from kvact.integrations.vllm import (KvactConnector, KVConnectorRole, _LoadSpec,
                                      block_hash_keys)
 from kvact.integrations._vllm_base import BlockRemoved, BlockStored, KvactConnectorStats
@@ -357,32 +351,9 @@ def keys_of(tokens):
 
 @pytest.fixture
 def kvactd():
-    """A kvactd (bazel-bin/tools/kvactd, or $KVACT_KVACTD) with a mock tier: its socket."""
-    root = pathlib.Path(__file__).parents[2]  # the checkout (not runfiles: undeclared there)
-    binary = os.environ.get("KVACT_KVACTD") or str(root / "bazel-bin/tools/kvactd")
-    if not os.access(binary, os.X_OK):
-        pytest.skip("no kvactd: bazel build //tools:kvactd, or set KVACT_KVACTD")
-    with tempfile.TemporaryDirectory(prefix="kvact-vllm-", dir="/tmp") as d:
-        sock = os.path.join(d, "kvact.sock")
-        opts = ["server.socket=" + sock, "l1.size_bytes=4194304", "l1.hugepages=false",
-                "l1.prefault=false", "l1.pinned=false", 'l2=[{"type":"mock"}]']
-        proc = subprocess.Popen([binary, "--quiet"] + [a for o in opts for a in ("-o", o)])
-        try:
-            _wait_accepting(sock, proc)
-            yield sock
-        finally:
-            proc.terminate()
-            assert proc.wait(timeout=30) == 0
-
-
-def _wait_accepting(sock, proc):
-    for _ in range(2000):
-        assert proc.poll() is None, "kvactd exited at start"
-        with socket.socket(socket.AF_UNIX) as s:
-            if s.connect_ex(sock) == 0:
-                return
-        time.sleep(0.005)
-    raise AssertionError("kvactd did not accept in 10 s")
+    """A kvactd with a mock tier (conftest.kvactd): its socket."""
+    with start_kvactd(l1_bytes=4194304) as (sock, _):
+        yield sock
 
 
 @pytest.fixture
