@@ -78,15 +78,7 @@ static kva_actor *gate_factory(kva_runtime *rt, const kva_config_node *cfg, char
 /* ---- the test ------------------------------------------------------------------- */
 
 static kva_runtime *client_with_timeout(int timeout_ms) {
-  kva_config *c = kva_config_default();
-  char t[16];
-  snprintf(t, sizeof(t), "%d", timeout_ms);
-  ck_assert_int_eq(kva_config_set(c, "client.socket", sock_path), KVA_OK);
-  ck_assert_int_eq(kva_config_set(c, "client.timeout_ms", t), KVA_OK);
-  ck_assert_int_eq(kva_config_set(c, "runtime.workers", "1"), KVA_OK);
-  kva_runtime *rt = NULL;
-  ck_assert_int_eq(kva_runtime_start(c, &rt), KVA_OK);
-  kva_config_free(c);
+  kva_runtime *rt = client_start_with(timeout_ms, 1);
   client_wait_up(kva_storage_of(rt));
   return rt;
 }

@@ -144,12 +144,17 @@ int daemon_stop(pid_t pid, int sig) {
 }
 
 kva_runtime *client_start(void) {
+  return client_start_with(TIMEOUT_MS, 2);
+}
+
+kva_runtime *client_start_with(int timeout_ms, int workers) {
   kva_config *c = kva_config_default();
-  char t[16];
-  snprintf(t, sizeof(t), "%d", TIMEOUT_MS);
+  char t[16], w[16];
+  snprintf(t, sizeof(t), "%d", timeout_ms);
+  snprintf(w, sizeof(w), "%d", workers);
   ck_assert_int_eq(kva_config_set(c, "client.socket", sock_path), KVA_OK);
   ck_assert_int_eq(kva_config_set(c, "client.timeout_ms", t), KVA_OK);
-  ck_assert_int_eq(kva_config_set(c, "runtime.workers", "2"), KVA_OK);
+  ck_assert_int_eq(kva_config_set(c, "runtime.workers", w), KVA_OK);
   kva_runtime *rt = NULL;
   ck_assert_int_eq(kva_runtime_start(c, &rt), KVA_OK);
   kva_config_free(c);

@@ -42,6 +42,7 @@ int daemon_stop(pid_t pid, int sig);
 /* A client runtime of sock_path (2 workers, TIMEOUT_MS), and the wait
  * until it reaches the daemon (10 s). */
 kva_runtime *client_start(void);
+kva_runtime *client_start_with(int timeout_ms, int workers);
 void client_wait_up(kva_storage *s);
 kva_runtime *client_up(void); /* both */
 
