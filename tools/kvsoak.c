@@ -28,8 +28,8 @@
 
 #include <dirent.h>
 
-#include "actors/stats.h"
 #include "kvact.h"
+#include "tools/kvinspect.h"
 
 #define KEYSPACE 4096u
 #define CHUNK 16384u
@@ -100,27 +100,25 @@ static long rss_mib(void) {
   return res * sysconf(_SC_PAGESIZE) / (1024 * 1024);
 }
 
-/* The sessions' ledgers, summed from their slots' gauges (session.c:
- * 1 write locks, 2 read locks, 3 pins), and how many sessions live. */
-static void ledgers(kva_runtime *rt, uint64_t sum[4], unsigned *sessions) {
+/* The sessions' ledgers, summed from their rows' gauges as kvinspect reads
+ * them (session.c: 1 write locks, 2 read locks, 3 pins), and how many
+ * sessions live. */
+static void ledgers(uint64_t sum[4], unsigned *sessions) {
   memset(sum, 0, 4 * sizeof(uint64_t));
   *sessions = 0;
-  int fd = shm_open(kva_runtime_stats_name(rt), O_RDONLY, 0);
-  if (fd < 0) return;
-  struct stat st;
-  void *map = fstat(fd, &st) == 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0)
-                                  : MAP_FAILED;
-  close(fd);
-  if (map == MAP_FAILED) return;
-  const stats_header *h = map;
-  const stats_slot *sl = (const stats_slot *)((const char *)map + h->header_bytes);
-  uint32_t n = h->nslots < h->max_slots ? h->nslots : h->max_slots;
-  for (uint32_t i = 0; i < n; i++) {
-    if (sl[i].state != STATS_SLOT_LIVE || strcmp(sl[i].name, "kvactd_session") != 0) continue;
-    (*sessions)++;
-    for (int g = 1; g < 4; g++) sum[g] += sl[i].gauge[g];
+  kvi_segment *segs;
+  int n;
+  if (kvi_open_all(getpid(), &segs, &n, 0) != 0) return;
+  for (int i = 0; i < n; i++) {
+    kvi_sample(&segs[i], 0);
+    for (uint32_t r = 0; r < segs[i].nrows; r++) {
+      const kvi_row *row = &segs[i].rows[r];
+      if (strcmp(row->state, "live") != 0 || strcmp(row->name, "kvactd_session") != 0) continue;
+      (*sessions)++;
+      for (int g = 1; g < 4; g++) sum[g] += row->gauge[g];
+    }
   }
-  munmap(map, (size_t)st.st_size);
+  kvi_close_all(segs, n);
 }
 
 static void report(kva_runtime *rt, double minutes) {
@@ -130,7 +128,7 @@ static void report(kva_runtime *rt, double minutes) {
   kva_runtime_get_counters(rt, &c);
   uint64_t led[4];
   unsigned sessions;
-  ledgers(rt, led, &sessions);
+  ledgers(led, &sessions);
   printf("%6.1f min  fds %4zu  rss %4ld MiB  actors %4llu  sessions %3u  ledger w/r/p "
          "%llu/%llu/%llu  l1 locks w/r %llu/%llu  clients %lu (killed %lu)  ops %lu  "
          "reads checked %lu  wrong bytes %lu  errors %lu\n",
