@@ -22,7 +22,9 @@ from typing import Any
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
                                                                    KVConnectorMetadata,
-                                                                   KVConnectorRole)
+                                                                   KVConnectorRole,
+                                                                   KVConnectorWorkerMetadata)
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
     HAVE_VLLM = True
 except ImportError:  # vLLM absent: just what KvactConnector uses of its base
     HAVE_VLLM = False
@@ -33,6 +35,14 @@ except ImportError:  # vLLM absent: just what KvactConnector uses of its base
 
     class KVConnectorMetadata:
         pass
+
+    class KVConnectorWorkerMetadata:
+        pass
+
+    class CacheHitSource(str, enum.Enum):
+        HOST = "host"
+        DISK = "disk"
+        EXTERNAL_UNSPECIFIED = "external_unspecified"
 
     class KVConnectorBase_V1:
         """The real base's constructor and metadata binding; the rest is kvact's."""
@@ -102,8 +112,8 @@ MEDIUM = "CPU"
 
 # The counters, all sums: what a scheduler or worker connector counted since it last
 # reported (get_kv_connector_stats).
-STAT_NAMES = ("lookups", "hit_tokens", "loaded_tokens", "loaded_bytes", "stored_tokens",
-              "stored_bytes", "load_error_blocks", "load_error_requests")
+STAT_NAMES = ("lookups", "hit_tokens", "lease_expiries", "loaded_tokens", "loaded_bytes",
+              "stored_tokens", "stored_bytes", "load_error_blocks", "load_error_requests")
 
 
 @dataclass
@@ -111,7 +121,8 @@ class KvactConnectorStats(KVConnectorStats):
     """kvact's counters in vLLM's stats: sums across workers and steps.
 
     Scheduler side: lookups (requests admitted with a kvact lookup), hit_tokens
-    (tokens vLLM was told to load). Worker side: loaded_tokens/bytes (what the
+    (tokens vLLM was told to load), lease_expiries (lookup leases given back
+    because vLLM did not schedule their request in time). Worker side: loaded_tokens/bytes (what the
     loads wrote into the paged cache / read from kvact), stored_tokens/bytes
     (the full chunks handed to kvact's store; kvact skips keys it already
     holds), load_error_blocks/requests (blocks reported through
@@ -170,3 +181,20 @@ class KvactKVEvents(KVConnectorKVEvents):
     def __repr__(self):
         return "<KvactKVEvents %d events, %d workers>" % (sum(self._counts.values()),
                                                           self._workers)
+
+
+class KvactWorkerMeta(KVConnectorWorkerMetadata):
+    """What the workers tell the scheduler side after a step: the requests whose loads
+    ended (done or failed), with how many workers say so (the scheduler side gives their
+    lookup leases back once every TP rank has); and, once, the chunk layout of the
+    worker's paged cache ((shapes, dtypes): what bringing an L2 hit into L1 needs)."""
+
+    def __init__(self, loaded=None, layout=None):
+        self.loaded = Counter(loaded or {})
+        self.layout = layout
+
+    def aggregate(self, other):
+        if isinstance(other, KvactWorkerMeta):
+            self.loaded.update(other.loaded)
+            self.layout = self.layout or other.layout
+        return self

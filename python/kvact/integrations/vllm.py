@@ -88,10 +88,12 @@ import numpy as np
 
 import kvact
 
-from ._vllm_base import (MEDIUM, BlockRemoved, BlockStored, KVConnectorBase_V1,
-                         KVConnectorKVEvents, KVConnectorMetadata, KVConnectorRole,
-                         KVConnectorStats, KvactConnectorStats, KvactKVEvents,
+from ._vllm_base import (MEDIUM, BlockRemoved, BlockStored, CacheHitSource,
+                         KVConnectorBase_V1, KVConnectorKVEvents, KVConnectorMetadata,
+                         KVConnectorRole, KVConnectorStats, KVConnectorWorkerMetadata,
+                         KvactConnectorStats, KvactKVEvents, KvactWorkerMeta,
                          maybe_convert_block_hash)
+from ._vllm_leases import LeaseTable
 
 if TYPE_CHECKING:  # the names of the base's annotations, for readers and type checkers
     import torch
@@ -196,6 +198,9 @@ class KvactConnector(KVConnectorBase_V1):
             raise ValueError("kvact.chunk_tokens %d is not a multiple of block_size %d" %
                              (self._chunk_tokens, self._block_size))
         self._model = _model_name(extra.get("kvact.model", vllm_config.model_config.model))
+        self._lease_s = float(extra.get("kvact.lease_ms", 10000)) / 1000.0
+        if not self._lease_s > 0:
+            raise ValueError("kvact.lease_ms must be > 0, got %r" % extra.get("kvact.lease_ms"))
         self._salt = extra.get("kvact.salt", "")
         self._fmt = extra.get("kvact.kv_format", "flash")
         events = getattr(vllm_config, "kv_events_config", None)
@@ -209,9 +214,12 @@ class KvactConnector(KVConnectorBase_V1):
         self._stored = {}   # scheduler: key -> its blocks' hashes (events on), oldest first
         self._stored_cap = int(extra.get("kvact.reset_tracked_chunks", 1 << 18))
         self._kv, self._layer_index, self._chunk_bytes = None, {}, 0  # worker side
+        self._layout_sent = False
         self._events = []   # events not yet taken (both sides)
         self._stats = KvactConnectorStats()
         self._rank = 0 if self._is_scheduler else _tp_rank()
+        self._leases = LeaseTable(self.storage, self._tp, self._lease_s, _rank_keys,
+                                  lambda: self._stats.add("lease_expiries", 1))
         self._reset_step()
 
     # ---- what vLLM reads of the class ---------------------------------------------------
@@ -236,28 +244,40 @@ class KvactConnector(KVConnectorBase_V1):
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int
                                    ) -> tuple[int | None, bool]:
         keys = self._request_keys(request, request.num_tokens - 1)
-        hit = self.storage.lookup(keys).total * self._chunk_tokens if keys else 0
-        self._lookups[request.request_id] = (keys, hit)
+        chunks = self._leases.lookup(request.request_id, keys)
+        if chunks is None:  # an L2 hit is coming into L1: ask again next step
+            return None, False
+        hit = chunks * self._chunk_tokens
+        self._lookups[request.request_id] = (keys, hit, num_computed_tokens)
         return max(0, hit - num_computed_tokens), False
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks,
                                  num_external_tokens: int):
-        looked_up = self._lookups.pop(request.request_id, None)
-        keys, hit = looked_up or ([], 0)
-        if num_external_tokens > hit:  # the load would start before the request's token 0
-            raise ValueError("kvact: request %r: %d external tokens to load, but %s" % (
-                request.request_id, num_external_tokens,
+        rid, ct = request.request_id, self._chunk_tokens
+        looked_up = self._lookups.pop(rid, None)
+        keys, hit, start = looked_up or ([], 0, 0)
+        if start + num_external_tokens > hit:  # more than the lease holds
+            self._leases.release(rid)
+            raise ValueError("kvact: request %r: %d external tokens to load after %d, but %s" % (
+                rid, num_external_tokens, start,
                 "its lookup found %d" % hit if looked_up else
                 "get_num_new_matched_tokens did not look it up"))
-        t = _Tracked(request, saved_chunks=hit // self._chunk_tokens)
+        t = _Tracked(request, saved_chunks=hit // ct)
         if num_external_tokens > 0:
-            t.load = (keys, hit - num_external_tokens, hit)
-        self._tracked[request.request_id] = t
+            # vLLM computes from start + num_external_tokens on: it may have allocated
+            # fewer tokens than counted (a block-aligned or capped hit), never more
+            end = start + num_external_tokens
+            t.load = (keys, start, end)
+            self._leases.commit(rid, start // ct, -(-end // ct))
+        else:
+            self._leases.release(rid)
+        self._tracked[rid] = t
         self._stats.add("lookups", 1 if looked_up else 0)
         self._stats.add("hit_tokens", num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = KvactConnectorMetadata()
+        self._leases.expire()
         for req_id in getattr(scheduler_output, "finished_req_ids", ()):
             self._tracked.pop(req_id, None)
         scheduled = scheduler_output.num_scheduled_tokens
@@ -279,7 +299,14 @@ class KvactConnector(KVConnectorBase_V1):
         return meta
 
     def update_connector_output(self, connector_output: KVConnectorOutput):
-        """Keeps the workers' events of this step (those every worker reported)."""
+        """Gives back the leases of the loads every worker finished; keeps the workers'
+        events of this step (those every worker reported)."""
+        done = getattr(connector_output, "kv_connector_worker_meta", None)
+        if isinstance(done, KvactWorkerMeta):
+            for req_id, workers in done.loaded.items():
+                self._leases.loaded(req_id, workers)
+            if done.layout is not None and self._leases.layout is None:
+                self._leases.layout = kvact.MemoryLayoutDesc(*done.layout)
         events = getattr(connector_output, "kv_cache_events", None)
         if isinstance(events, KvactKVEvents):
             self._events.extend(events.aggregate().get_all_events())
@@ -288,7 +315,28 @@ class KvactConnector(KVConnectorBase_V1):
                          ) -> tuple[bool, dict[str, Any] | None]:
         self._tracked.pop(request.request_id, None)
         self._lookups.pop(request.request_id, None)
+        self._leases.release(request.request_id)
         return False, None
+
+    def get_external_cache_hit_sources(self, request: Request, num_external_tokens: int
+                                       ) -> dict[CacheHitSource, int]:
+        """Every chunk kvact counts is in its L1 (host memory) when loaded; those a lease
+        brought in from an L2 tier for the load are counted as that tier's (DISK for a
+        tier whose name says disk or nvme, else EXTERNAL_UNSPECIFIED)."""
+        if num_external_tokens <= 0:
+            return {}
+        lease, t = self._leases.get(request.request_id), self._tracked.get(request.request_id)
+        from_l2 = 0
+        if lease is not None and lease.from_l2 and t is not None and t.load is not None:
+            ct, (_, start, end) = self._chunk_tokens, t.load
+            a, b = lease.l2_lo * ct, (lease.l2_lo + lease.from_l2) * ct
+            from_l2 = max(0, min(b, end) - max(a, start))
+        out = {}
+        if num_external_tokens > from_l2:
+            out[CacheHitSource.HOST] = num_external_tokens - from_l2
+        if from_l2:
+            out[_hit_source(lease.l2_tier)] = from_l2
+        return out
 
     def take_events(self) -> Iterable[KVCacheEvent]:
         events, self._events = self._events, []
@@ -299,20 +347,25 @@ class KvactConnector(KVConnectorBase_V1):
         scheduler had stored (all TP ranks' keys), readers keeping what they hold. Their
         copies in L2 tiers stay (a later lookup may find them there); chunks other
         engines or an earlier run of this one stored stay too. False when kvact refuses."""
-        keys = list(self._stored)
-        ranked = [k if r == 0 else k._replace(kv_rank=r) for r in range(self._tp) for k in keys]
+        leased = self._leases.leased_keys()
+        kept = [k for k in self._stored if k in leased]  # deleted when their leases go
+        self._leases.doom(kept)
+        keys = [k for k in self._stored if k not in leased]
+        ranked = [k for r in range(self._tp) for k in _rank_keys(keys, r)]
         try:
             status = self.storage.delete(ranked, force=True) if ranked else []
         except kvact.KvactError as e:
             log.warning("kvact reset_cache: the delete was refused: %s", e)
             return False
         removed = [k for k, s in zip(keys, status) if s == 0]
-        if self._events_on and removed:
+        if self._events_on and (removed or kept):  # kept ones no longer hit: gone for routers
             self._events.append(BlockRemoved(
-                block_hashes=[h for k in removed for h in self._stored[k]], medium=MEDIUM))
+                block_hashes=[h for k in removed + kept for h in self._stored[k]],
+                medium=MEDIUM))
         log.info("kvact reset_cache: removed %d of the %d chunks this engine stored from "
-                 "L1 (forced, %d TP rank(s)); L2 tiers keep their copies", len(removed),
-                 len(keys), self._tp)
+                 "L1 (forced, %d TP rank(s)); %d more go when the requests that will load "
+                 "them have (they count as misses meanwhile); L2 tiers keep their copies",
+                 len(removed), len(keys), self._tp, len(kept))
         self._stored.clear()
         return True
 
@@ -361,11 +414,17 @@ class KvactConnector(KVConnectorBase_V1):
         return out
 
     def _load_spec(self, req_id, block_ids, keys, start, end):
+        """Tokens [start, end) to load: chunks first..last, whole chunk objects. Slots
+        before start (vLLM holds them) and past the block of end - 1 (a hit vLLM cut
+        short: it computes them) are -1; the rest of end's block is loaded, the same
+        prefix's KV that vLLM then computes over (a page moves whole)."""
         ct, bs = self._chunk_tokens, self._block_size
-        first, last = start // ct, end // ct
-        slots = self._slots(block_ids, first * ct, end)
+        first, last = start // ct, -(-end // ct)
+        stop = min(-(-end // bs) * bs, last * ct)
+        slots = np.full(last * ct - first * ct, -1, dtype=np.int64)
+        slots[:stop - first * ct] = self._slots(block_ids, first * ct, stop)
         slots[:start - first * ct] = -1
-        chunk_blocks = [block_ids[max(c * ct, start) // bs:(c + 1) * ct // bs]
+        chunk_blocks = [block_ids[max(c * ct, start) // bs:-(-min((c + 1) * ct, end) // bs)]
                         for c in range(first, last)]
         return _LoadSpec(req_id, keys[first:last], slots, chunk_blocks)
 
@@ -454,6 +513,19 @@ class KvactConnector(KVConnectorBase_V1):
             self._stats.add("stored_bytes", len(spec.keys) * self._chunk_bytes)
             self._events.extend(spec.events)
 
+    def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
+        """The requests whose loads this step ran (done or failed: wait_for_save waited
+        for them): the scheduler side gives their lookup leases back."""
+        meta = self._connector_metadata
+        loads = getattr(meta, "loads", None) or ()
+        layout = None
+        if not self._layout_sent and self._kv is not None:
+            desc = self._kv.chunk_layout()
+            layout, self._layout_sent = (desc.shapes, desc.dtypes), True
+        if not loads and layout is None:
+            return None
+        return KvactWorkerMeta({spec.req_id: 1 for spec in loads}, layout)
+
     def get_finished(self, finished_req_ids: set[str]
                      ) -> tuple[set[str] | None, set[str] | None]:
         return None, None  # nothing is asynchronous across steps
@@ -481,6 +553,7 @@ class KvactConnector(KVConnectorBase_V1):
         return stats
 
     def shutdown(self):
+        self._leases.close()
         if self._kv is not None:
             self._kv.close()
             self._kv = None
@@ -561,7 +634,20 @@ class KvactConnector(KVConnectorBase_V1):
             self._errors.update(blocks)
 
     def _ranked(self, keys):
-        return keys if self._rank == 0 else [k._replace(kv_rank=self._rank) for k in keys]
+        return _rank_keys(keys, self._rank)
+
+
+def _rank_keys(keys, rank):
+    """keys (of kv_rank 0) as TP rank `rank` stores them."""
+    return keys if rank == 0 else [k._replace(kv_rank=rank) for k in keys]
+
+
+def _hit_source(tier):
+    """vLLM's label of hits an L2 tier named `tier` supplied."""
+    name = (tier or "").lower()
+    if "disk" in name or "nvme" in name or "ssd" in name:
+        return CacheHitSource.DISK
+    return CacheHitSource.EXTERNAL_UNSPECIFIED
 
 
 def _hits(handle):

@@ -1,0 +1,216 @@
+"""test_vllm_leases.py — KvactConnector's lookup leases, in the scripted engine loop.
+
+What get_num_new_matched_tokens counts must still load at start_load_kv:
+under vLLM's default kv_load_failure_policy "fail", a block that does not
+load fails the request. These cases make the chunks a lookup counted go
+away between the lookup and the load, the ways another tenant or an
+operator would (L1 filled with other objects, a clear, vLLM's
+/reset_prefix_cache), and check that the engine loads every counted
+token byte-exact (Engine.step checks the cache after every step) with no
+load error; then that a lease never outlives its use. kvact keeps no L2
+tier in most cases here: an evicted chunk is then gone, not reloadable.
+"""
+import logging
+import random
+import time
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+import kvact
+from kvact.integrations._vllm_base import CacheHitSource
+from test_vllm_connector import CT, Engine, keys_of, prompt, settings
+
+L1_BYTES = 1 << 22
+
+
+def l1_only(**kw):
+    cfg = settings()
+    assert cfg["l1.size_bytes"] == L1_BYTES
+    cfg.update({"l2": [], **kw})
+    return cfg
+
+
+@pytest.fixture
+def engine(request):
+    extra = getattr(request, "param", {})
+    e = Engine(l1_only(), torch.bfloat16, "flash")
+    e.sched._leases._lease_s = extra.get("lease_s", e.sched._leases._lease_s)
+    yield e
+    e.close()
+
+
+def pins(engine):
+    """Pins held in L1, summed over objects (kvact's memcheck report)."""
+    report = engine.sm.memcheck_report()
+    return sum(int(part.split(" pins")[0].rsplit(" ", 1)[1])
+               for part in report.split(";") if " pins)" in part)
+
+
+def fill_l1(engine, seed):
+    """Writes other objects, twice L1's size of them: demand eviction takes every
+    unlocked, unpinned object on the way (another tenant's traffic)."""
+    layout = engine.w.conn._kv.chunk_layout()
+    rng = random.Random(seed)
+    for _ in range(2 * L1_BYTES // layout.nbytes // 16 + 1):
+        keys = [kvact.ObjectKey("other-tenant", 0, 0, rng.randbytes(32)) for _ in range(16)]
+        got = engine.sm.reserve_write(keys, layout)
+        assert len(got) == len(keys)
+        engine.sm.finish_write(list(got))
+
+
+def stored_a(engine, seed=41):
+    base = prompt(29, seed)
+    engine.add("A", base)
+    engine.run()
+    engine.sm.flush(timeout=10.0)
+    return base
+
+
+@pytest.mark.parametrize("evict", ["fill", "clear"])
+def test_what_the_lookup_counted_loads_after_l1_was_emptied(engine, evict):
+    base = stored_a(engine)
+    keys = keys_of(base)
+
+    def evict_counted(meta):
+        assert [spec.req_id for spec in meta.loads] == ["B"]
+        if evict == "fill":
+            fill_l1(engine, 7)
+        else:
+            engine.sm.clear()  # not forced: locked and pinned objects stay
+        assert engine.sm.lookup(keys).total == 3  # the lease kept them
+
+    engine.after_schedule = evict_counted
+    engine.add("B", base)
+    engine.step()
+    engine.after_schedule = None
+    engine.run()
+    assert engine.matched["B"] == [3 * CT]
+    assert not any(engine.load_errors)
+    assert engine.stats.reduce()["load_error_requests"] == 0
+    assert pins(engine) == 0
+    assert engine.sm.memcheck(wait_stores=10.0), engine.sm.memcheck_report()
+
+
+def test_asking_again_for_the_same_request_pins_once(engine):
+    base = stored_a(engine)
+    b = engine.add("B", base)
+    for _ in range(5):
+        assert engine.sched.get_num_new_matched_tokens(b, 0) == (3 * CT, False)
+    assert pins(engine) == 3
+    assert engine.sched.request_finished(b, []) == (False, None)
+    assert pins(engine) == 0
+
+
+def test_a_grown_request_takes_a_new_lease_before_giving_the_old_back(engine):
+    base = stored_a(engine)
+    b = engine.add("B", base[:CT * 2 + 1])
+    assert engine.sched.get_num_new_matched_tokens(b, 0) == (2 * CT, False)
+    assert pins(engine) == 2
+    b.all_token_ids = list(base)
+    assert engine.sched.get_num_new_matched_tokens(b, 0) == (3 * CT, False)
+    assert pins(engine) == 3
+    engine.sched.request_finished(b, [])
+    assert pins(engine) == 0
+
+
+def test_an_allocation_of_fewer_tokens_gives_the_rest_back(engine):
+    base = stored_a(engine)
+    b = engine.add("B", base)
+    assert engine.sched.get_num_new_matched_tokens(b, 0) == (3 * CT, False)
+    engine.sched.update_state_after_alloc(b, NS(), CT)  # vLLM loads only the first chunk
+    assert pins(engine) == 1
+    engine.sched.request_finished(b, [])
+    assert pins(engine) == 0
+    c = engine.add("C", base)
+    assert engine.sched.get_num_new_matched_tokens(c, 0) == (3 * CT, False)
+    engine.sched.update_state_after_alloc(c, NS(), 0)  # vLLM loads nothing
+    assert pins(engine) == 0
+    engine.sched.request_finished(c, [])
+
+
+def test_a_load_of_a_trimmed_hit_writes_only_what_vllm_allocated(engine):
+    """vLLM may cut the hit at its end (a block-aligned or capped hit): the load covers
+    tokens [computed, computed + allocated), the rest is vLLM's to compute."""
+    base = stored_a(engine)
+    b = engine.add("B", base)
+    orig = engine.sched.get_num_new_matched_tokens
+
+    def trimmed_lookup(req, computed):
+        ext, is_async = orig(req, computed)
+        return (ext - CT // 2 if req is b and ext else ext), is_async
+
+    engine.sched.get_num_new_matched_tokens = trimmed_lookup
+    engine.run()
+    assert engine.matched["B"] == [3 * CT - CT // 2]
+    assert not any(engine.load_errors) and pins(engine) == 0
+    assert engine.done["B"] == engine.done["A"]
+
+
+@pytest.mark.parametrize("engine", [{"lease_s": 0.05}], indirect=True)
+def test_a_lease_vllm_never_uses_expires_once_counted_and_logged(engine, caplog):
+    base = stored_a(engine)
+    b = engine.add("B", base)
+    c = engine.add("C", base)
+    engine.waiting.clear()
+    assert engine.sched.get_num_new_matched_tokens(b, 0) == (3 * CT, False)
+    assert engine.sched.get_num_new_matched_tokens(c, 0) == (3 * CT, False)
+    assert pins(engine) == 6
+    time.sleep(0.1)
+    with caplog.at_level(logging.WARNING, logger="kvact.integrations.vllm"):
+        engine.sched.build_connector_meta(NS(finished_req_ids=set(), num_scheduled_tokens={},
+                                             scheduled_new_reqs=[],
+                                             scheduled_cached_reqs=NS(req_ids=[])))
+    assert pins(engine) == 0
+    assert engine.sched.get_kv_connector_stats().reduce()["lease_expiries"] == 2
+    assert len([r for r in caplog.records if "expired" in r.getMessage()]) == 1
+
+
+def test_reset_cache_spares_what_a_lease_holds_until_the_load_read_it(engine):
+    base = stored_a(engine)
+    other = prompt(17, 43)
+    engine.add("D", other)
+    engine.run()
+    keys = keys_of(base)
+
+    def reset(meta):
+        assert engine.sched.reset_cache() is True
+        assert engine.sm.lookup(keys).total == 3           # B's load still comes
+        assert engine.sm.lookup(keys_of(other)).total == 0  # D's chunks went at once
+
+    engine.after_schedule = reset
+    engine.add("B", base)
+    engine.step()
+    engine.after_schedule = None
+    engine.run()
+    assert engine.matched["B"] == [3 * CT] and not any(engine.load_errors)
+    assert engine.sm.lookup(keys).total == 0  # deleted once the load had read them
+    assert pins(engine) == 0
+
+
+def test_an_l2_hit_is_brought_into_l1_before_it_is_counted():
+    e = Engine(settings(), torch.bfloat16, "flash")  # a mock L2 tier
+    try:
+        base = stored_a(e)
+        keys = keys_of(base)
+        assert e.sm.clear(force=True) >= 3  # only the mock tier holds A's chunks now
+        assert e.sm.lookup(keys).tiers["L1"] == 0 and e.sm.lookup(keys).total == 3
+        b = e.add("B", base)
+        e.waiting.clear()
+        assert e.sched.get_num_new_matched_tokens(b, 0) == (None, False)  # coming into L1
+        for _ in range(200):
+            ext, _ = e.sched.get_num_new_matched_tokens(b, 0)
+            if ext is not None:
+                break
+            time.sleep(0.01)
+        assert ext == 3 * CT
+        assert e.sm.lookup(keys).tiers["L1"] == 3 and pins(e) == 3
+        e.sched.update_state_after_alloc(b, NS(), ext)
+        sources = e.sched.get_external_cache_hit_sources(b, ext)
+        assert sum(sources.values()) == ext and CacheHitSource.HOST not in sources
+        e.sched.request_finished(b, [])
+        assert pins(e) == 0
+        assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
+    finally:
+        e.close()
