@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what kvact needs to build and test, on Debian 12, as root.
 # Idempotent: installs only the packages that are missing, says which, and
-# does nothing (but say so) the second time.
+# does nothing (but say so) the second time; then the engines' virtual
+# environments (tools/peers/setup.sh), which are just as idempotent.
 set -euo pipefail
 
 packages=(
@@ -33,18 +34,22 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "bootstrap: all ${#packages[@]} packages present, nothing to do"
-  exit 0
-fi
-
-if [ "$(id -u)" -ne 0 ]; then
+elif [ "$(id -u)" -ne 0 ]; then
   echo "bootstrap: missing ${missing[*]}; run as root to install them" >&2
   exit 1
+else
+  echo "bootstrap: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # redis-server's package starts a system instance on 6379; the tests start
+  # their own servers on free ports, so the system one is left as it is.
+  echo "bootstrap: installed ${#missing[@]} package(s)"
 fi
 
-echo "bootstrap: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# redis-server's package starts a system instance on 6379; the tests start
-# their own servers on free ports, so the system one is left as it is.
-echo "bootstrap: installed ${#missing[@]} package(s)"
+# The engines' virtual environments (vLLM 0.33 today: docs/vllm.md), after
+# apt, which brings python3-venv. Idempotent: a second run says "up to date".
+# The first install downloads ~9.5 GB from Python's package index (10.5 min
+# on the 2-core development VM); without the index it exits 2, and so does
+# bootstrap: the real-engine suites cannot run without their engines.
+"$(dirname "$0")/peers/setup.sh"

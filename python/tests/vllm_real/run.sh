@@ -2,9 +2,11 @@
 # run.sh — python/tests/vllm_real (KvactConnector against the real vLLM) under
 # the vLLM peer environment's interpreter (tools/peers/setup.sh).
 #
-#   python/tests/vllm_real/run.sh [LIBKVACT_SO] [pytest args...]
+#   python/tests/vllm_real/run.sh [LIBKVACT_SO] [--kvactd=PATH] [pytest args...]
 #
-# LIBKVACT_SO defaults to $KVACT_LIB, then bazel-bin/libkvact.so. The
+# LIBKVACT_SO defaults to $KVACT_LIB, then bazel-bin/libkvact.so; kvactd (for
+# the cases that share one between processes) to $KVACT_KVACTD, then
+# bazel-bin/tools/kvactd. The
 # environment is $KVACT_VLLM_VENV (default /opt/kvact-peers/vllm). A missing
 # environment or library is a failure (exit 2), never a skip: run
 # tools/peers/setup.sh and bazel build //:kvact_shared first.
@@ -16,7 +18,9 @@ else
   root="$(cd "$(dirname "$0")/../../.." && pwd)"
 fi
 lib="${KVACT_LIB:-$root/bazel-bin/libkvact.so}"
+kvactd="${KVACT_KVACTD:-$root/bazel-bin/tools/kvactd}"
 if [ $# -gt 0 ] && [[ "$1" == *.so* ]]; then lib="$1"; shift; fi
+if [ $# -gt 0 ] && [[ "$1" == --kvactd=* ]]; then kvactd="${1#--kvactd=}"; shift; fi
 venv="${KVACT_VLLM_VENV:-/opt/kvact-peers/vllm}"
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -28,8 +32,16 @@ if [ ! -f "$lib" ]; then
   exit 2
 fi
 case "$lib" in /*) ;; *) lib="$PWD/$lib" ;; esac
+case "$kvactd" in /*) ;; *) kvactd="$PWD/$kvactd" ;; esac
 
-export KVACT_LIB="$lib" PYTHONPATH="$root/python" PYTHONDONTWRITEBYTECODE=1
+export KVACT_LIB="$lib" KVACT_KVACTD="$kvactd" PYTHONPATH="$root/python" PYTHONDONTWRITEBYTECODE=1
+# A sanitizer build of libkvact.so needs its runtime loaded first (as
+# python/pytest_test.sh does); leak reports would be the interpreter's and
+# torch's, so leak detection is off (kva_memcheck still runs).
+preload=$(ldd "$lib" | awk '/lib(asan|ubsan|tsan)\.so/ {print $3}' | paste -sd: -)
+if [ -n "$preload" ]; then
+  export LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 if [ -n "${TEST_TMPDIR:-}" ]; then  # vLLM's and torch's caches, pytest's tmp_path
   export HOME="$TEST_TMPDIR" TMPDIR="$TEST_TMPDIR"
