@@ -215,6 +215,7 @@ class KvactConnector(KVConnectorBase_V1):
         self._stored_cap = int(extra.get("kvact.reset_tracked_chunks", 1 << 18))
         self._kv, self._layer_index, self._chunk_bytes = None, {}, 0  # worker side
         self._layout_sent = False
+        self._saving = []   # (SaveSpec, KVOp) started, not yet accounted for
         self._events = []   # events not yet taken (both sides)
         self._stats = KvactConnectorStats()
         self._rank = 0 if self._is_scheduler else _tp_rank()
@@ -459,9 +460,17 @@ class KvactConnector(KVConnectorBase_V1):
             self._kv = kvact.PagedKVCache(self.storage, layers, self._fmt, self._chunk_tokens)
         self._chunk_bytes = self._kv.chunk_layout().nbytes
 
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata):
+        """The first call of a step, before vLLM zeroes, copies or overwrites any block:
+        the previous step's stores have read their blocks when it returns."""
+        self._collect_saves(block=True)
+
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         """The step starts here: vLLM calls start_load_kv after the forward on steps
-        without synchronous loads, too late to reset the step's state."""
+        without synchronous loads, too late to reset the step's state. (The previous
+        step's stores are waited for here too, for a model runner that does not call
+        handle_preemptions.)"""
+        self._collect_saves(block=True)
         super().bind_connector_metadata(connector_metadata)
         self._reset_step()
 
@@ -497,21 +506,32 @@ class KvactConnector(KVConnectorBase_V1):
         """Nothing per layer: kvact's store gathers all layers in one op (wait_for_save)."""
 
     def wait_for_save(self):
+        """Starts the step's stores and returns: they gather the blocks while vLLM samples,
+        reports and schedules, and are waited for at the next step's first call
+        (handle_preemptions), before any block is written again."""
         self._finish_loads()
         meta = self._get_connector_metadata()
         saves = [s for s in meta.saves if s.req_id not in self._failed]
         if not saves:
             return
         _sync_device(self._first_layer)
-        ops = [self._kv.store(self._ranked(s.keys), s.slots) for s in saves]
-        for spec, op in zip(saves, ops):
-            status = op.wait()
-            if status != 0:  # best effort: a chunk not stored is a later miss
+        for spec in saves:
+            self._saving.append((spec, self._kv.store(self._ranked(spec.keys), spec.slots)))
+
+    def _collect_saves(self, block):
+        """Accounts for the stores that ended (all of them with block): stats, events."""
+        pending = []
+        for spec, op in self._saving:
+            status = op.wait() if block else op.wait(0)
+            if status is None:
+                pending.append((spec, op))
+            elif status != 0:  # best effort: a chunk not stored is a later miss
                 log.warning("kvact store of %s: status %d", spec.req_id, status)
-                continue
-            self._stats.add("stored_tokens", len(spec.keys) * self._chunk_tokens)
-            self._stats.add("stored_bytes", len(spec.keys) * self._chunk_bytes)
-            self._events.extend(spec.events)
+            else:
+                self._stats.add("stored_tokens", len(spec.keys) * self._chunk_tokens)
+                self._stats.add("stored_bytes", len(spec.keys) * self._chunk_bytes)
+                self._events.extend(spec.events)
+        self._saving = pending
 
     def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
         """The requests whose loads this step ran (done or failed: wait_for_save waited
@@ -538,6 +558,7 @@ class KvactConnector(KVConnectorBase_V1):
         return errors
 
     def get_kv_connector_kv_cache_events(self) -> KVConnectorKVEvents | None:
+        self._collect_saves(block=False)
         if not self._events:
             return None
         events = KvactKVEvents(num_workers=1)
@@ -547,6 +568,7 @@ class KvactConnector(KVConnectorBase_V1):
 
     # ---- both sides ---------------------------------------------------------------------
     def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        self._collect_saves(block=False)
         if self._stats.is_empty():
             return None
         stats, self._stats = self._stats, KvactConnectorStats()
@@ -554,6 +576,7 @@ class KvactConnector(KVConnectorBase_V1):
 
     def shutdown(self):
         self._leases.close()
+        self._collect_saves(block=True)
         if self._kv is not None:
             self._kv.close()
             self._kv = None
