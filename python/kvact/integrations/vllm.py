@@ -8,10 +8,13 @@ Load it with
 Extra config: "kvact.config" (dict of kvact settings) and/or "kvact.config_file"
 (a kvact config file; the dict's settings apply on top), "kvact.chunk_tokens"
 (default 256, a multiple of vLLM's block_size), "kvact.model" (default the
-served model's name), "kvact.salt", "kvact.reset_tracked_chunks" (default
-262144: the newest chunks stored that reset_cache deletes), "kvact.kv_format" ("flash", the default:
-per layer [2, blocks, block_size, heads, head_dim]; or "flashinfer":
-[blocks, 2, ...]).
+served model's name), "kvact.salt", "kvact.lease_ms" (default 10000: how
+long a lookup's lease waits for vLLM to schedule its request),
+"kvact.reset_tracked_chunks" (default 262144: the newest chunks stored that
+reset_cache deletes), "kvact.kv_format" (for 5-D caches of older vLLMs:
+"flash", the default, per layer [2, blocks, block_size, heads, head_dim]; or
+"flashinfer": [blocks, 2, ...]; vLLM 0.33's 4-D per-layer views are always
+"pages" in the layout cache_config.kv_cache_layout names).
 
 Design. vLLM runs the scheduler-side and the worker-side connector in
 different processes; each opens its own kvact.Runtime from the same config,
@@ -31,15 +34,18 @@ PYTHONHASHSEED. A chunk whose block hashes vLLM has not made yet is neither
 looked up nor stored until it has them.
 
 Scheduler side (keys of kv_rank 0: every TP rank stores the same chunks):
-  get_num_new_matched_tokens: sm.lookup over the full chunks of all but the
-    request's last token (vLLM must compute at least one token), so the hit
-    is a whole number of chunks < num_tokens; returns the hit beyond
-    num_computed_tokens (vLLM's own prefix cache). The lookup does not pin:
-    vLLM may call this several times and never schedule the request, and a
-    pin would then leak. A chunk evicted before the worker's prefetch is
-    caught there and reported as a load error, which vLLM recomputes.
-  update_state_after_alloc: remembers the tokens to load
-    [hit - num_external_tokens, hit) and that the hit's chunks are stored.
+  get_num_new_matched_tokens: looks up the full chunks of all but the
+    request's last token (vLLM must compute at least one token) under a
+    lease (_vllm_leases.py): what it counts is pinned in L1 for every TP rank
+    until the workers have loaded it, so an eviction, another tenant's
+    traffic, reset_cache or an L2 tier failing between the lookup and the load
+    cannot turn into a load error (a failed request under vLLM's default
+    kv_load_failure_policy "fail"). An L2 hit is brought into L1 first: the
+    answer is None ("ask again", the request waits a step) meanwhile. Returns
+    the hit beyond num_computed_tokens (vLLM's own prefix cache).
+  update_state_after_alloc: the load is [num_computed_tokens,
+    num_computed_tokens + num_external_tokens) (vLLM may allocate fewer tokens
+    than counted, never more); the lease keeps only those chunks.
   build_connector_meta: per scheduled request, a _LoadSpec (its keys, a slot
     mapping with -1 for the tokens vLLM already holds, the block ids each
     chunk writes) and a _SaveSpec of the full chunks this step completes.
@@ -47,8 +53,12 @@ Scheduler side (keys of kv_rank 0: every TP rank stores the same chunks):
     ntokens in ((n-1)*ct, n*ct], and a partial chunk would later shadow the
     full one under its key. A request whose computed tokens went back (a
     load error, a preemption) has its saved-chunk mark lowered with them.
-  request_finished: (False, None) — the store is synchronous: wait_for_save
-    returns once the bytes are copied out of the paged cache into L1.
+  request_finished: (False, None), and the request's lease goes. The stores
+    of a step have read their blocks before the next step writes any
+    (handle_preemptions waits for them), so vLLM may free blocks at once.
+  update_connector_output: the workers' KvactWorkerMeta: loads done (their
+    leases go once every TP rank reported), and once the chunk layout, which
+    bringing L2 hits into L1 needs.
   reset_cache (/reset_prefix_cache): a forced delete from L1 of the chunks
     this scheduler planned to store (the newest kvact.reset_tracked_chunks),
     all TP ranks; L2 keeps its copies.
@@ -71,8 +81,11 @@ their read locks. Whatever exception leaves start_load_kv, the step first
 gives back every read lock it took (the hits no load took, read or not; the
 started loads release theirs, and are waited for) and reports every block
 it was to load as a load error. kvact's store gathers all layers at once, so the stores
-are made in wait_for_save (after the forward pass), skipping requests whose
-load failed this step: their new tokens were computed over a wrong prefix.
+start in wait_for_save (after the forward pass), skipping requests whose
+load failed this step (their new tokens were computed over a wrong prefix),
+and run while vLLM samples and schedules; the next step's handle_preemptions,
+vLLM's first call of a step, before it zeroes, copies or overwrites a block,
+waits for them. build_connector_worker_meta reports the step's loads.
 """
 from __future__ import annotations
 
