@@ -214,3 +214,56 @@ def test_an_l2_hit_is_brought_into_l1_before_it_is_counted():
         assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
     finally:
         e.close()
+
+
+_SCHEDULER_PROCESS = r'''
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from types import SimpleNamespace as NS
+from kvact.integrations.vllm import KvactConnector, KVConnectorRole
+from test_vllm_connector import BS, CT, MODEL, Request, prompt
+extra = {"kvact.config": {"client.socket": sys.argv[1]}, "kvact.chunk_tokens": CT,
+         "kvact.model": MODEL}
+cfg = NS(kv_transfer_config=NS(kv_connector_extra_config=extra),
+         cache_config=NS(block_size=BS), model_config=NS(model=MODEL),
+         kv_events_config=None)
+sched = KvactConnector(cfg, KVConnectorRole.SCHEDULER, None)
+print(sched.get_num_new_matched_tokens(Request("B", prompt(29, 41), 3), 0)[0], flush=True)
+time.sleep(600)
+'''
+
+
+def test_a_scheduler_process_that_dies_loses_its_leases_with_its_kvactd_connection(tmp_path):
+    """In a client of kvactd the pins are the connection's: SIGKILL the scheduler's
+    process in the middle of a lease, and kvactd holds nothing of it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import kvactd
+    with kvactd(l1_bytes=L1_BYTES) as (sock, _):
+        e = Engine({"client.socket": sock}, torch.bfloat16, "flash", remote=True)
+        try:
+            base = stored_a(e)
+            assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
+            here = os.path.dirname(os.path.abspath(__file__))
+            child = subprocess.Popen([sys.executable, "-c", _SCHEDULER_PROCESS, sock, here],
+                                     stdout=subprocess.PIPE, text=True)
+            try:
+                assert child.stdout.readline().strip() == str(3 * CT)  # leased
+                assert pins(e) == 3
+                child.send_signal(signal.SIGKILL)
+                child.wait(timeout=30)
+            finally:
+                child.kill()
+                child.wait()
+            for _ in range(500):  # kvactd sees the connection close
+                if pins(e) == 0:
+                    break
+                time.sleep(0.01)
+            assert pins(e) == 0
+            assert e.sm.lookup(keys_of(base)).total == 3
+            assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
+        finally:
+            e.close()
