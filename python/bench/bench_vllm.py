@@ -9,7 +9,8 @@ worker-side connector that vLLM's ensure_kv_transfer_initialized makes (in a
 one-process gloo world, as a CPU worker has), the per-layer caches of vLLM's
 allocate_kv_cache (layout LBNHC, bf16) and real Requests (vLLM's sha256 block
 hasher), stepped as EngineCore.step drives a uniprocess executor:
-Scheduler.schedule(); the worker's connector calls inside vLLM's own
+Scheduler.schedule(); the worker's connector calls, handle_preemptions first (as
+GPUModelRunner.execute_model) and the rest inside vLLM's own
 KVConnectorModelRunnerMixin context under set_forward_context (bind, start_load_kv,
 per layer wait_for_layer_load and save_kv_layer as the attention layers make them,
 wait_for_save, get_transfer_results, get_block_ids_with_load_errors, stats,
@@ -32,19 +33,29 @@ executor), without L2 (l2: []).
    kv_transfer_config=None, the same prompts, in the same rep), for 1, 16 and 128
    requests per step: the admission step (the N lookups, allocations, loads and
    stores planned) and the MAX_TOKENS - 1 decode steps after it, apart (the
-   worker's connector calls run between the two, untimed here).
+   worker's connector calls run between the two, untimed here; stores that
+   overlap the step's end run during update_from_output and the next
+   schedule(), and share this machine's 2 cores with them).
    kvact's part = with - without; per request = kvact's part / N; share = kvact's
    part / with. A third round per rep (other prompts) times each connector method
    vLLM calls, around the call (~0.3 us of wrapper each). A 2-layer model: the
    scheduler side's cost does not depend on the KV bytes. Medians over reps.
 2. worker: a Llama-3-8B shape (32 layers, 8 KV heads of 128: 128 KiB per token;
-   --quick: 8 layers). One step admits N requests (max_tokens=1): each loads its
-   HIT_CHUNKS chunks (start_load_kv + wait_for_layer_load of every layer) and
-   stores the chunk its prefill completes in wait_for_save, which copies
-   synchronously today: the step stalls for the whole store. The anchor, per
-   rep: torch moving the same bytes between the same slots of the same caches and
-   a contiguous buffer, layer by layer: index_copy_ (the load's scatter) and
-   index_select (the store's gather). Medians over reps.
+   --quick: 8 layers). A round admits N requests of max_tokens=2: in the first
+   step each loads its HIT_CHUNKS chunks (start_load_kv + wait_for_layer_load of
+   every layer) and stores the chunks its prefill completes, from wait_for_save;
+   the second (decode) step begins with handle_preemptions, as
+   GPUModelRunner.execute_model does, where a connector whose stores overlap the
+   step's end waits for those still running (bind_connector_metadata too). The
+   store stall is the time the worker is blocked for the stores: wait_for_save
+   plus that wait (a connector storing synchronously in wait_for_save: all of it
+   there); between the two runs vLLM's own work (update_from_output, schedule()),
+   the window the stores can overlap. The anchor, per rep, after the round:
+   torch moving the same bytes between the same slots of the same caches and a
+   contiguous buffer, layer by layer: index_copy_ (the load's scatter) and
+   index_select (the store's gather), on 1 and on torch's default threads, the
+   faster counted (torch's 2-thread runs swing widely on a 2-core VM). Medians
+   over reps.
 3. eviction: N requests per round whose halves are stored; between schedule()
    and the worker's step (start_load_kv) another writer writes 1.5x kvact's L1
    (small here) of other keys through the same storage. Counted, against a
@@ -107,7 +118,7 @@ SCHEDULER_CALLS = ("get_num_new_matched_tokens", "update_state_after_alloc",
                    "get_kv_connector_stats", "take_events", "on_new_request",
                    "get_external_cache_hit_sources", "get_loaded_kv_cache_group_ids",
                    "has_pending_block_frees", "has_pending_push_work")
-WORKER_CALLS = ("bind_connector_metadata", "start_load_kv", "wait_for_layer_load",
+WORKER_CALLS = ("handle_preemptions", "bind_connector_metadata", "start_load_kv", "wait_for_layer_load",
                 "save_kv_layer", "wait_for_save", "get_transfer_results",
                 "get_block_ids_with_load_errors", "get_kv_connector_stats",
                 "get_kv_connector_kv_cache_events", "build_connector_worker_meta",
@@ -210,6 +221,7 @@ class CallTimer:
     def __init__(self, obj, names):
         self.obj, self.names = obj, []
         self.ns, self.calls, self._depth = Counter(), Counter(), 0
+        self.first_start, self.last_end = {}, {}
         for name in names:
             if inspect.isfunction(getattr(type(obj), name, None)):
                 setattr(obj, name, self._wrap(name, getattr(obj, name)))
@@ -222,17 +234,22 @@ class CallTimer:
                 return fn(*args, **kwargs)
             self._depth = 1
             t0 = time.perf_counter_ns()
+            self.first_start.setdefault(name, t0)
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.ns[name] += time.perf_counter_ns() - t0
+                t1 = time.perf_counter_ns()
+                self.ns[name] += t1 - t0
+                self.last_end[name] = t1
                 self._depth = 0
         return timed
 
     def take(self):
-        """({name: ns}, {name: calls}) since the last take."""
-        out = (dict(self.ns), dict(self.calls))
-        self.ns, self.calls = Counter(), Counter()
+        """Since the last take: {"ns": {name: ns}, "calls": {name: count}, "first_start":
+        {name: perf_counter_ns}, "last_end": {name: perf_counter_ns}}."""
+        out = {"ns": dict(self.ns), "calls": dict(self.calls),
+               "first_start": self.first_start, "last_end": self.last_end}
+        self.ns, self.calls, self.first_start, self.last_end = Counter(), Counter(), {}, {}
         return out
 
     def close(self):
@@ -328,8 +345,11 @@ class Engine:
         return Step(out, kv_out, finished, (t1 - t0) + (t3 - t2), w1 - w0)
 
     def _worker_step(self, out):
-        """The model runner's connector calls of one step, with vLLM's own context
-        manager; the attention layers' per-layer calls when tokens are scheduled."""
+        """The model runner's connector calls of one step: handle_preemptions first (as
+        GPUModelRunner.execute_model makes it, before the step touches a block), then
+        vLLM's own context manager around the forward, with the attention layers'
+        per-layer calls when tokens are scheduled."""
+        self.worker.handle_preemptions(out.kv_connector_metadata)
         with set_forward_context(None, self.config), \
                 KVConnectorModelRunnerMixin.maybe_get_kv_connector_output(out) as kv_out:
             if out.total_num_scheduled_tokens > 0:
@@ -345,8 +365,9 @@ class Engine:
         return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                  sampled_token_ids=sampled, kv_connector_output=kv_out)
 
-    def run(self, requests, before_worker=None, max_steps=10000):
-        """Adds requests and steps until all have finished: (steps, {reason: count})."""
+    def run(self, requests, before_worker=None, after_step=None, max_steps=10000):
+        """Adds requests and steps until all have finished: (steps, {reason: count});
+        after_step(step) after each."""
         for r in requests:
             self.scheduler.add_request(r)
         pending, reasons, steps = {r.request_id for r in requests}, Counter(), []
@@ -357,6 +378,8 @@ class Engine:
                     pending.discard(rid)
                     reasons[reason] += 1
             steps.append(st)
+            if after_step is not None:
+                after_step(st)
             if len(steps) >= max_steps:
                 raise RuntimeError("%d requests unfinished after %d steps" % (len(pending),
                                                                               max_steps))
@@ -462,11 +485,11 @@ def _scheduler_figures(n, rows):
         part = median([r["kvact"][i] - r["vllm"][i] for r in rows])
         out[phase] = {"vllm": v, "kvact": k, "kvact_part": part, "per_request": part / n,
                       "share": part / k if k else 0.0}
-    names = sorted({m for r in rows for m in r["calls"][1]})
+    names = sorted({m for r in rows for m in r["calls"]["calls"]})
     calls = {}
     for m in names:
-        ns = [r["calls"][0].get(m, 0) for r in rows]
-        cnt = [r["calls"][1].get(m, 0) for r in rows]
+        ns = [r["calls"]["ns"].get(m, 0) for r in rows]
+        cnt = [r["calls"]["calls"].get(m, 0) for r in rows]
         steps = [r["steps"] for r in rows]
         calls[m] = {"calls_per_step": median([c / s for c, s in zip(cnt, steps)]),
                     "us_per_call": median([t / c / 1e3 for t, c in zip(ns, cnt) if c]),
@@ -525,13 +548,16 @@ def torch_moves(rows, src, dst, load_slots, store_slots, threads):
 
 def bench_worker(model_dir, sizes=SIZES, reps=5, warmup=1, shape=LLAMA_8B):
     """{n: {"load_mib", "store_mib", "start_load_kv_us", "layer_waits_us", "load_us",
-    "torch_index_copy_us", "wait_for_save_us", "torch_index_select_us", "worker_step_us",
-    ...}}: medians over reps."""
+    "torch_index_copy_us", "wait_for_save_us", "next_step_wait_us", "store_stall_us",
+    "overlap_window_us", "torch_index_select_us", "worker_step_us", ...}}: medians over
+    reps. A round is N requests of max_tokens=2: the admission step (loads, stores
+    started in wait_for_save) and a decode step, whose first connector calls
+    (handle_preemptions, bind_connector_metadata) wait for stores still running."""
     n_max, ct = max(sizes), shape.chunk_tokens
     chunk = ct * token_bytes(shape)
     per_round = n_max * 2 * HIT_CHUNKS * chunk
-    blocks = n_max * blocks_per_request(shape, 1) + 16
-    eng = Engine(model_dir, shape, n_max, blocks, 1, l1_bytes=1.5 * per_round + (64 << 20))
+    blocks = n_max * blocks_per_request(shape, 2) + 16
+    eng = Engine(model_dir, shape, n_max, blocks, 2, l1_bytes=1.5 * per_round + (64 << 20))
     hit_tokens = HIT_CHUNKS * ct
     row_width = shape.kv_heads * 2 * shape.head_dim
     rows = {name: _rows(c) for name, c in eng.caches.items()}
@@ -549,26 +575,35 @@ def bench_worker(model_dir, sizes=SIZES, reps=5, warmup=1, shape=LLAMA_8B):
                 eng.store_hits(reqs)
                 gc.collect()
                 timer.take()
-                (st,), reasons = eng.run(reqs)
-                ns, calls = timer.take()
-                _check_admission(st, n, hit_tokens)
-                assert not st.kv_out.invalid_block_ids, "load errors without pressure"
-                assert reasons == {FinishReason.LENGTH: n}, reasons
-                assert calls.get("wait_for_layer_load") == shape.layers
+                per_step = []
+                steps, reasons = eng.run(reqs, after_step=lambda st: per_step.append(
+                    timer.take()))
+                assert len(steps) == 2 and reasons == {FinishReason.LENGTH: n}, reasons
+                admit, decode = per_step
+                _check_admission(steps[0], n, hit_tokens)
+                assert not any(st.kv_out.invalid_block_ids for st in steps), \
+                    "load errors without pressure"
+                assert admit["calls"].get("wait_for_layer_load") == shape.layers
                 stored = [eng.stored_chunks(r) for r in reqs]
                 assert stored == [2 * HIT_CHUNKS] * n, "stores missing: %s" % stored
-                load_slots, store_slots = _step_slots(st.out, ct)
+                load_slots, store_slots = _step_slots(steps[0].out, ct)
                 assert len(load_slots) == n * hit_tokens and len(store_slots) == n * hit_tokens
                 anchor = {t: torch_moves(rows, src, dst, load_slots, store_slots, t)
                           for t in anchor_threads}
-                us = {k: v / 1e3 for k, v in ns.items()}
+                us, us2 = ({k: v / 1e3 for k, v in d["ns"].items()} for d in (admit, decode))
                 f = {"start_load_kv_us": us.get("start_load_kv", 0.0),
                      "layer_waits_us": us.get("wait_for_layer_load", 0.0),
                      "wait_for_save_us": us.get("wait_for_save", 0.0),
+                     "next_step_wait_us": us2.get("handle_preemptions", 0.0) +
+                     us2.get("bind_connector_metadata", 0.0),
+                     "overlap_window_us": (decode["first_start"]["handle_preemptions"] -
+                                           admit["last_end"]["wait_for_save"]) / 1e3,
                      "anchor": anchor,
-                     "worker_step_us": st.worker_ns / 1e3,
-                     "scheduler_step_us": st.sched_ns / 1e3}
+                     "worker_step_us": steps[0].worker_ns / 1e3,
+                     "next_worker_step_us": steps[1].worker_ns / 1e3,
+                     "scheduler_step_us": steps[0].sched_ns / 1e3}
                 f["load_us"] = f["start_load_kv_us"] + f["layer_waits_us"]
+                f["store_stall_us"] = f["wait_for_save_us"] + f["next_step_wait_us"]
                 f["other_calls_us"] = sum(us.values()) - f["load_us"] - f["wait_for_save_us"]
                 if rep >= warmup:
                     figs.append(f)
@@ -587,7 +622,7 @@ def bench_worker(model_dir, sizes=SIZES, reps=5, warmup=1, shape=LLAMA_8B):
             res.update(load_mib=byte / 2**20, store_mib=byte / 2**20,
                        load_vs_anchor=median([f["load_us"] / f["torch_index_copy_us"]
                                               for f in figs]),
-                       stall_vs_anchor=median([f["wait_for_save_us"] / f["torch_index_select_us"]
+                       stall_vs_anchor=median([f["store_stall_us"] / f["torch_index_select_us"]
                                                for f in figs]))
             results[n] = res
         results["memcheck"] = eng.storage.memcheck_report()
@@ -693,33 +728,41 @@ def print_scheduler(res, reps, shape=TINY, max_tokens=MAX_TOKENS):
 
 
 def print_worker(res, reps, shape):
-    print("\n== 2. worker side: one admission step, N requests each loading %d tokens and "
-          "storing %d, us per step (median of %d reps)" % (
+    print("\n== 2. worker side: N requests admitted in one step, each loading %d tokens and "
+          "storing %d, us (median of %d reps)" % (
               HIT_CHUNKS * shape.chunk_tokens, HIT_CHUNKS * shape.chunk_tokens, reps))
     print("   model %s, bf16, %s: %d KiB per token; chunks of %d tokens (%.1f MiB)" % (
         shape.name, LAYOUT, token_bytes(shape) // 1024, shape.chunk_tokens,
         shape.chunk_tokens * token_bytes(shape) / 2**20))
     print("   anchor: torch moving the same bytes between the same slots and a buffer, per "
           "layer (index_copy_ = the load's scatter, index_select = the store's gather)")
+    print("   load = start_load_kv + wait_for_layer_load of every layer; store stall = "
+          "wait_for_save + the next step's wait for stores still running (handle_preemptions "
+          "+ bind_connector_metadata), the next step starting %s" % "after vLLM's "
+          "update_from_output and schedule()")
     print("   (MiB: loaded, and as many stored; x: kvact / torch; torch's faster of 1 and %d "
           "threads)" % torch.get_num_threads())
-    print("%5s  %8s  %13s  %11s  %9s  %11s  %5s | %13s  %12s  %5s | %11s" % (
+    print("%5s  %7s  %13s  %11s  %9s  %11s  %5s | %13s  %10s  %11s  %12s  %5s" % (
         "reqs", "MiB", "start_load_kv", "layer waits", "load", "index_copy_", "x",
-        "wait_for_save", "index_select", "x", "worker step"))
+        "wait_for_save", "next waits", "store stall", "index_select", "x"))
     for n in (k for k in res if isinstance(k, int)):
         f = res[n]
-        print("%5d  %8.1f  %13.1f  %11.1f  %9.1f  %11.1f  %5.2f | %13.1f  %12.1f  %5.2f | "
-              "%11.1f" % (n, f["load_mib"], f["start_load_kv_us"], f["layer_waits_us"],
-                          f["load_us"], f["torch_index_copy_us"], f["load_vs_anchor"],
-                          f["wait_for_save_us"], f["torch_index_select_us"],
-                          f["stall_vs_anchor"], f["worker_step_us"]))
+        print("%5d  %7.1f  %13.1f  %11.1f  %9.1f  %11.1f  %5.2f | %13.1f  %10.1f  %11.1f  "
+              "%12.1f  %5.2f" % (
+                  n, f["load_mib"], f["start_load_kv_us"], f["layer_waits_us"], f["load_us"],
+                  f["torch_index_copy_us"], f["load_vs_anchor"], f["wait_for_save_us"],
+                  f["next_step_wait_us"], f["store_stall_us"], f["torch_index_select_us"],
+                  f["stall_vs_anchor"]))
     for n in (k for k in res if isinstance(k, int)):
         f = res[n]
-        print("   %d reqs: wait_for_save stalls the step %.1f ms for %.1f MiB (%.2f GB/s; "
-              "torch's gather %.2f GB/s); the load %.2f GB/s (torch's scatter %.2f GB/s)" % (
-                  n, f["wait_for_save_us"] / 1e3, f["store_mib"],
-                  _gbs(f["store_mib"], f["wait_for_save_us"]),
+        print("   %d reqs: %.1f MiB stored; the worker stalls %.1f ms for it (%.1f in "
+              "wait_for_save, %.1f in the next step's first calls; torch gathers it in %.1f "
+              "ms, %.2f GB/s); vLLM's own work between the two took %.1f ms. The load %.1f ms, "
+              "%.2f GB/s (torch's scatter %.2f GB/s)." % (
+                  n, f["store_mib"], f["store_stall_us"] / 1e3, f["wait_for_save_us"] / 1e3,
+                  f["next_step_wait_us"] / 1e3, f["torch_index_select_us"] / 1e3,
                   _gbs(f["store_mib"], f["torch_index_select_us"]),
+                  f["overlap_window_us"] / 1e3, f["load_us"] / 1e3,
                   _gbs(f["load_mib"], f["load_us"]),
                   _gbs(f["load_mib"], f["torch_index_copy_us"])))
     print("   locks left in kvact: %s" % (res["memcheck"] or "none"))

@@ -63,13 +63,16 @@ def test_worker_part(model_dir, capsys):
         mib = tokens * bench_vllm.token_bytes(SMALL) / 2**20
         assert f["load_mib"] == f["store_mib"] == pytest.approx(mib)
         for k in ("start_load_kv_us", "layer_waits_us", "wait_for_save_us", "load_us",
-                  "torch_index_copy_us", "torch_index_select_us", "worker_step_us",
+                  "store_stall_us", "overlap_window_us", "torch_index_copy_us",
+                  "torch_index_select_us", "worker_step_us", "next_worker_step_us",
                   "scheduler_step_us", "load_vs_anchor", "stall_vs_anchor"):
             assert f[k] > 0, k
-        assert f["other_calls_us"] >= 0
+        assert f["other_calls_us"] >= 0 and f["next_step_wait_us"] >= 0
         assert f["load_us"] == pytest.approx(f["start_load_kv_us"] + f["layer_waits_us"])
+        assert f["store_stall_us"] == pytest.approx(f["wait_for_save_us"] +
+                                                    f["next_step_wait_us"])
     bench_vllm.print_worker(res, 1, SMALL)
-    assert "wait_for_save stalls the step" in capsys.readouterr().out
+    assert "the worker stalls" in capsys.readouterr().out
 
 
 def test_eviction_part(model_dir, capsys):
