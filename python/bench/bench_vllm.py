@@ -462,11 +462,14 @@ def bench_scheduler(model_dir, sizes=SIZES, reps=7, warmup=2, max_tokens=MAX_TOK
                 conn.store_hits(reqs)
                 gc.collect()
                 timer = CallTimer(conn.scheduler.connector, SCHEDULER_CALLS)
+                per_step = []
                 try:
-                    steps, _ = conn.run(reqs)
-                    row["calls"] = timer.take()
+                    timer.take()
+                    steps, _ = conn.run(reqs, after_step=lambda st: per_step.append(
+                        timer.take()))
                 finally:
                     timer.close()
+                row["calls"] = per_step  # the admission step's has add_request's calls too
                 row["steps"] = len(steps)
                 if rep >= warmup:
                     rows.append(row)
@@ -485,18 +488,22 @@ def _scheduler_figures(n, rows):
         part = median([r["kvact"][i] - r["vllm"][i] for r in rows])
         out[phase] = {"vllm": v, "kvact": k, "kvact_part": part, "per_request": part / n,
                       "share": part / k if k else 0.0}
-    names = sorted({m for r in rows for m in r["calls"]["calls"]})
+    names = sorted({m for r in rows for st in r["calls"] for m in st["calls"]})
     calls = {}
     for m in names:
-        ns = [r["calls"]["ns"].get(m, 0) for r in rows]
-        cnt = [r["calls"]["calls"].get(m, 0) for r in rows]
+        ns = [sum(st["ns"].get(m, 0) for st in r["calls"]) for r in rows]
+        cnt = [sum(st["calls"].get(m, 0) for st in r["calls"]) for r in rows]
         steps = [r["steps"] for r in rows]
+        admission = [r["calls"][0]["ns"].get(m, 0) / 1e3 for r in rows]
+        decode = [statistics.mean(st["ns"].get(m, 0) for st in r["calls"][1:]) / 1e3
+                  if len(r["calls"]) > 1 else 0.0 for r in rows]
         calls[m] = {"calls_per_step": median([c / s for c, s in zip(cnt, steps)]),
                     "us_per_call": median([t / c / 1e3 for t, c in zip(ns, cnt) if c]),
-                    "us_per_step": median([t / s / 1e3 for t, s in zip(ns, steps)])}
+                    "us_per_step": median([t / s / 1e3 for t, s in zip(ns, steps)]),
+                    "admission_us": median(admission), "decode_us": median(decode)}
     out["calls"] = calls
-    out["calls_us_per_step"] = sum(c["us_per_step"] for c in calls.values())
-    out["calls_us_per_request_step"] = out["calls_us_per_step"] / n
+    for k in ("us_per_step", "admission_us", "decode_us"):
+        out["calls_" + k] = sum(c[k] for c in calls.values())
     return out
 
 
@@ -713,17 +720,19 @@ def print_scheduler(res, reps, shape=TINY, max_tokens=MAX_TOKENS):
             print("%5d  %-9s  %11.1f  %11.1f  %12.1f  %12.2f  %5.1f%%" % (
                 n, phase.split("_")[0], f["vllm"], f["kvact"], f["kvact_part"],
                 f["per_request"], 100 * f["share"]))
-    print("\n   the connector's calls, timed around each call as vLLM makes it, over the "
-          "%d steps of a round (us)" % max_tokens)
-    print("%5s  %-28s  %10s  %10s  %10s  %12s" % ("reqs", "method", "calls/step", "us/call",
-                                                  "us/step", "us/req/step"))
+    print("\n   the connector's calls, timed around each call as vLLM makes it (us): per call, "
+          "in the admission step, per decode step, per request and step over the round's "
+          "%d steps" % max_tokens)
+    print("%5s  %-30s  %10s  %8s  %10s  %10s  %11s" % (
+        "reqs", "method", "calls/step", "us/call", "admission", "decode", "us/req/step"))
     for n in (k for k in res if isinstance(k, int)):
         for m, c in res[n]["calls"].items():
-            print("%5d  %-28s  %10.2f  %10.2f  %10.1f  %12.2f" % (
-                n, m, c["calls_per_step"], c["us_per_call"], c["us_per_step"],
-                c["us_per_step"] / n))
-        print("%5d  %-28s  %10s  %10s  %10.1f  %12.2f" % (
-            n, "all", "", "", res[n]["calls_us_per_step"], res[n]["calls_us_per_request_step"]))
+            print("%5d  %-30s  %10.2f  %8.2f  %10.1f  %10.1f  %11.2f" % (
+                n, m, c["calls_per_step"], c["us_per_call"], c["admission_us"],
+                c["decode_us"], c["us_per_step"] / n))
+        print("%5d  %-30s  %10s  %8s  %10.1f  %10.1f  %11.2f" % (
+            n, "all", "", "", res[n]["calls_admission_us"], res[n]["calls_decode_us"],
+            res[n]["calls_us_per_step"] / n))
     print("   locks left in kvact: %s" % (res["memcheck"] or "none"))
 
 

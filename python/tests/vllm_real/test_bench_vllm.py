@@ -48,8 +48,11 @@ def test_scheduler_part(model_dir, capsys):
         # one lookup and one allocation per request, over the round's 3 steps
         assert calls["get_num_new_matched_tokens"]["calls_per_step"] == pytest.approx(n / 3)
         assert calls["build_connector_meta"]["calls_per_step"] == 1
-        assert all(c["us_per_call"] >= 0 and c["us_per_step"] >= 0 for c in calls.values())
-        assert res[n]["calls_us_per_step"] > 0
+        assert all(c[k] >= 0 for c in calls.values()
+                   for k in ("us_per_call", "us_per_step", "admission_us", "decode_us"))
+        assert calls["get_num_new_matched_tokens"]["admission_us"] > 0
+        assert calls["get_num_new_matched_tokens"]["decode_us"] == 0  # looked up once
+        assert res[n]["calls_us_per_step"] > 0 and res[n]["calls_admission_us"] > 0
     bench_vllm.print_scheduler(res, 1, SMALL, 3)
     assert "get_num_new_matched_tokens" in capsys.readouterr().out
 
