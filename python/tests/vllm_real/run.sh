@@ -28,8 +28,10 @@ if [ ! -f "$lib" ]; then
   exit 2
 fi
 case "$lib" in /*) ;; *) lib="$PWD/$lib" ;; esac
+kvactd="${KVACT_KVACTD:-$root/bazel-bin/tools/kvactd}"  # test_scheduler_e2e's shared kvactd
+case "$kvactd" in /*) ;; *) kvactd="$PWD/$kvactd" ;; esac
 
-export KVACT_LIB="$lib" PYTHONPATH="$root/python" PYTHONDONTWRITEBYTECODE=1
+export KVACT_LIB="$lib" KVACT_KVACTD="$kvactd" PYTHONPATH="$root/python" PYTHONDONTWRITEBYTECODE=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 if [ -n "${TEST_TMPDIR:-}" ]; then  # vLLM's and torch's caches, pytest's tmp_path
   export HOME="$TEST_TMPDIR" TMPDIR="$TEST_TMPDIR"
