@@ -383,17 +383,31 @@ class Worker:
 
 
 # ---- the engine -----------------------------------------------------------------------
+class _WorkerStep:
+    """One scheduled step for the worker: runs it the first time it is called."""
+
+    def __init__(self, worker, so, loads, step, seen):
+        self.args, self.step, self.result = (so, loads, step, seen), step, None
+        self.worker = worker
+
+    def __call__(self):
+        if self.result is None:
+            self.result = self.worker.execute(*self.args)
+        return self.result
+
+
 class Engine:
     """vLLM's engine core around one Scheduler (its connector from vLLM's factory) and one
     Worker. after_schedule: callables (engine, scheduler_output) run between schedule()
     and the worker's step (another tenant evicting, a reset)."""
 
-    def __init__(self, vllm_config, kv_cache_config, layout="LBNHC"):
+    def __init__(self, vllm_config, kv_cache_config, layout="LBNHC", slow_worker=False):
         self.config = vllm_config
         self.scheduler = vllm_cpu.make_scheduler(vllm_config, kv_cache_config)
         self.conn = self.scheduler.connector
         self.storage = self.conn.storage
         self.async_scheduling = vllm_config.scheduler_config.async_scheduling
+        self.slow_worker = slow_worker
         self.spec_tokens = vllm_config.num_speculative_tokens or 0
         self.v2_runner = self.scheduler.use_v2_model_runner
         self.requests, self.salts = {}, {}
@@ -457,35 +471,43 @@ class Engine:
 
     def step(self):
         if not self.async_scheduling:
-            so, out, drafts, step = self._schedule_and_execute()
+            so, run = self._schedule()
+            out, drafts = run()
             self.scheduler.update_from_output(so, out)
-            self._seen.add(step)
+            self._seen.add(run.step)
             if self.spec_tokens and so.total_num_scheduled_tokens:  # EngineCore.post_step
                 self.scheduler.update_draft_token_ids(
                     DraftTokenIds(list(drafts), list(drafts.values())))
             return
-        # EngineCore.step_with_batch_queue, a queue of 2 batches
+        # EngineCore.step_with_batch_queue, a queue of 2 batches. The worker runs a step
+        # as soon as it is scheduled, or (slow_worker) only once vLLM waits for its
+        # output, after it scheduled the next one.
         if self.scheduler.has_requests():
-            so, out, _, step = self._schedule_and_execute()
-            self._queue.appendleft((so, out, step))
+            so, run = self._schedule()
+            if not self.slow_worker:
+                run()
+            self._queue.appendleft((so, run))
             if len(self._queue) < 2 and (so.total_num_scheduled_tokens > 0
                                          or self.scheduler.has_requests()):
                 return
         elif not self._queue:
             return
-        so, out, step = self._queue.pop()
+        self._update(*self._queue.pop())
+
+    def _update(self, so, run):
+        out, _ = run()
         self.scheduler.update_from_output(so, out)
-        self._seen.add(step)
+        self._seen.add(run.step)
 
     def drain(self):
         """Gives the scheduler the outputs of the batches in flight (async scheduling):
         the engine between steps with nothing in flight."""
         while self._queue:
-            so, out, step = self._queue.pop()
-            self.scheduler.update_from_output(so, out)
-            self._seen.add(step)
+            self._update(*self._queue.pop())
 
-    def _schedule_and_execute(self):
+    def _schedule(self):
+        """schedule(), then the after_schedule hooks. Returns the output and the worker's
+        step to run (once; later calls return its result)."""
         self._admitted = {}
         so = self.scheduler.schedule()
         self.steps += 1
@@ -496,8 +518,7 @@ class Engine:
             self.saves.append((s.req_id, len(s.keys), len(s.slots)))
         for hook in self.after_schedule:
             hook(self, so)
-        out, drafts = self.worker.execute(so, loads, self.steps, set(self._seen))
-        return so, out, drafts, self.steps
+        return so, _WorkerStep(self.worker, so, loads, self.steps, set(self._seen))
 
     # -- bookkeeping
     def account(self, step, seen, plan, wrong, invalid, tainted):

@@ -34,21 +34,25 @@ from fill import fill_l1
 from vllm_cpu import BLOCK_SIZE, CHUNK_TOKENS, kvact_extra, kvactd, make_kv_cache_config
 
 CT = CHUNK_TOKENS
-MODES = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+# sync: Scheduler, EngineCore.step. async: AsyncScheduler, EngineCore.step_with_batch_queue,
+# the worker running each step as soon as it is scheduled; async-slow: the worker runs a
+# step only after vLLM scheduled the next one (what its lookups see differs).
+MODES = pytest.mark.parametrize("mode", ["sync", "async", "async-slow"])
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @pytest.fixture
 def engines(vllm_config):
-    """engines(num_blocks=64, layout=..., dtype="bfloat16", **make_vllm_config's) -> a new
+    """engines(num_blocks=64, layout=..., dtype="bfloat16", mode="sync",
+    **make_vllm_config's) -> a new
     Engine (another engine process: its own Scheduler and worker). All are closed at the
     end, and no kvact Runtime may outlive them."""
     made = []
 
-    def make(num_blocks=64, layout="LBNHC", dtype="bfloat16", **kw):
-        cfg = vllm_config(layout=layout, dtype=dtype, **kw)
+    def make(num_blocks=64, layout="LBNHC", dtype="bfloat16", mode="sync", **kw):
+        cfg = vllm_config(layout=layout, dtype=dtype, async_scheduling=mode != "sync", **kw)
         e = Engine(cfg, make_kv_cache_config(cfg, num_blocks=num_blocks, dtype=DTYPES[dtype]),
-                   layout)
+                   layout, slow_worker=mode == "async-slow")
         made.append(e)
         return e
 
@@ -110,49 +114,79 @@ def shared_prefix(engines, **kw):
 
 # ---- 1. a shared prefix, loaded by another engine ------------------------------------
 @MODES
-def test_shared_prefix_is_loaded_bit_exact_by_another_engine(engines, async_scheduling):
-    shared_prefix(engines, async_scheduling=async_scheduling)
+def test_shared_prefix_is_loaded_bit_exact_by_another_engine(engines, mode):
+    shared_prefix(engines, mode=mode)
 
 
 # ---- 2. chunked prefill ----------------------------------------------------------------
 @MODES
 def test_chunked_prefill_stores_whole_chunks_that_a_later_request_loads(engines,
-                                                                       async_scheduling):
+                                                                       mode):
     """A (200 tokens) prefills in steps of 64 (max_num_batched_tokens); C (150) starts in
     A's last prefill step, so its steps end inside chunks (56, 119, 150). Only whole,
-    computed chunks are stored; another engine's B and D load them."""
-    e1 = engines(async_scheduling=async_scheduling)
+    computed chunks are stored; another engine's B and D load them, and G loads 64
+    tokens before a prefill of its own 150 over three steps (stored as it goes)."""
+    e1 = engines(mode=mode)
     a, c = prompt(200, 3), prompt(150, 4)
     e1.add("A", a, max_tokens=8)
     e1.add("C", c, max_tokens=8)
     e1.run()
     e1.check()
     assert not full_chunks_only(e1), full_chunks_only(e1)
-    e2 = engines(async_scheduling=async_scheduling)
+    e2 = engines(mode=mode)
     e2.add("B", a[:192] + prompt(20, 5), max_tokens=4)
     e2.add("D", c[:140] + prompt(30, 6), max_tokens=4)
     e2.run()
     e2.check()
     assert e2.external == {"B": [192], "D": [128]}
     assert e2.loaded_checked == {"B": 192, "D": 128}
+    e3 = engines(mode=mode)
+    e3.add("G", a[:64] + prompt(150, 7), max_tokens=4)
+    e3.run()
+    e3.check()
+    assert e3.external == {"G": [64]} and e3.loaded_checked == {"G": 64}
+    assert not full_chunks_only(e3), full_chunks_only(e3)
+    held, wrong = audit(e1, e2, e3)
+    assert not wrong, wrong
+    # A: 207 tokens computed (6 whole chunks); C: 157 (4); G: 217 (6)
+    assert held["A"] == list(range(6)) and held["C"] == list(range(4))
+    assert held["G"] == list(range(6))
+
+
+@MODES
+def test_two_requests_with_one_prefix_in_one_step(engines, mode):
+    """B1 and B2 share A's 64 stored tokens and are admitted in the same step: B1 loads
+    them; vLLM's own prefix cache gives B2 the blocks B1 is loading (nothing external),
+    which must hold the prefix's KV when B2's attention reads them."""
+    e1 = engines(mode=mode)
+    base = prompt(96, 8)
+    e1.add("A", base, max_tokens=2)
+    e1.run()
+    e2 = engines(mode=mode)
+    e2.add("B1", base[:64] + prompt(10, 9), max_tokens=4)
+    e2.add("B2", base[:64] + prompt(12, 10), max_tokens=4)
+    e2.run()
+    e1.check()
+    e2.check()
+    assert e2.external == {"B1": [64], "B2": [0]}, e2.external
+    assert e2.lookups["B2"] == [(64, (0, False))]
+    assert e2.loaded_checked == {"B1": 64}
     held, wrong = audit(e1, e2)
     assert not wrong, wrong
-    # A: 207 tokens computed (6 whole chunks); C: 157 (4)
-    assert held["A"] == list(range(6)) and held["C"] == list(range(4))
 
 
 # ---- 3. vLLM's own prefix cache holds part of the hit ---------------------------------
 @MODES
-def test_only_the_tokens_beyond_vllms_own_prefix_cache_are_loaded(engines, async_scheduling):
+def test_only_the_tokens_beyond_vllms_own_prefix_cache_are_loaded(engines, mode):
     """Another engine stored P[:96]; this engine's prefix cache holds P[:48] (3 blocks:
     1.5 chunks) from A (which loaded chunk 0 and computed the rest). B = P[:96] + tail:
     vLLM hits 48 locally, kvact 96: 48 tokens are loaded (half of chunk 1 and chunk 2)
     and vLLM's own 48 stay as they are."""
     p = prompt(96, 7)
-    other = engines(async_scheduling=async_scheduling)
+    other = engines(mode=mode)
     other.add("C", p + prompt(10, 8), max_tokens=4)
     other.run()
-    e = engines(async_scheduling=async_scheduling)
+    e = engines(mode=mode)
     e.add("A", p[:48] + prompt(5, 9), max_tokens=2)
     e.run()
     e.add("B", p + prompt(20, 10), max_tokens=4)
@@ -170,8 +204,8 @@ def test_only_the_tokens_beyond_vllms_own_prefix_cache_are_loaded(engines, async
 # ---- 4. the last token is computed; partial chunks are never stored --------------------
 @MODES
 def test_the_last_token_is_always_computed_and_partial_chunks_are_not_stored(
-        engines, async_scheduling):
-    e1 = engines(async_scheduling=async_scheduling)
+        engines, mode):
+    e1 = engines(mode=mode)
     a = prompt(96, 11)  # 3 whole chunks: all stored once A has run
     e1.add("A", a, max_tokens=4)
     # 100 prompt tokens + 28 sampled: token 127 is sampled but never computed, so
@@ -184,11 +218,11 @@ def test_the_last_token_is_always_computed_and_partial_chunks_are_not_stored(
     held, wrong = audit(e1)
     assert not wrong, wrong
     assert held["A"] == [0, 1, 2] and held["D"] == [0, 1, 2]
-    if not async_scheduling:
+    if mode == "sync":
         assert held["E"] == [0, 1, 2, 3]
     else:  # E's last block hash arrives with its last step: it finishes before a store
         assert held["E"] in ([0, 1, 2], [0, 1, 2, 3])
-    e2 = engines(async_scheduling=async_scheduling)
+    e2 = engines(mode=mode)
     e2.add("B", a, max_tokens=4)  # all 96 tokens stored: the hit stops at 64
     e2.run()
     e2.check()
@@ -216,11 +250,11 @@ def runner_env(monkeypatch, runner):
 @MODES
 @RUNNERS
 def test_preempted_requests_resume_into_new_blocks_bit_exact(engines, runner_env,
-                                                             async_scheduling):
+                                                             mode):
     """16 blocks for 4 requests of 40 + 60 tokens: vLLM preempts during decode; a
     resumed request whose blocks vLLM's prefix cache gave away loads what it had stored
     (its prompt and its first outputs) into new blocks."""
-    e = engines(num_blocks=16, async_scheduling=async_scheduling)
+    e = engines(num_blocks=16, mode=mode)
     assert e.v2_runner == (runner_env == "v2")
     for i in range(4):
         e.add("R%d" % i, prompt(40, 20 + i), max_tokens=60)
@@ -236,10 +270,10 @@ def test_preempted_requests_resume_into_new_blocks_bit_exact(engines, runner_env
 
 @MODES
 def test_a_prefix_cache_reset_that_preempts_everything_resumes_from_kvact(engines,
-                                                                          async_scheduling):
+                                                                          mode):
     """vLLM's reset_prefix_cache(reset_running_requests=True) preempts every running
     request and empties vLLM's own prefix cache: they resume from what kvact holds."""
-    e = engines(async_scheduling=async_scheduling)
+    e = engines(mode=mode)
     for i in range(2):
         e.add("R%d" % i, prompt(70, 25 + i), max_tokens=40)
     for _ in range(12):  # both prefilled, some decode steps
@@ -264,14 +298,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #   L1's size of new objects; demand eviction makes room;
 # - "kvactd": the engines are clients of one kvactd (small L1, no L2); a second client
 #   process writes twice its L1;
+# - "suffix": only the second of the 2 chunks leaves (kvact evicts a request's suffix
+#   before its prefix; here a forced delete): the first loads, the second fails;
 # - "reset": vLLM's /reset_prefix_cache with reset_connector=True, on the scheduler that
 #   stored the chunks. Only with async scheduling: the engine core runs utility calls
 #   between steps, and only its batch queue leaves a step scheduled but not yet run.
-VARIANTS = [("tenant", False), ("tenant", True), ("kvactd", False), ("kvactd", True),
-            ("reset", True)]
-EVICTIONS = pytest.mark.parametrize(
-    "variant,async_scheduling", VARIANTS,
-    ids=["%s-%s" % (v, "async" if a else "sync") for v, a in VARIANTS])
+VARIANTS = [(v, m) for v in ("tenant", "kvactd") for m in ("sync", "async", "async-slow")] + \
+    [("suffix", "sync"), ("suffix", "async"), ("reset", "async"), ("reset", "async-slow")]
+EVICTIONS = pytest.mark.parametrize("variant,mode", VARIANTS,
+                                    ids=["%s-%s" % vm for vm in VARIANTS])
 
 
 def fill_from_another_process(sock, nbytes):
@@ -314,13 +349,13 @@ def eviction_storage(variant, engines):
             engines.close_all()
 
 
-def eviction_case(engines, variant, policy, async_scheduling, kvact_config, sock):
+def eviction_case(engines, variant, policy, mode, kvact_config, sock):
     """A stores 96 tokens; B (A's first 64 + its own 40) is admitted with a 64-token hit
     of 2 chunks; the variant evicts them before the worker's step. Returns the engine
     that ran B and a line saying what the eviction did."""
     extra = kvact_extra()
     extra["kvact.config"] = kvact_config
-    kw = dict(extra=extra, kv_load_failure_policy=policy, async_scheduling=async_scheduling)
+    kw = dict(extra=extra, kv_load_failure_policy=policy, mode=mode)
     e1 = engines(**kw)
     base = prompt(96, 30)
     e1.add("A", base, max_tokens=4)
@@ -338,16 +373,18 @@ def eviction_case(engines, variant, policy, async_scheduling, kvact_config, sock
     def evict(engine, so):
         if done or engine._admitted.get("B", 0) == 0:
             return
+        keys = kvact_vllm.block_hash_keys("tiny-llama", engine.requests["B"].block_hashes[:4],
+                                          CT, BLOCK_SIZE)
         if variant == "tenant":
             what = "%d objects written" % fill_l1(engine.storage, 2 * SMALL_L1, "tenant")
+        elif variant == "suffix":
+            what = "the second chunk deleted: %s" % engine.storage.delete(keys[1:], force=True)
         elif variant == "kvactd":
             what = "%d objects written by another process" % fill_from_another_process(
                 sock, 2 * SMALL_L1)
         else:  # B holds blocks: vLLM's own reset fails, after calling reset_cache
             what = "reset_prefix_cache returned %s" % engine.scheduler.reset_prefix_cache(
                 reset_connector=True)
-        keys = kvact_vllm.block_hash_keys("tiny-llama", engine.requests["B"].block_hashes[:4],
-                                          CT, BLOCK_SIZE)
         done.append("%s; kvact then held %d of the 2 chunks B's lookup counted" % (
             what, engine.storage.lookup(keys).total))
 
@@ -364,12 +401,12 @@ def eviction_case(engines, variant, policy, async_scheduling, kvact_config, sock
 
 @EVICTIONS
 def test_eviction_between_lookup_and_load_fails_no_request(engines, variant,
-                                                           async_scheduling):
+                                                           mode):
     """kv_load_failure_policy "fail" (vLLM's default): what get_num_new_matched_tokens
     counted must still load when the worker runs, whatever another tenant writes or a
     reset deletes meanwhile. FAILS TODAY: the lookup does not pin."""
     with eviction_storage(variant, engines) as (config, sock):
-        e, evicted = eviction_case(engines, variant, "fail", async_scheduling, config, sock)
+        e, evicted = eviction_case(engines, variant, "fail", mode, config, sock)
         assert e.errors() == [], (
             "requests finished with FINISHED_ERROR: %s. After B's admission (a lookup hit "
             "of 64 tokens): %s; the worker reported %d load error block(s) (%d tokens)" % (
@@ -379,19 +416,21 @@ def test_eviction_between_lookup_and_load_fails_no_request(engines, variant,
 
 
 @EVICTIONS
-def test_eviction_between_lookup_and_load_is_recomputed(engines, variant, async_scheduling):
+def test_eviction_between_lookup_and_load_is_recomputed(engines, variant, mode):
     """kv_load_failure_policy "recompute": no request fails and no wrong byte is used;
     what did not load is recomputed (today all of it: the lookup does not pin)."""
     with eviction_storage(variant, engines) as (config, sock):
-        e, evicted = eviction_case(engines, variant, "recompute", async_scheduling, config,
+        e, evicted = eviction_case(engines, variant, "recompute", mode, config,
                                    sock)
         # With async scheduling, vLLM 0.33 delivers the output of the step it had
         # scheduled before it saw the load error (sampled after a token it then
         # discards): B's tokens are then not the model's continuation of its prompt.
         # That is vLLM's, not kvact's, so the tokens are checked only without it.
-        e.check(outputs=not (async_scheduling and e.load_error_blocks))
+        e.check(outputs=not (mode != "sync" and e.load_error_blocks))
         loaded = e.loaded_checked.get("B", 0)
         assert loaded + e.load_error_tokens == 64
+        if variant == "suffix":  # the first chunk is there: it loads
+            assert loaded >= 32
         if e.load_error_blocks:  # what failed to load was computed again
             assert e.recomputed.get("B", 0) >= e.load_error_tokens
         print("%s: loaded %d, load errors %d blocks (%d tokens), recomputed %s" % (
@@ -400,12 +439,12 @@ def test_eviction_between_lookup_and_load_is_recomputed(engines, variant, async_
 
 # ---- 7. isolation through the Scheduler ------------------------------------------------
 @MODES
-def test_cache_salt_isolates_end_to_end(engines, async_scheduling):
-    e1 = engines(async_scheduling=async_scheduling)
+def test_cache_salt_isolates_end_to_end(engines, mode):
+    e1 = engines(mode=mode)
     p = prompt(96, 40)
     e1.add("A", p, max_tokens=4, cache_salt="tenant-a")
     e1.run()
-    e2 = engines(async_scheduling=async_scheduling)
+    e2 = engines(mode=mode)
     e2.add("other-salt", p, max_tokens=4, cache_salt="tenant-b")
     e2.add("no-salt", p, max_tokens=4)
     e2.run()
@@ -421,14 +460,14 @@ def test_cache_salt_isolates_end_to_end(engines, async_scheduling):
 
 # ---- 8. speculative decoding -------------------------------------------------------------
 @MODES
-def test_speculative_decoding_stores_no_rejected_draft(engines, async_scheduling):
+def test_speculative_decoding_stores_no_rejected_draft(engines, mode):
     """vLLM's n-gram speculative decoding (no draft model: it builds on CPU): the worker
     drafts 3 tokens per step, some right, some wrong, writes the KV of all of them, and
     vLLM rolls the rejected ones back (with async scheduling, one step late: the worker
     corrects the positions vLLM counted as accepted, as gpu_model_runner does). Chunks
     stored across decode steps hold only accepted tokens' KV; another engine loads them
     bit-exact."""
-    e1 = engines(num_speculative_tokens=3, async_scheduling=async_scheduling)
+    e1 = engines(num_speculative_tokens=3, mode=mode)
     e1.add("A", prompt(40, 50), max_tokens=90)
     e1.run()
     e1.check()
@@ -441,7 +480,7 @@ def test_speculative_decoding_stores_no_rejected_draft(engines, async_scheduling
     # 129 positions computed: chunks 0..2 were whole long before the end; chunk 3's
     # last block hash arrives with the last steps, which may end the request first
     assert held["A"][:3] == [0, 1, 2] and held["A"] in ([0, 1, 2], [0, 1, 2, 3]), held
-    e2 = engines(num_speculative_tokens=3, async_scheduling=async_scheduling)
+    e2 = engines(num_speculative_tokens=3, mode=mode)
     e2.add("B", list(a.all_token_ids[:120]), max_tokens=4)
     e2.run()
     e2.check()
