@@ -7,21 +7,30 @@ Engine drives KvactConnector the way vLLM 0.33 does (docs/vllm.md):
 - the scheduler side is the connector vLLM's own Scheduler (or AsyncScheduler) makes
   through its factory; the worker side is made by the same factory with the WORKER
   role and registers the per-layer caches of vLLM's own allocator (vllm_cpu);
-- a step: Scheduler.schedule(); the worker (Worker.execute: the order of
-  gpu_model_runner._update_states and kv_connector_model_runner_mixin.
+- a step: Scheduler.schedule(); the worker (Worker.execute: the request bookkeeping of
+  vLLM's model runner, V1 or V2 as VllmConfig.use_v2_model_runner makes the Scheduler
+  speak, then the connector calls in the order of kv_connector_model_runner_mixin.
   _get_kv_connector_output); Scheduler.update_from_output with a real
-  ModelRunnerOutput and KVConnectorOutput. With async scheduling, the batch queue of
-  EngineCore.step_with_batch_queue (2 batches): step N+1 is scheduled (and run by the
-  worker) before step N's output is given back; the worker knows the tokens it sampled,
-  the scheduler holds placeholders for them. With speculative decoding (synchronous
-  scheduling only), the worker drafts and verifies, and the engine hands the drafts to
-  Scheduler.update_draft_token_ids after the step (EngineCore.post_step).
+  ModelRunnerOutput and KVConnectorOutput (the worker's build_connector_worker_meta
+  passed through).
+- async scheduling: the batch queue of EngineCore.step_with_batch_queue (2 batches):
+  step N+1 is scheduled before step N's output is given back; the worker runs a step
+  as soon as it is scheduled, or (slow_worker) only after vLLM scheduled the next one.
+  The worker knows the tokens it sampled, the scheduler holds placeholders for them.
+- speculative decoding (vLLM's n-gram method needs no draft model): the worker drafts
+  k tokens after each step (the first few right, the rest wrong), verifies them in the
+  next and writes the KV of every draft; synchronous: the engine hands the drafts to
+  Scheduler.update_draft_token_ids after the step (EngineCore.post_step); async: the
+  scheduler sends placeholders, the worker uses its own drafts and corrects the
+  positions vLLM counted as accepted (gpu_model_runner does it on the device).
 
 The model: the KV of token position p in layer l is kv_values(seed_p)[l], where seed_p
 is a chained 64-bit hash of the request's identity (its cache_salt) and of its token ids
 0..p, so the right KV is a function of the prefix only; the token it samples after
 position p is next_token(seed_p). Two requests with the same identity and the same first
-n tokens have the same KV there, whichever engine computed it.
+n tokens have the same KV there, whichever engine computed it. A request whose context
+holds a wrong token (a failed load) computes wrong KV: its new tokens are written
+TAINTed, as a real model's would be, so storing them is caught.
 
 Checks, every step, per layer (after wait_for_layer_load, as attention would read):
 - loads: the token slots the scheduler told the worker to load (the tokens between what
@@ -34,10 +43,12 @@ Checks, every step, per layer (after wait_for_layer_load, as attention would rea
 - after the step (wait_for_save, and start_load_kv when vLLM calls it after the
   forward): every token of every scheduled request, the new ones included.
 A wrong token in a block the worker reported in get_block_ids_with_load_errors is a
-load error (counted); any other is corruption (Engine.corrupt). Tokens computed at
-positions the request already had (computed, loaded or hit) count as recomputed.
+load error (counted), and so is one that an earlier step left wrong (its load errors,
+its tainted tokens) if vLLM scheduled this step before it saw that one's output; any
+other is corruption (Engine.corrupt). Tokens computed at positions the request already
+had (computed, loaded or hit) count as recomputed.
 
-audit() reads back every chunk kvact holds under a request's keys and compares it with
+Auditor reads back every chunk kvact holds under a request's keys and compares it with
 the prefix's KV: what was stored is exactly what a later load gets.
 """
 import hashlib
