@@ -443,6 +443,37 @@ def test_eviction_between_lookup_and_load_is_recomputed(engines, variant, mode):
             evicted, loaded, e.load_error_blocks, e.load_error_tokens, e.recomputed))
 
 
+@MODES
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_nothing_computed_over_a_failed_load_is_stored(engines, mode, policy):
+    """A's chunks are only in an L2 tier whose loads fail (a mock tier with
+    fail_load_rate 1: what no lookup lease can prevent). B (A's first 64 + its own 100)
+    is admitted with a 64-token hit; its load fails. The tokens B computed over the
+    failed prefix are wrong (TAINTed) and must never be stored: with async scheduling
+    vLLM has already scheduled B's next prefill step (128..164, completing chunk 4)
+    when it learns of the failure. Under "fail" B ends with FINISHED_ERROR (right: its
+    KV could not be loaded); under "recompute" it finishes normally."""
+    extra = kvact_extra(l2=[{"type": "mock", "fail_load_rate": 1.0}],
+                        **{"l1.size_bytes": SMALL_L1})
+    e1 = engines(mode=mode, extra=extra, kv_load_failure_policy=policy)
+    base = prompt(96, 32)
+    e1.add("A", base, max_tokens=4)
+    e1.run()
+    e1.check()
+    e1.storage.flush(timeout=10.0)  # A's chunks are in L2 ...
+    assert fill_l1(e1.storage, 2 * SMALL_L1, "tenant") > 0  # ... and only there
+    e2 = engines(mode=mode, extra=extra, kv_load_failure_policy=policy)
+    e2.add("B", base[:64] + prompt(100, 33), max_tokens=4)
+    e2.run()
+    assert e2.lookups["B"][0] == (0, (64, False)) and e2.load_error_blocks == 4
+    e2.check(normal_finish=policy == "recompute",
+             outputs=mode == "sync")  # vLLM's async recompute: see the eviction case
+    if policy == "fail":
+        assert e2.errors() == ["B"]
+    held, wrong = audit(e1, e2)
+    assert not wrong, "chunks computed over a failed load were stored: %s" % wrong
+
+
 # ---- 7. isolation through the Scheduler ------------------------------------------------
 @MODES
 def test_cache_salt_isolates_end_to_end(engines, mode):
