@@ -277,6 +277,8 @@ class Worker:
             for layer in range(nl):
                 self.write(layer, load_ranges[req_id][1], poison)
 
+        if eng.v2_runner:  # gpu/kv_connector.py ActiveKVConnector.pre_forward
+            conn.handle_preemptions(so.kv_connector_metadata)
         conn.bind_connector_metadata(so.kv_connector_metadata)
         if so.has_sync_kv_loads:
             conn.start_load_kv(None)
@@ -314,6 +316,8 @@ class Worker:
         eng.tainted_steps += len(tainted)
 
         sampled, drafts = self._sample(plan, step)
+        if eng.v2_runner:
+            conn.finish_forward()
         if not so.has_sync_kv_loads:
             conn.start_load_kv(None)
         conn.wait_for_save()
