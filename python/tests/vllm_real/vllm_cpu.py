@@ -14,8 +14,14 @@ the per-layer caches come from vLLM's own planner and allocator
 (get_kv_cache_config_from_groups, allocate_kv_cache), so their shapes and
 strides are the ones a real worker hands to register_kv_caches.
 """
+import contextlib
 import json
 import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
 
 for _name, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                       "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
@@ -25,7 +31,8 @@ import torch  # noqa: E402
 import vllm  # noqa: E402,F401  (the real one: see the docstring)
 from vllm import SamplingParams  # noqa: E402
 from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig,  # noqa: E402
-                         ModelConfig, SchedulerConfig, VllmConfig)
+                         ModelConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig,
+                         VllmConfig)
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
@@ -67,8 +74,10 @@ def write_model_dir(path):
 
 
 def make_vllm_config(model_dir, layout="LBNHC", dtype="bfloat16", extra=None,
-                     kv_load_failure_policy="fail", async_scheduling=False):
-    """vLLM's create_vllm_config with KvactConnector loaded by module path."""
+                     kv_load_failure_policy="fail", async_scheduling=False,
+                     num_speculative_tokens=0):
+    """vLLM's create_vllm_config with KvactConnector loaded by module path. With
+    num_speculative_tokens, vLLM's n-gram speculative decoding (no draft model)."""
     model = ModelConfig(model=model_dir, dtype=dtype, seed=42, skip_tokenizer_init=True)
     sched = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=64, max_model_len=4096,
                             enable_chunked_prefill=True,
@@ -81,8 +90,15 @@ def make_vllm_config(model_dir, layout="LBNHC", dtype="bfloat16", extra=None,
                                 kv_role="kv_both",
                                 kv_connector_extra_config=extra or kvact_extra(),
                                 kv_load_failure_policy=kv_load_failure_policy)
+    spec = None
+    if num_speculative_tokens:
+        spec = SpeculativeConfig(method="ngram", num_speculative_tokens=num_speculative_tokens,
+                                 prompt_lookup_max=3, prompt_lookup_min=2,
+                                 target_model_config=model,
+                                 target_parallel_config=ParallelConfig())
     return VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache,
-                      kv_transfer_config=transfer, device_config=DeviceConfig("cpu"))
+                      kv_transfer_config=transfer, device_config=DeviceConfig("cpu"),
+                      speculative_config=spec)
 
 
 def make_kv_cache_config(vllm_config, num_blocks=32, dtype=torch.bfloat16):
@@ -127,3 +143,36 @@ def make_request(req_id, tokens, max_tokens=4, cache_salt=None, lora_request=Non
                    prompt_embeds=prompt_embeds, sampling_params=params, pooling_params=None,
                    mm_features=mm_features, lora_request=lora_request, cache_salt=cache_salt,
                    block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256))
+
+
+# run.sh sets it (the checkout's bazel-bin/tools/kvactd unless given)
+KVACTD = os.environ.get("KVACT_KVACTD", "")
+
+
+@contextlib.contextmanager
+def kvactd(l1_bytes=1 << 24, l2="[]"):
+    """A kvactd on a fresh socket with an L1 of l1_bytes and the L2 tiers l2 (JSON; none
+    by default, so what L1 evicts is gone): yields its socket's path. No kvactd is a
+    failed set-up, never a skip (python/tests/conftest.py's kvactd, with a choice of L2)."""
+    if not os.access(KVACTD, os.X_OK):
+        raise AssertionError("no kvactd at %r: bazel build //tools:kvactd, or set "
+                             "KVACT_KVACTD" % KVACTD)
+    with tempfile.TemporaryDirectory(prefix="kvvllm", dir="/tmp") as d:  # fits sun_path
+        sock = os.path.join(d, "kvact.sock")
+        opts = ["server.socket=" + sock, "l1.size_bytes=%d" % l1_bytes, "l1.hugepages=false",
+                "l1.prefault=false", "l1.pinned=false", "l2=" + l2]
+        proc = subprocess.Popen([KVACTD, "--quiet"] + [a for o in opts for a in ("-o", o)])
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                assert proc.poll() is None, "kvactd exited at start"
+                with socket.socket(socket.AF_UNIX) as s:
+                    if s.connect_ex(sock) == 0:
+                        break
+                assert time.monotonic() < deadline, "kvactd did not accept in 20 s"
+                time.sleep(0.005)
+            yield sock
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
