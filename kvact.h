@@ -315,7 +315,10 @@ KVA_API int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const 
                               kva_write_mode mode, kva_buf *bufs, int *status);
 /* write-locked -> ready (KVA_KEY_WRONG_STATE otherwise; KVA_KEY_NOT_EXIST). */
 KVA_API int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status);
-/* Removes objects; a locked one gets KVA_KEY_LOCKED unless force. A forced
+/* Removes objects; a locked one gets KVA_KEY_LOCKED unless force, a pinned
+ * one (kva_lookup with pin) KVA_KEY_LOCKED even with force: a pin is a
+ * promise to a lookup that its load will find the object, and it goes with
+ * kva_unpin or with the client connection that took it. A forced
  * delete of a locked object takes it out of L1 at once (lookups, touches
  * and prefetches miss it) but keeps its memory until its holders let go: a
  * reader still reads the bytes it locked and releases them with
@@ -361,7 +364,7 @@ KVA_API int kva_touch(kva_storage *s, const kva_key *k, size_t n);
 
 /* Maintenance and introspection */
 KVA_API int kva_clear(kva_storage *s, int force); /* L1 only; returns objects removed (force: as
-                                              kva_delete's force) */
+                                              kva_delete's force; pinned objects stay) */
 /* 0 = no lock held (no L1 read, write or pin lock, no L2 lookup lock) and
  * the pool accounting is consistent; otherwise KVA_EIO and a report naming
  * the first locked objects, the tier holding locks, or the problem. The

@@ -2,8 +2,10 @@
  * l1_admin.c — the L1 manager's object bookkeeping and its maintenance
  * requests: delete, clear, watermark eviction, memcheck, stats.
  *
- * Forced deletes and who finds a deleted object. A forced delete (or clear)
- * of a locked object cannot free its block: a holder still reads or writes
+ * Forced deletes and who finds a deleted object. A pinned object is never
+ * deleted, forced or not (I-L1-12: a pin is a lookup's promise that a load
+ * will find it). A forced delete (or clear)
+ * of a read- or write-locked object cannot free its block: a holder still reads or writes
  * it. The object becomes a zombie: out of the eviction policy, never
  * readable, writable, lookable or prefetchable again, its block kept until
  * the last lock goes. Its holders must still reach it, and nobody else may:
@@ -136,7 +138,8 @@ void l1_delete(struct l1_manager *m, l1_req *r) {
   for (size_t i = 0; i < r->n; i++) {
     uint32_t slot;
     int st = l1_key_slot(m, r, i, &slot);
-    if (st == KVA_OK && l1_locked(object_at(&m->t, slot)) && !r->force) st = KVA_KEY_LOCKED;
+    const l1_obj *o = st == KVA_OK ? object_at(&m->t, slot) : NULL;
+    if (o && (o->pins > 0 || (!r->force && l1_locked(o)))) st = KVA_KEY_LOCKED; /* I-L1-12 */
     if (st == KVA_OK) {
       l1_force_remove(m, slot);
       ok++;
@@ -150,7 +153,7 @@ void l1_clear(struct l1_manager *m, l1_req *r) {
   int removed = 0;
   for (uint32_t slot = 0; slot < m->t.nslots; slot++) {
     l1_obj *o = object_at(&m->t, slot);
-    if (o->gen == 0 || o->zombie || (!r->force && l1_locked(o))) continue;
+    if (o->gen == 0 || o->zombie || o->pins > 0 || (!r->force && l1_locked(o))) continue;
     l1_force_remove(m, slot);
     removed++;
   }

@@ -167,6 +167,41 @@ START_TEST(a_pin_keeps_a_temporary_object_alive) {
 }
 END_TEST
 
+/* I-L1-12: a pinned object survives a forced delete (KVA_KEY_LOCKED) and a
+ * forced clear (which takes the unpinned one beside it); unpinned, a forced
+ * delete takes it. A prefetch still finds it in between. */
+START_TEST(a_forced_delete_or_clear_leaves_a_pinned_object) {
+  kva_runtime *rt = l2_start(0, 64u * 1024u * 1024u, 0, "", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(OBJ_BYTES);
+  for (uint64_t id = 21; id <= 22; id++) {
+    kva_buf b;
+    ck_assert_int_eq(reserve(s, id, &l, &b), KVA_OK);
+    l2_fill(b.ptr, b.len, id, 1);
+    kva_key k = fixture_key(id);
+    int st = -1;
+    ck_assert_int_eq(kva_finish_write(s, &k, 1, &st), 1);
+  }
+  kva_key pinned = fixture_key(21);
+  kva_tier_hits th;
+  ck_assert_int_eq(kva_lookup(s, &pinned, 1, 1, &th), KVA_OK);
+  ck_assert_uint_eq(th.tier[0].hits, 1);
+  int st = -1;
+  ck_assert_int_eq(kva_delete(s, &pinned, 1, 1, &st), 0);
+  ck_assert_int_eq(st, KVA_KEY_LOCKED);
+  ck_assert_int_eq(kva_clear(s, 1), 1); /* key 22 only */
+  ck_assert_int_eq(l2_l1_state(s, 22), L1_ABSENT);
+  ck_assert_int_ne(l2_l1_state(s, 21), L1_ABSENT);
+  ck_assert_uint_eq(l2_prefetch(s, (uint64_t[]){21}, 1, &l, 0), 1);
+  read_own(s, 21, 1);
+  release(s, 21);
+  ck_assert_int_eq(kva_unpin(s, &pinned, 1), 1);
+  ck_assert_int_eq(kva_delete(s, &pinned, 1, 1, &st), 1);
+  ck_assert_int_eq(l2_l1_state(s, 21), L1_ABSENT);
+  l2_finish(rt);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *su = suite_create("l1_forced_rewrite");
   TCase *tc = tcase_create("forced");
@@ -175,6 +210,7 @@ Suite *kva_test_suite(void) {
   tcase_add_loop_test(tc, a_writer_of_a_deleted_key_never_publishes_another_buffer, 0, 2);
   tcase_add_loop_test(tc, a_writer_of_a_deleted_key_leaves_a_prefetch_of_it_alone, 0, 2);
   tcase_add_test(tc, a_pin_keeps_a_temporary_object_alive);
+  tcase_add_test(tc, a_forced_delete_or_clear_leaves_a_pinned_object);
   suite_add_tcase(su, tc);
   return su;
 }

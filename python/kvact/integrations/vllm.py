@@ -131,6 +131,7 @@ class _LoadSpec:
     keys: list           # ObjectKey of kv_rank 0, one per chunk
     slots: np.ndarray    # int64, chunk_tokens per chunk; -1 where vLLM holds the token
     chunk_blocks: list   # per chunk, the block ids its load writes
+    epoch: int = 0       # the request's epoch (_Tracked.epoch)
 
 
 @dataclass
@@ -141,6 +142,7 @@ class _SaveSpec:
     keys: list
     slots: np.ndarray
     events: list = field(default_factory=list)  # BlockStored per chunk, when events are on
+    epoch: int = 0       # the request's epoch (_Tracked.epoch)
 
 
 @dataclass
@@ -159,6 +161,11 @@ class _Tracked:
     saved_chunks: int     # chunks [0, saved_chunks) are in kvact (or being stored)
     load: tuple = None    # (keys, first token, end token) to load in the next step
     block_ids: list = field(default_factory=list)
+    epoch: int = 0        # bumped when vLLM takes computed tokens back (a load error, a
+    #                       preemption, rejected drafts): a worker that saw a load of
+    #                       epoch e fail stores nothing more of epoch e, whose tokens
+    #                       were computed over the prefix that did not load
+    computed: int = 0     # the computed tokens after the last step planned
 
 
 # ---- runtimes shared by the connectors of one process -----------------------------------
@@ -228,6 +235,7 @@ class KvactConnector(KVConnectorBase_V1):
         self._stored_cap = int(extra.get("kvact.reset_tracked_chunks", 1 << 18))
         self._kv, self._layer_index, self._chunk_bytes = None, {}, 0  # worker side
         self._layout_sent = False
+        self._tainted = {}  # worker: req id -> the epoch of its last failed load
         self._saving = []   # (SaveSpec, KVOp) started, not yet accounted for
         self._events = []   # events not yet taken (both sides)
         self._stats = KvactConnectorStats()
@@ -270,13 +278,16 @@ class KvactConnector(KVConnectorBase_V1):
         rid, ct = request.request_id, self._chunk_tokens
         looked_up = self._lookups.pop(rid, None)
         keys, hit, start = looked_up or ([], 0, 0)
-        if start + num_external_tokens > hit:  # more than the lease holds
+        if num_external_tokens > 0 and start + num_external_tokens > hit:  # past the lease
             self._leases.release(rid)
             raise ValueError("kvact: request %r: %d external tokens to load after %d, but %s" % (
                 rid, num_external_tokens, start,
                 "its lookup found %d" % hit if looked_up else
                 "get_num_new_matched_tokens did not look it up"))
         t = _Tracked(request, saved_chunks=hit // ct)
+        old = self._tracked.get(rid)
+        if old is not None:  # admitted again (a preemption): what it computed is gone
+            t.epoch = old.epoch + 1
         if num_external_tokens > 0:
             # vLLM computes from start + num_external_tokens on: it may have allocated
             # fewer tokens than counted (a block-aligned or capped hit), never more
@@ -308,6 +319,8 @@ class KvactConnector(KVConnectorBase_V1):
             new_blocks = _group0(cached.new_block_ids[i])
             t.block_ids = new_blocks if _resumed(cached, i, req_id) else t.block_ids + new_blocks
             computed = cached.num_computed_tokens[i]
+            if computed < t.computed:  # vLLM took tokens back (see _Tracked.epoch)
+                t.epoch += 1
             t.saved_chunks = min(t.saved_chunks, computed // self._chunk_tokens)
             self._plan(meta, req_id, t, computed + scheduled[req_id])
         return meta
@@ -388,9 +401,12 @@ class KvactConnector(KVConnectorBase_V1):
         tokens are all computed once this step is done and whose block hashes vLLM has
         (a chunk's hashes may lag its tokens: it is stored in a later step)."""
         ct = self._chunk_tokens
+        t.computed = computed_after
         if t.load is not None:
             keys, start, end = t.load
-            meta.loads.append(self._load_spec(req_id, t.block_ids, keys, start, end))
+            spec = self._load_spec(req_id, t.block_ids, keys, start, end)
+            spec.epoch = t.epoch
+            meta.loads.append(spec)
             t.load = None
         hashes = t.request.block_hashes
         full = min(computed_after // ct, len(hashes) * self._hash_block_size // ct)
@@ -401,7 +417,7 @@ class KvactConnector(KVConnectorBase_V1):
             for c, key in enumerate(keys, first):
                 self._track_stored(key, hashes[c * per:(c + 1) * per])
             events = self._stored_events(t.request, first, full) if self._events_on else []
-            meta.saves.append(_SaveSpec(req_id, keys, slots, events))
+            meta.saves.append(_SaveSpec(req_id, keys, slots, events, t.epoch))
             t.saved_chunks = full
 
     def _track_stored(self, key, hashes):
@@ -524,7 +540,8 @@ class KvactConnector(KVConnectorBase_V1):
         (handle_preemptions), before any block is written again."""
         self._finish_loads()
         meta = self._get_connector_metadata()
-        saves = [s for s in meta.saves if s.req_id not in self._failed]
+        saves = [s for s in meta.saves if s.req_id not in self._failed
+                 and self._tainted.get(s.req_id) != s.epoch]
         if not saves:
             return
         _sync_device(self._first_layer)
@@ -561,6 +578,8 @@ class KvactConnector(KVConnectorBase_V1):
 
     def get_finished(self, finished_req_ids: set[str]
                      ) -> tuple[set[str] | None, set[str] | None]:
+        for req_id in finished_req_ids:
+            self._tainted.pop(req_id, None)
         return None, None  # nothing is asynchronous across steps
 
     def get_block_ids_with_load_errors(self) -> set[int]:
@@ -666,6 +685,7 @@ class KvactConnector(KVConnectorBase_V1):
     def _fail(self, spec, first, last):
         """Chunks [first, last) of spec did not load: their blocks are load errors."""
         self._failed.add(spec.req_id)
+        self._tainted[spec.req_id] = spec.epoch
         for blocks in spec.chunk_blocks[first:last]:
             self._errors.update(blocks)
 

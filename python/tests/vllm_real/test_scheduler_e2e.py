@@ -15,12 +15,14 @@ storage (in one process, connectors with the same kvact config share one Runtime
 Modes: sync (Scheduler), async (AsyncScheduler and the engine core's batch queue) and
 async-slow (the same, the worker running each step only after vLLM scheduled the next).
 
-test_eviction_between_lookup_and_load_fails_no_request fails today: the lookup of
-get_num_new_matched_tokens does not pin what it counts, so another tenant's writes (or
-a reset) between schedule() and the worker's start_load_kv evict it, the worker reports
-the blocks as load errors, and under kv_load_failure_policy="fail" (vLLM's default) vLLM
-finishes the request with FINISHED_ERROR (issue 27's lookup leases). Its companion under
-"recompute" passes: nothing wrong is used or stored, the lost tokens are recomputed.
+test_eviction_between_lookup_and_load_fails_no_request: another tenant's writes, a
+forced delete or vLLM's /reset_prefix_cache between schedule() and the worker's
+start_load_kv take nothing the lookup counted (its lease pins it), so under
+kv_load_failure_policy="fail" (vLLM's default) no request fails. On the connector
+before leases (880e5bc) all ten cases failed with FINISHED_ERROR: kvact held 0 (1 for
+"suffix") of the 2 chunks B's lookup counted, and the worker reported them as load
+errors. Its companion under "recompute" passed then by recomputing them, and now
+loads them.
 """
 import contextlib
 import os
@@ -29,6 +31,8 @@ import sys
 import textwrap
 
 import pytest
+
+import kvact
 import torch
 
 import kvact.integrations.vllm as kvact_vllm
@@ -304,8 +308,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #   L1's size of new objects; demand eviction makes room;
 # - "kvactd": the engines are clients of one kvactd (small L1, no L2); a second client
 #   process writes twice its L1;
-# - "suffix": only the second of the 2 chunks leaves (kvact evicts a request's suffix
-#   before its prefix; here a forced delete): the first loads, the second fails;
+# - "suffix": a forced delete of the second of the 2 chunks (kvact evicts a request's
+#   suffix before its prefix); before leases the first loaded, the second failed;
+#   pinned, it is refused (KVA_KEY_LOCKED, docs/invariants.md I-L1-12);
 # - "reset": vLLM's /reset_prefix_cache with reset_connector=True, on the scheduler that
 #   stored the chunks. Only with async scheduling: the engine core runs utility calls
 #   between steps, and only its batch queue leaves a step scheduled but not yet run.
@@ -410,7 +415,7 @@ def test_eviction_between_lookup_and_load_fails_no_request(engines, variant,
                                                            mode):
     """kv_load_failure_policy "fail" (vLLM's default): what get_num_new_matched_tokens
     counted must still load when the worker runs, whatever another tenant writes or a
-    reset deletes meanwhile. FAILS TODAY: the lookup does not pin."""
+    reset deletes meanwhile (the lookup's lease pins it)."""
     with eviction_storage(variant, engines) as (config, sock):
         e, evicted = eviction_case(engines, variant, "fail", mode, config, sock)
         assert e.errors() == [], (
@@ -424,7 +429,7 @@ def test_eviction_between_lookup_and_load_fails_no_request(engines, variant,
 @EVICTIONS
 def test_eviction_between_lookup_and_load_is_recomputed(engines, variant, mode):
     """kv_load_failure_policy "recompute": no request fails and no wrong byte is used;
-    what did not load is recomputed (today all of it: the lookup does not pin)."""
+    what did not load would be recomputed (before leases all of it; now nothing)."""
     with eviction_storage(variant, engines) as (config, sock):
         e, evicted = eviction_case(engines, variant, "recompute", mode, config,
                                    sock)
@@ -444,25 +449,56 @@ def test_eviction_between_lookup_and_load_is_recomputed(engines, variant, mode):
 
 
 @MODES
-@pytest.mark.parametrize("policy", ["fail", "recompute"])
-def test_nothing_computed_over_a_failed_load_is_stored(engines, mode, policy):
+def test_an_l2_tier_failing_costs_its_hits_not_a_request(engines, mode):
     """A's chunks are only in an L2 tier whose loads fail (a mock tier with
-    fail_load_rate 1: what no lookup lease can prevent). B (A's first 64 + its own 100)
-    is admitted with a 64-token hit; its load fails. The tokens B computed over the
-    failed prefix are wrong (TAINTed) and must never be stored: with async scheduling
-    vLLM has already scheduled B's next prefill step (128..164, completing chunk 4)
-    when it learns of the failure. Under "fail" B ends with FINISHED_ERROR (right: its
-    KV could not be loaded); under "recompute" it finishes normally."""
+    fail_load_rate 1). The lookup's lease brings L2 hits into L1 before it counts them:
+    the failing tier counts nothing, B computes everything, and under vLLM's default
+    policy "fail" nothing fails."""
     extra = kvact_extra(l2=[{"type": "mock", "fail_load_rate": 1.0}],
                         **{"l1.size_bytes": SMALL_L1})
-    e1 = engines(mode=mode, extra=extra, kv_load_failure_policy=policy)
+    e1 = engines(mode=mode, extra=extra)
     base = prompt(96, 32)
     e1.add("A", base, max_tokens=4)
     e1.run()
     e1.check()
     e1.storage.flush(timeout=10.0)  # A's chunks are in L2 ...
     assert fill_l1(e1.storage, 2 * SMALL_L1, "tenant") > 0  # ... and only there
-    e2 = engines(mode=mode, extra=extra, kv_load_failure_policy=policy)
+    e2 = engines(mode=mode, extra=extra)
+    e2.add("B", base[:64] + prompt(100, 33), max_tokens=4)
+    e2.run()
+    # the worker's first step sent the chunk layout: the lookup waits for L2, then
+    # counts nothing
+    assert e2.lookups["B"][-1] == (0, (0, False)) and e2.load_error_blocks == 0
+    e2.check()
+    held, wrong = audit(e1, e2)
+    assert not wrong, wrong
+
+
+def _failing_loads(conn):
+    """Makes every load of a worker connector fail as kvact fails one it refuses (the read
+    locks given back, a KvactError): a copy that fails, which no lease prevents."""
+    def load(keys, slots):
+        conn.storage.finish_read_prefetched(keys)
+        raise kvact.KvactError(-1, "kva_kv_load (injected)")
+    conn._kv.load = load
+
+
+@MODES
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_nothing_computed_over_a_failed_load_is_stored(engines, mode, policy):
+    """B (A's first 64 + its own 100) is admitted with a 64-token hit; its load fails
+    (injected: the copy fails). The tokens B computed over the failed prefix are wrong
+    (TAINTed) and must never be stored: with async scheduling vLLM has already
+    scheduled B's next prefill step (128..164, completing chunk 4) when it learns of
+    the failure. Under "fail" B ends with FINISHED_ERROR (right: its KV could not be
+    loaded); under "recompute" it finishes normally."""
+    e1 = engines(mode=mode)
+    base = prompt(96, 32)
+    e1.add("A", base, max_tokens=4)
+    e1.run()
+    e1.check()
+    e2 = engines(mode=mode, kv_load_failure_policy=policy)
+    _failing_loads(e2.worker.conn)
     e2.add("B", base[:64] + prompt(100, 33), max_tokens=4)
     e2.run()
     assert e2.lookups["B"][0] == (0, (64, False)) and e2.load_error_blocks == 4
