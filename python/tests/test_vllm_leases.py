@@ -267,3 +267,38 @@ def test_a_scheduler_process_that_dies_loses_its_leases_with_its_kvactd_connecti
             assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
         finally:
             e.close()
+
+
+def test_with_two_tp_ranks_a_lease_counts_what_both_hold_and_pins_both():
+    """Every TP rank stores its own key of a chunk (kv_rank); the scheduler's lease
+    counts the prefix every rank holds and pins each rank's copy of it."""
+    from kvact.integrations.vllm import KvactConnector, KVConnectorRole, _rank_keys
+    e = Engine(l1_only(), torch.bfloat16, "flash")
+    try:
+        base = stored_a(e)              # rank 0's chunks, by the engine's worker
+        keys = keys_of(base)
+        layout = e.w.conn._kv.chunk_layout()
+        extra = {"kvact.config": l1_only(), "kvact.chunk_tokens": CT, "kvact.model": "fake-llm"}
+        cfg = NS(kv_transfer_config=NS(kv_connector_extra_config=extra),
+                 cache_config=NS(block_size=4), model_config=NS(model="fake-llm"),
+                 kv_events_config=None, parallel_config=NS(tensor_parallel_size=2))
+        sched = KvactConnector(cfg, KVConnectorRole.SCHEDULER, None)
+        try:
+            b = e.add("B", base)
+            e.waiting.clear()
+            assert sched.get_num_new_matched_tokens(b, 0) == (0, False)  # rank 1: nothing
+            sched.request_finished(b, [])
+            rank1 = _rank_keys(keys[:2], 1)  # rank 1 stores 2 of the 3 chunks
+            got = e.sm.reserve_write(rank1, layout)
+            e.sm.finish_write(list(got))
+            c = e.add("C", base)
+            e.waiting.clear()
+            assert sched.get_num_new_matched_tokens(c, 0) == (2 * CT, False)
+            assert pins(e) == 4  # chunks 0 and 1 of both ranks; rank 0's third went back
+            sched.request_finished(c, [])
+            assert pins(e) == 0
+        finally:
+            sched.shutdown()
+        assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
+    finally:
+        e.close()
