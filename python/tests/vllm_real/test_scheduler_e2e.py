@@ -126,6 +126,50 @@ def test_shared_prefix_is_loaded_bit_exact_by_another_engine(engines, mode):
     shared_prefix(engines, mode=mode)
 
 
+_ENGINE_PROCESS = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import vllm_cpu
+    from engine_sim import Engine, prompt
+    extra = vllm_cpu.kvact_extra()
+    extra["kvact.config"] = {"client.socket": sys.argv[3], "runtime.workers": 2}
+    cfg = vllm_cpu.make_vllm_config(sys.argv[2], extra=extra)
+    e = Engine(cfg, vllm_cpu.make_kv_cache_config(cfg, num_blocks=64), "LBNHC")
+    try:
+        e.add("A", prompt(96, 1), max_tokens=4)
+        e.run()
+        e.check()
+        e.storage.flush(timeout=10.0)
+        print("stored", sorted(e.external.items()), flush=True)
+    finally:
+        e.close()
+""")
+
+
+def test_shared_prefix_across_engine_processes_through_one_kvactd(engines, model_dir):
+    """Engine 1 (its Scheduler and worker) in a process of its own stores A through a
+    kvactd; engine 2 in this process, another client of it, loads A's first 64 tokens
+    for B bit-exact."""
+    with kvactd(l1_bytes=1 << 24) as sock:
+        try:
+            child = subprocess.run([sys.executable, "-c", _ENGINE_PROCESS, HERE, model_dir,
+                                    sock], capture_output=True, text=True, timeout=300)
+            assert child.returncode == 0, child.stderr[-3000:]
+            assert "stored [('A', [0])]" in child.stdout, child.stdout
+            extra = kvact_extra()
+            extra["kvact.config"] = {"client.socket": sock, "runtime.workers": 2}
+            e2 = engines(extra=extra)
+            e2.add("B", prompt(96, 1)[:64] + prompt(40, 2), max_tokens=4)
+            e2.run()
+            e2.check()
+            assert e2.lookups["B"][0] == (0, (64, False))
+            assert e2.external["B"] == [64] and e2.loaded_checked["B"] == 64
+            held, wrong = audit(e2)
+            assert not wrong and held == {"B": [0, 1, 2]}, (held, wrong)
+        finally:
+            engines.close_all()
+
+
 # ---- 2. chunked prefill ----------------------------------------------------------------
 @MODES
 def test_chunked_prefill_stores_whole_chunks_that_a_later_request_loads(engines,
