@@ -144,6 +144,11 @@ class WorkerSide:
         w.clear_connector_metadata()
         return errors, stats, events, done
 
+    def settle(self):
+        """vLLM's first connector call of a step (handle_preemptions): the stores the
+        last step started have ended."""
+        self.conn.handle_preemptions(None)
+
     def wrong(self, reqs):
         """The requests whose computed tokens the cache does not hold right."""
         return [r.request_id for r in reqs if not self.model.holds(r, r.num_computed_tokens)]
@@ -232,6 +237,7 @@ class Engine:
     def run(self, max_steps=100):
         for _ in range(max_steps):
             if not (self.waiting or self.running):
+                self.w.settle()  # the next step's first call: the last stores have ended
                 return
             self.step()
         raise AssertionError("requests still running after %d steps" % max_steps)
@@ -569,6 +575,7 @@ def start_load(engine, meta):
         w.clear_connector_metadata()
         engine.sched.update_connector_output(NS(kv_cache_events=None,
                                                 kv_connector_worker_meta=done))
+        w.handle_preemptions(None)  # the next step's first call: the stores have ended
 
 
 def no_lock_held(engine):

@@ -480,9 +480,15 @@ class Engine:
     def run(self, max_steps=2000):
         for _ in range(max_steps):
             if not self.scheduler.has_requests() and not self._queue:
+                self.settle()
                 return
             self.step()
         raise AssertionError("still running after %d steps" % max_steps)
+
+    def settle(self):
+        """What the worker's next step would do first (handle_preemptions): the stores
+        the last step started have ended, so kvact holds them and no lock of them."""
+        self.worker.conn.handle_preemptions(None)
 
     def step(self):
         if not self.async_scheduling:
