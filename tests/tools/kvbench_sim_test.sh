@@ -56,6 +56,39 @@ run() { # run NAME [kvbench options...]
     awk -v b="$bound" -v o="$over" 'BEGIN { exit !(b > 0 && o > 0) }'
   disks=$(grep -c '"how": "io_uring"' "$out" || true)
   check "$name" "$disks disk bandwidths measured, want $want_disks" test "$disks" = "$want_disks"
+  why=$(per_second_problem "$out" "$svg")
+  check "$name" "per-second series: $why" test -z "$why"
+}
+
+# per_second_problem JSON SVG: "" when the report's per_second series has one
+# entry per second begun (ceil(elapsed_s)), sums to the run's totals, and the
+# chart draws one point per second that had a turn, at the series' hit
+# ratios; else what is wrong. Debian's python3 reads the JSON.
+per_second_problem() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, math, re, sys
+r = json.load(open(sys.argv[1]))
+svg = open(sys.argv[2]).read()
+sec = r["per_second"]
+problems = []
+if len(sec) != math.ceil(r["elapsed_s"]):
+    problems.append("%d entries for %.3f s" % (len(sec), r["elapsed_s"]))
+if [s["second"] for s in sec] != list(range(len(sec))):
+    problems.append("seconds not 0..n-1")
+for name, total in (("turns", "requests"), ("chunks", "chunks"), ("hit_chunks", "hit_chunks")):
+    if sum(s[name] for s in sec) != r[total]:
+        problems.append("%s sum %d != %s %d" % (name, sum(s[name] for s in sec), total, r[total]))
+lines = re.findall(r'<polyline[^>]*points="([^"]*)"', svg)
+with_turns = [s for s in sec if s["turns"]]
+if len(lines) != 3 or any(len(l.split()) != len(with_turns) for l in lines):
+    problems.append("chart lines of %s points, want %d" % ([len(l.split()) for l in lines],
+                                                          len(with_turns)))
+else:  # the hit ratio line: y = 320 - 280 * ratio (sim_write_svg's plot area)
+    ys = [float(p.split(",")[1]) for p in lines[0].split()]
+    if any(abs(y - (320 - 280 * s["hit_ratio"])) > 0.06 for y, s in zip(ys, with_turns)):
+        problems.append("the chart's hit ratios differ from the series'")
+print("; ".join(problems))
+PY
 }
 
 want_l2=some want_disks=1 run default_config

@@ -3,6 +3,7 @@
  * JSON) and SVG chart.
  */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,6 +138,32 @@ void sim_report_text(const sim_result *r) {
   bench_suite_end("sim");
 }
 
+/* Seconds of the run the per-second series covers: every second begun
+ * (the last one partial), at least 1. */
+static size_t run_seconds(const sim_result *r) {
+  size_t n = (size_t)ceil(r->elapsed_s);
+  if (n < 1) n = 1;
+  return n > SIM_MAX_SECONDS ? SIM_MAX_SECONDS : n;
+}
+
+/* The per-second series, one entry per second of the run (a second in
+ * which no turn finished has turns 0 and null means): what the chart
+ * draws. */
+static json_t *per_second_json(const sim_result *r) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < run_seconds(r); i++) {
+    const sim_second *p = &r->st->sec[i];
+    json_t *ttft = p->turns ? json_real(p->ttft_sum_s / (double)p->turns * 1e3) : json_null();
+    json_t *base = p->turns ? json_real(p->ttft_base_sum_s / (double)p->turns * 1e3) : json_null();
+    json_array_append_new(
+        a, json_pack("{s:I,s:I,s:I,s:I,s:f,s:o,s:o}", "second", (json_int_t)i, "turns",
+                     (json_int_t)p->turns, "chunks", (json_int_t)p->chunks, "hit_chunks",
+                     (json_int_t)p->hit_chunks, "hit_ratio", ratio(p->hit_chunks, p->chunks),
+                     "ttft_mean_ms", ttft, "ttft_mean_ms_without_kvact", base));
+  }
+  return a;
+}
+
 int sim_report_json(const sim_result *r) {
   sim_stats *st = r->st;
   sim_figs f = figs(r);
@@ -179,6 +206,7 @@ int sim_report_json(const sim_result *r) {
       "l2_usable_chunks", (json_int_t)r->l2.usable, "l2_usable_ratio",
       ratio(r->l2.usable, r->l2.resident), "l2_usable_alone_chunks", (json_int_t)r->l2.usable_alone,
       "l2_usable_alone_ratio", ratio(r->l2.usable_alone, r->l2.resident));
+  if (j) json_object_set_new(j, "per_second", per_second_json(r));
   if (j)
     json_object_update_new(
         j, json_pack("{s:f,s:f,s:f,s:o}", "ttft_bound_p50_ms", f.ttft_bound * 1e3,
@@ -195,9 +223,7 @@ int sim_report_json(const sim_result *r) {
  * (right axis) per second, as polylines. */
 int sim_write_svg(const sim_result *r, const char *path) {
   sim_stats *st = r->st;
-  size_t n = (size_t)(r->elapsed_s + 0.999); /* the last, partial second too */
-  if (n < 1) n = 1;
-  if (n > SIM_MAX_SECONDS) n = SIM_MAX_SECONDS;
+  size_t n = run_seconds(r); /* the last, partial second too */
   double tmax = 1e-3;
   for (size_t i = 0; i < n; i++)
     if (st->sec[i].turns && st->sec[i].ttft_base_sum_s / (double)st->sec[i].turns > tmax)
