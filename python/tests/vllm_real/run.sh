@@ -21,28 +21,9 @@ lib="${KVACT_LIB:-$root/bazel-bin/libkvact.so}"
 kvactd="${KVACT_KVACTD:-$root/bazel-bin/tools/kvactd}"
 if [ $# -gt 0 ] && [[ "$1" == *.so* ]]; then lib="$1"; shift; fi
 if [ $# -gt 0 ] && [[ "$1" == --kvactd=* ]]; then kvactd="${1#--kvactd=}"; shift; fi
-venv="${KVACT_VLLM_VENV:-/opt/kvact-peers/vllm}"
-
-if [ ! -x "$venv/bin/python" ]; then
-  echo "vllm_real: no vLLM environment at $venv; run tools/peers/setup.sh" >&2
-  exit 2
-fi
-if [ ! -f "$lib" ]; then
-  echo "vllm_real: no libkvact.so at $lib; bazel build //:kvact_shared, or pass its path" >&2
-  exit 2
-fi
-case "$lib" in /*) ;; *) lib="$PWD/$lib" ;; esac
+. "$root/python/peer_env.sh" vllm_real "$root" "$lib"
 case "$kvactd" in /*) ;; *) kvactd="$PWD/$kvactd" ;; esac
-
-export KVACT_LIB="$lib" KVACT_KVACTD="$kvactd" PYTHONPATH="$root/python" PYTHONDONTWRITEBYTECODE=1
-# A sanitizer build of libkvact.so needs its runtime loaded first (as
-# python/pytest_test.sh does); leak reports would be the interpreter's and
-# torch's, so leak detection is off (kva_memcheck still runs).
-preload=$(ldd "$lib" | awk '/lib(asan|ubsan|tsan)\.so/ {print $3}' | paste -sd: -)
-if [ -n "$preload" ]; then
-  export LD_PRELOAD="$preload" ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-fi
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+export KVACT_KVACTD="$kvactd"
 if [ -n "${TEST_TMPDIR:-}" ]; then  # vLLM's and torch's caches, pytest's tmp_path
   export HOME="$TEST_TMPDIR" TMPDIR="$TEST_TMPDIR"
 fi

@@ -1,0 +1,25 @@
+# peer_env.sh — sourced by what runs kvact under the vLLM peer environment's
+# interpreter (tools/peers/setup.sh): tests/vllm_real/run.sh and
+# bench/bench_vllm.sh.
+#
+#   . python/peer_env.sh NAME ROOT LIB
+#
+# The environment is $KVACT_VLLM_VENV (default /opt/kvact-peers/vllm). A
+# missing environment or library exits 2 (never a skip), naming NAME. Sets
+# $venv; exports KVACT_LIB (LIB, made absolute), PYTHONPATH (ROOT/python)
+# and the flags that keep vLLM and Hugging Face offline; preloads the
+# sanitizer runtime a sanitizer build of the library needs.
+peer_name=$1 peer_root=$2 KVACT_LIB=$3
+venv="${KVACT_VLLM_VENV:-/opt/kvact-peers/vllm}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "$peer_name: no vLLM environment at $venv; run tools/peers/setup.sh" >&2
+  exit 2
+fi
+if [ ! -f "$KVACT_LIB" ]; then
+  echo "$peer_name: no libkvact.so at $KVACT_LIB; bazel build //:kvact_shared, or pass its path" >&2
+  exit 2
+fi
+case "$KVACT_LIB" in /*) ;; *) KVACT_LIB="$PWD/$KVACT_LIB" ;; esac
+export KVACT_LIB PYTHONPATH="$peer_root/python" PYTHONDONTWRITEBYTECODE=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+. "$peer_root/python/sanitizer_preload.sh"
