@@ -88,14 +88,11 @@ sys.path.insert(0, os.path.join(_HERE, "..", "tests", "vllm_real"))
 
 import vllm_cpu  # noqa: E402  (HF_HUB_OFFLINE & co, then the real vLLM)
 import torch  # noqa: E402
-from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig,  # noqa: E402
-                         ModelConfig, SchedulerConfig, VllmConfig, set_current_vllm_config)
+from vllm.config import set_current_vllm_config  # noqa: E402
 from vllm.distributed import parallel_state  # noqa: E402
 from vllm.distributed.kv_transfer import kv_transfer_state  # noqa: E402
 from vllm.forward_context import set_forward_context  # noqa: E402
-from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups  # noqa: E402
 from vllm.v1.engine import FinishReason  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
 from vllm.v1.worker.kv_connector_model_runner_mixin import (  # noqa: E402
     KVConnectorModelRunnerMixin)
@@ -148,14 +145,10 @@ def kvact_settings(l1_bytes):
 def write_model_dir(path, shape):
     """A llama config.json of shape's geometry (vllm_cpu's recipe): nothing else is read."""
     heads = 4 * shape.kv_heads
-    cfg = dict(vllm_cpu.MODEL_CONFIG, num_hidden_layers=shape.layers,
-               num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim,
-               num_attention_heads=heads, hidden_size=heads * shape.head_dim,
-               intermediate_size=2 * heads * shape.head_dim, vocab_size=32000)
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    return path
+    return vllm_cpu.write_model_dir(
+        path, num_hidden_layers=shape.layers, num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim, num_attention_heads=heads, hidden_size=heads * shape.head_dim,
+        intermediate_size=2 * heads * shape.head_dim, vocab_size=32000)
 
 
 def layer_names(shape):
@@ -163,29 +156,18 @@ def layer_names(shape):
 
 
 def make_config(model_dir, max_seqs, max_batched_tokens, extra=None, policy="fail"):
-    """vllm_cpu.make_vllm_config's recipe with room for max_seqs requests a step; no
-    connector when extra is None (vLLM's own step, the anchor)."""
-    model = ModelConfig(model=model_dir, dtype="bfloat16", seed=42, skip_tokenizer_init=True)
-    sched = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=max_batched_tokens,
-                            max_model_len=4096, enable_chunked_prefill=True,
-                            is_encoder_decoder=model.is_encoder_decoder,
-                            async_scheduling=False)
-    cache = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto",
-                        enable_prefix_caching=True)
-    cache.kv_cache_layout = LAYOUT  # as the engine core resolves it, before connectors
-    transfer = None if extra is None else KVTransferConfig(
-        kv_connector=vllm_cpu.CONNECTOR, kv_connector_module_path=vllm_cpu.MODULE,
-        kv_role="kv_both", kv_connector_extra_config=extra, kv_load_failure_policy=policy)
-    return VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache,
-                      kv_transfer_config=transfer, device_config=DeviceConfig("cpu"))
+    """vllm_cpu.make_vllm_config with room for max_seqs requests a step; no connector
+    when extra is None (vLLM's own step, the anchor)."""
+    return vllm_cpu.make_vllm_config(model_dir, layout=LAYOUT, extra=extra,
+                                     kv_load_failure_policy=policy, max_num_seqs=max_seqs,
+                                     max_num_batched_tokens=max_batched_tokens,
+                                     connector=extra is not None)
 
 
 def make_kv_cache_config(vllm_config, shape, num_blocks):
-    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=shape.kv_heads,
-                             head_size=shape.head_dim, dtype=torch.bfloat16)
-    groups = [KVCacheGroupSpec(layer_names(shape), spec)]
-    return get_kv_cache_config_from_groups(vllm_config, groups,
-                                           num_blocks * shape.layers * spec.page_size_bytes)
+    return vllm_cpu.make_kv_cache_config(vllm_config, num_blocks=num_blocks,
+                                         layers=layer_names(shape), kv_heads=shape.kv_heads,
+                                         head_size=shape.head_dim)
 
 
 def _free_port():

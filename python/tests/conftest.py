@@ -42,16 +42,17 @@ def sm(rt):
     return rt.storage
 
 @contextlib.contextmanager
-def kvactd(l1_bytes=1 << 24):
-    """A kvactd on a fresh socket (one mock tier), accepting: yields (its socket, its
-    Popen); at the end continued (a test may have stopped it) and stopped, exit 0 asserted.
-    No kvactd built is a failed set-up, never a skip."""
+def kvactd(l1_bytes=1 << 24, l2='[{"type":"mock"}]'):
+    """A kvactd on a fresh socket (the L2 tiers l2, JSON: one mock tier unless told),
+    accepting: yields (its socket, its Popen); at the end continued (a test may have
+    stopped it) and stopped, exit 0 asserted. No kvactd built is a failed set-up, never a
+    skip."""
     if not os.access(KVACTD, os.X_OK):
         pytest.fail("no kvactd at %s: bazel build //tools:kvactd, or set KVACT_KVACTD" % KVACTD)
     with tempfile.TemporaryDirectory(prefix="kvpy", dir="/tmp") as d:  # fits sun_path
         sock = os.path.join(d, "kvact.sock")
         opts = ["server.socket=" + sock, "l1.size_bytes=%d" % l1_bytes, "l1.hugepages=false",
-                "l1.prefault=false", "l1.pinned=false", 'l2=[{"type":"mock"}]']
+                "l1.prefault=false", "l1.pinned=false", "l2=" + l2]
         proc = subprocess.Popen([KVACTD, "--quiet"] + [a for o in opts for a in ("-o", o)])
         try:
             _wait_accepting(sock, proc)

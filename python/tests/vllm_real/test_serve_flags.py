@@ -6,7 +6,6 @@ built into a CPU VllmConfig, and the connector is made from it by vLLM's
 KVConnectorFactory. Only sizes and paths are scaled to the test (a 64 MiB
 L1, a disk tier in the test's directory, a kvactd on a socket of its own).
 """
-import importlib.util
 import json
 import pathlib
 import re
@@ -29,15 +28,6 @@ def serve_flags():
     values = re.findall(r"vllm serve MODEL --kv-transfer-config '([^']+)'", section)
     assert len(values) == 2, "the README's vLLM section lost a vllm serve line"
     return [json.loads(v) for v in values]
-
-
-def _main_suite_conftest():
-    """python/tests/conftest.py (Debian's suite's), under a name of its own."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "conftest.py"
-    spec = importlib.util.spec_from_file_location("kvact_main_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make(model_dir, value):
@@ -69,11 +59,10 @@ def test_the_embedded_flags_load_the_connector(model_dir, tmp_path):
 
 
 def test_the_kvactd_flags_load_the_connector_as_a_client(model_dir):
-    kvactd = _main_suite_conftest().kvactd  # a kvactd on a fresh socket
     value = serve_flags()[1]
     assert value["kv_connector_extra_config"]["kvact.config"] == {
         "client.socket": "/run/kvact.sock"}
-    with kvactd() as (sock, _):
+    with vllm_cpu.kvactd() as sock:
         value["kv_connector_extra_config"]["kvact.config"]["client.socket"] = sock
         conn = make(model_dir, value)
         try:

@@ -15,13 +15,10 @@ the per-layer caches come from vLLM's own planner and allocator
 strides are the ones a real worker hands to register_kv_caches.
 """
 import contextlib
+import importlib.util
 import json
 import os
-import signal
-import socket
-import subprocess
-import tempfile
-import time
+import pathlib
 
 for _name, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                       "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
@@ -67,29 +64,35 @@ def kvact_extra(**settings):
     return {"kvact.config": cfg, "kvact.chunk_tokens": CHUNK_TOKENS, "kvact.model": "tiny-llama"}
 
 
-def write_model_dir(path):
-    """path/config.json and nothing else: ModelConfig reads it, nothing is fetched."""
-    (path / "config.json").write_text(json.dumps(MODEL_CONFIG))
+def write_model_dir(path, **config):
+    """path/config.json and nothing else (MODEL_CONFIG, with config's keys changed):
+    ModelConfig reads it, nothing is fetched. path as a str."""
+    path = pathlib.Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(dict(MODEL_CONFIG, **config)))
     return str(path)
 
 
 def make_vllm_config(model_dir, layout="LBNHC", dtype="bfloat16", extra=None,
                      kv_load_failure_policy="fail", async_scheduling=False,
-                     num_speculative_tokens=0):
-    """vLLM's create_vllm_config with KvactConnector loaded by module path. With
-    num_speculative_tokens, vLLM's n-gram speculative decoding (no draft model)."""
+                     num_speculative_tokens=0, max_num_seqs=16, max_num_batched_tokens=64,
+                     connector=True):
+    """vLLM's create_vllm_config with KvactConnector loaded by module path (none without
+    connector: vLLM's own engine). With num_speculative_tokens, vLLM's n-gram speculative
+    decoding (no draft model)."""
     model = ModelConfig(model=model_dir, dtype=dtype, seed=42, skip_tokenizer_init=True)
-    sched = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=64, max_model_len=4096,
+    sched = SchedulerConfig(max_num_seqs=max_num_seqs,
+                            max_num_batched_tokens=max_num_batched_tokens, max_model_len=4096,
                             enable_chunked_prefill=True,
                             is_encoder_decoder=model.is_encoder_decoder,
                             async_scheduling=async_scheduling)
     cache = CacheConfig(block_size=BLOCK_SIZE, gpu_memory_utilization=0.9,
                         cache_dtype="auto", enable_prefix_caching=True)
     cache.kv_cache_layout = layout  # as the engine core resolves it, before connectors
-    transfer = KVTransferConfig(kv_connector=CONNECTOR, kv_connector_module_path=MODULE,
-                                kv_role="kv_both",
-                                kv_connector_extra_config=extra or kvact_extra(),
-                                kv_load_failure_policy=kv_load_failure_policy)
+    transfer = None if not connector else KVTransferConfig(
+        kv_connector=CONNECTOR, kv_connector_module_path=MODULE, kv_role="kv_both",
+        kv_connector_extra_config=extra or kvact_extra(),
+        kv_load_failure_policy=kv_load_failure_policy)
     spec = None
     if num_speculative_tokens:
         spec = SpeculativeConfig(method="ngram", num_speculative_tokens=num_speculative_tokens,
@@ -101,12 +104,13 @@ def make_vllm_config(model_dir, layout="LBNHC", dtype="bfloat16", extra=None,
                       speculative_config=spec)
 
 
-def make_kv_cache_config(vllm_config, num_blocks=32, dtype=torch.bfloat16):
-    """vLLM's planner over one full-attention group of LAYERS, in the config's layout."""
-    spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=KV_HEADS,
-                             head_size=HEAD_SIZE, dtype=dtype)
-    groups = [KVCacheGroupSpec(list(LAYERS), spec)]
-    memory = num_blocks * len(LAYERS) * spec.page_size_bytes
+def make_kv_cache_config(vllm_config, num_blocks=32, dtype=torch.bfloat16, layers=LAYERS,
+                         kv_heads=KV_HEADS, head_size=HEAD_SIZE):
+    """vLLM's planner over one full-attention group of layers, in the config's layout."""
+    spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=kv_heads,
+                             head_size=head_size, dtype=dtype)
+    groups = [KVCacheGroupSpec(list(layers), spec)]
+    memory = num_blocks * len(layers) * spec.page_size_bytes
     return get_kv_cache_config_from_groups(vllm_config, groups, memory)
 
 
@@ -145,34 +149,21 @@ def make_request(req_id, tokens, max_tokens=4, cache_salt=None, lora_request=Non
                    block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256))
 
 
-# run.sh sets it (the checkout's bazel-bin/tools/kvactd unless given)
-KVACTD = os.environ.get("KVACT_KVACTD", "")
+def main_suite_conftest():
+    """python/tests/conftest.py (Debian's suite's fixtures), under a name of its own: its
+    kvactd launcher serves this suite too."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "conftest.py"
+    spec = importlib.util.spec_from_file_location("kvact_main_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @contextlib.contextmanager
 def kvactd(l1_bytes=1 << 24, l2="[]"):
     """A kvactd on a fresh socket with an L1 of l1_bytes and the L2 tiers l2 (JSON; none
     by default, so what L1 evicts is gone): yields its socket's path. No kvactd is a
-    failed set-up, never a skip (python/tests/conftest.py's kvactd, with a choice of L2)."""
-    if not os.access(KVACTD, os.X_OK):
-        raise AssertionError("no kvactd at %r: bazel build //tools:kvactd, or set "
-                             "KVACT_KVACTD" % KVACTD)
-    with tempfile.TemporaryDirectory(prefix="kvvllm", dir="/tmp") as d:  # fits sun_path
-        sock = os.path.join(d, "kvact.sock")
-        opts = ["server.socket=" + sock, "l1.size_bytes=%d" % l1_bytes, "l1.hugepages=false",
-                "l1.prefault=false", "l1.pinned=false", "l2=" + l2]
-        proc = subprocess.Popen([KVACTD, "--quiet"] + [a for o in opts for a in ("-o", o)])
-        try:
-            deadline = time.monotonic() + 20
-            while True:
-                assert proc.poll() is None, "kvactd exited at start"
-                with socket.socket(socket.AF_UNIX) as s:
-                    if s.connect_ex(sock) == 0:
-                        break
-                assert time.monotonic() < deadline, "kvactd did not accept in 20 s"
-                time.sleep(0.005)
-            yield sock
-        finally:
-            proc.send_signal(signal.SIGCONT)
-            proc.terminate()
-            assert proc.wait(timeout=30) == 0
+    failed set-up, never a skip (python/tests/conftest.py's kvactd; run.sh sets
+    KVACT_KVACTD)."""
+    with main_suite_conftest().kvactd(l1_bytes, l2) as (sock, _):
+        yield sock
