@@ -84,9 +84,11 @@ class LeaseTable:
         """The chunks of keys the request may count (pinned), or None while an L2 hit is
         being brought into L1."""
         now = time.monotonic()
-        self.expire(now)
         keys = self._cut_doomed(keys)
         old = self._leases.get(req_id)
+        if old is not None and self._expired(old, now):  # the others go at the step's end
+            self._expire(req_id)
+            old = None
         if old is not None and not old.committed and old.keys == keys:
             if old.warming:
                 return self._warmed(old)
@@ -205,18 +207,23 @@ class LeaseTable:
                 self._delete_doomed()
 
     def expire(self, now=None):
+        """Gives back every lease past its time (build_connector_meta: once a step)."""
         now = time.monotonic() if now is None else now
-        old = [rid for rid, lease in self._leases.items()
-               if not lease.committed and now - lease.born > self._lease_s]
-        for rid in old:
-            if not self._warned:
-                log.warning("kvact: the lookup lease of request %s expired after %.1f s "
-                            "(vLLM looked it up and did not schedule it); its chunks may be "
-                            "evicted again (logged once; stats lease_expiries counts them)",
-                            rid, self._lease_s)
-                self._warned = True
-            self.release(rid)
-            self._on_expiry()
+        for rid in [rid for rid, lease in self._leases.items() if self._expired(lease, now)]:
+            self._expire(rid)
+
+    def _expired(self, lease, now):
+        return not lease.committed and now - lease.born > self._lease_s
+
+    def _expire(self, rid):
+        if not self._warned:
+            log.warning("kvact: the lookup lease of request %s expired after %.1f s "
+                        "(vLLM looked it up and did not schedule it); its chunks may be "
+                        "evicted again (logged once; stats lease_expiries counts them)",
+                        rid, self._lease_s)
+            self._warned = True
+        self.release(rid)
+        self._on_expiry()
 
     def close(self):
         for rid in list(self._leases):

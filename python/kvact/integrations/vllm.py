@@ -590,7 +590,7 @@ class KvactConnector(KVConnectorBase_V1):
         return errors
 
     def get_kv_connector_kv_cache_events(self) -> KVConnectorKVEvents | None:
-        self._collect_saves(block=False)
+        # the stores that ended were collected by get_kv_connector_stats, called just before
         if not self._events:
             return None
         events = KvactKVEvents(num_workers=1)
