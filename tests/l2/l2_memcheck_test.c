@@ -14,15 +14,6 @@
 #define MiB (1024u * 1024u)
 #define LATENCY_US 100000u
 
-static kva_memcheck_report counts_of(kva_storage *s, const kva_memcheck_opts *o, int want_rc,
-                                     char *report, size_t len) {
-  kva_memcheck_report c;
-  memset(&c, 0xee, sizeof(c));
-  int rc = kva_memcheck_with(s, o, &c, report, len);
-  ck_assert_msg(rc == want_rc, "memcheck %d (want %d): %s", rc, want_rc, report);
-  return c;
-}
-
 static void expect_counts(const kva_memcheck_report *c, uint64_t w, uint64_t r, uint64_t p,
                           uint64_t store) {
 
@@ -70,25 +61,27 @@ START_TEST(memcheck_with_counts_each_kind_waits_for_stores_and_leaves_them_out) 
   kva_key k2 = fixture_key(2);
   ck_assert_int_eq(kva_lookup(s, &k2, 1, 1, &th), KVA_OK); /* and a pin on 2 */
   char report[512];
-  kva_memcheck_report c = counts_of(s, NULL, KVA_EIO, report, sizeof(report));
+  kva_memcheck_report c = fixture_memcheck_counts(s, NULL, KVA_EIO, report, sizeof(report));
   expect_counts(&c, 1, 1, 1, 3);
   kva_memcheck_opts callers = {.callers_only = 1};
-  c = counts_of(s, &callers, KVA_EIO, report, sizeof(report)); /* the callers' still count */
+  c = fixture_memcheck_counts(s, &callers, KVA_EIO, report,
+                              sizeof(report)); /* the callers' still count */
   expect_counts(&c, 1, 1, 1, 3);
   ck_assert_int_eq(l2_finish_one(s, 10), KVA_OK); /* queues a store of 10 too */
   kva_key k1 = fixture_key(1);
   ck_assert_int_eq(kva_finish_read_prefetched(s, &k1, 1, 0), 1);
   ck_assert_int_eq(kva_unpin(s, &k2, 1), 1);
   kva_runtime_run_until_idle(rt);
-  c = counts_of(s, NULL, KVA_EIO, report, sizeof(report)); /* only the store-behind's */
+  c = fixture_memcheck_counts(s, NULL, KVA_EIO, report,
+                              sizeof(report)); /* only the store-behind's */
   expect_counts(&c, 0, 0, 0, 4);
-  c = counts_of(s, &callers, KVA_OK, report, sizeof(report));
+  c = fixture_memcheck_counts(s, &callers, KVA_OK, report, sizeof(report));
   expect_counts(&c, 0, 0, 0, 4);
   ck_assert_msg(strstr(report, "ok: ") && strstr(report, "store-behind, not counted"), "%s",
                 report);
   ck_assert_int_eq(l2_readers(s, 0), 1); /* nothing was waited for */
   kva_memcheck_opts wait = {.wait_stores_ms = -1};
-  c = counts_of(s, &wait, KVA_OK, report, sizeof(report));
+  c = fixture_memcheck_counts(s, &wait, KVA_OK, report, sizeof(report));
   expect_counts(&c, 0, 0, 0, 0);
   ck_assert_int_eq(l2_readers(s, 0), 0);
   l2_finish(rt);
@@ -105,7 +98,7 @@ START_TEST(a_wait_for_stores_that_times_out_reports_what_is_left) {
   l2_write_range(s, 0, 1, &l, 0);
   char report[512];
   kva_memcheck_opts wait = {.wait_stores_ms = 10}; /* virtual: the store needs 100 */
-  kva_memcheck_report c = counts_of(s, &wait, KVA_EIO, report, sizeof(report));
+  kva_memcheck_report c = fixture_memcheck_counts(s, &wait, KVA_EIO, report, sizeof(report));
   expect_counts(&c, 0, 0, 0, 1);
   ck_assert_int_eq(kva_memcheck_with(s, NULL, NULL, NULL, 0), KVA_EIO); /* no report, no counts */
   ck_assert_int_eq(kva_memcheck_with(NULL, NULL, NULL, NULL, 0), KVA_EINVAL);

@@ -83,15 +83,6 @@ static kva_runtime *client_with_timeout(int timeout_ms) {
   return rt;
 }
 
-static kva_memcheck_report check(kva_storage *s, const kva_memcheck_opts *o, int want_rc,
-                                 char *report, size_t len) {
-  kva_memcheck_report c;
-  memset(&c, 0xee, sizeof(c));
-  int rc = kva_memcheck_with(s, o, &c, report, len);
-  ck_assert_msg(rc == want_rc, "memcheck %d (want %d): %s", rc, want_rc, report);
-  return c;
-}
-
 START_TEST(a_client_tells_the_daemons_store_behind_from_its_own_locks) {
   kva_l2_register("gate", gate_factory); /* KVA_EINVAL when registered already */
   char sock_kv[160];
@@ -118,18 +109,21 @@ START_TEST(a_client_tells_the_daemons_store_behind_from_its_own_locks) {
   ck_assert_int_eq(kva_wait_prefetch(s, h, 5000, &hits), KVA_OK);
   ck_assert_uint_eq(hits, 1);
   kva_memcheck_opts callers = {.callers_only = 1};
-  c = check(s, &callers, KVA_EIO, report, sizeof(report)); /* the client's own lock counts */
+  c = fixture_memcheck_counts(s, &callers, KVA_EIO, report,
+                              sizeof(report)); /* the client's own lock counts */
   ck_assert_uint_eq(c.caller_read_locked, 1);
   ck_assert_uint_eq(c.store_read_locked, 1);
   ck_assert_int_eq(kva_finish_read_prefetched(s, &k, 1, 0), 1);
-  c = check(s, &callers, KVA_OK, report, sizeof(report)); /* only the store-behind's left */
+  c = fixture_memcheck_counts(s, &callers, KVA_OK, report,
+                              sizeof(report)); /* only the store-behind's left */
   ck_assert_uint_eq(c.store_read_locked, 1);
   kva_memcheck_opts short_wait = {.wait_stores_ms = 20};
-  c = check(s, &short_wait, KVA_EIO, report, sizeof(report)); /* the gate is shut */
+  c = fixture_memcheck_counts(s, &short_wait, KVA_EIO, report,
+                              sizeof(report)); /* the gate is shut */
   ck_assert_uint_eq(c.store_read_locked, 1);
   ck_assert_int_eq(kva_send(gate_actor, GATE_OPEN, NULL, 0, NULL, 0), KVA_OK);
   kva_memcheck_opts wait = {.wait_stores_ms = -1};
-  c = check(s, &wait, KVA_OK, report, sizeof(report));
+  c = fixture_memcheck_counts(s, &wait, KVA_OK, report, sizeof(report));
   ck_assert_uint_eq(c.store_read_locked, 0);
   kva_runtime_shutdown(crt);
   memcheck_soon(kva_storage_of(drt));

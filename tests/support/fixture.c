@@ -117,6 +117,15 @@ void fixture_write(kva_storage *s, uint64_t first, size_t n, const kva_layout *l
   free(st);
 }
 
+kva_memcheck_report fixture_memcheck_counts(kva_storage *s, const kva_memcheck_opts *o, int want_rc,
+                                            char *report, size_t len) {
+  kva_memcheck_report c;
+  memset(&c, 0xee, sizeof(c)); /* a count the call did not fill in shows */
+  int rc = kva_memcheck_with(s, o, &c, report, len);
+  ck_assert_msg(rc == want_rc, "memcheck %d (want %d): %s", rc, want_rc, report);
+  return c;
+}
+
 void fixture_memcheck_clean(kva_storage *s) {
   char report[1024];
   /* the stores queued so far end first (10 s at most): their read locks

@@ -36,5 +36,9 @@ void fixture_write(kva_storage *s, uint64_t first, size_t n, const kva_layout *l
 /* Asserts that kva_memcheck reports no lock held and consistent accounting,
  * once the L1->L2 stores queued so far have ended (10 s at most). */
 void fixture_memcheck_clean(kva_storage *s);
+/* kva_memcheck_with(s, o) into report[len], asserting it returns want_rc:
+ * the counts it filled in. */
+kva_memcheck_report fixture_memcheck_counts(kva_storage *s, const kva_memcheck_opts *o, int want_rc,
+                                            char *report, size_t len);
 
 #endif
