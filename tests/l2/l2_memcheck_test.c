@@ -11,7 +11,6 @@
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
-#define MiB (1024u * 1024u)
 #define LATENCY_US 100000u
 
 static void expect_counts(const kva_memcheck_report *c, uint64_t w, uint64_t r, uint64_t p,
@@ -27,10 +26,9 @@ static void expect_counts(const kva_memcheck_report *c, uint64_t w, uint64_t r, 
 /* A store in flight holds key 0: memcheck fails and its report says the
  * lock is the store-behind's, not a caller's. */
 START_TEST(the_report_names_the_store_behinds_locks) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start_slow_tier(LATENCY_US);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(4096);
-  l2_set_latency(s, 0, LATENCY_US);
   l2_write_range(s, 0, 1, &l, 0);
   kva_runtime_run_until_idle(rt);
   ck_assert_int_eq(l2_readers(s, 0), 1);
@@ -49,10 +47,9 @@ END_TEST
  * counted apart; callers_only passes once only the store-behind's are
  * left, and a wait for the stores leaves nothing. */
 START_TEST(memcheck_with_counts_each_kind_waits_for_stores_and_leaves_them_out) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start_slow_tier(LATENCY_US);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(4096);
-  l2_set_latency(s, 0, LATENCY_US);
   l2_write_range(s, 0, 3, &l, 0); /* one store task holds keys 0, 1, 2 */
   kva_runtime_run_until_idle(rt);
   l2_reserve(s, 10, &l);                                          /* a caller's write lock */
@@ -91,10 +88,9 @@ END_TEST
 /* A wait that times out is no error: the check then reports what the
  * store-behind still holds. */
 START_TEST(a_wait_for_stores_that_times_out_reports_what_is_left) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start_slow_tier(LATENCY_US);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(4096);
-  l2_set_latency(s, 0, LATENCY_US);
   l2_write_range(s, 0, 1, &l, 0);
   char report[512];
   kva_memcheck_opts wait = {.wait_stores_ms = 10}; /* virtual: the store needs 100 */

@@ -13,7 +13,6 @@
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
-#define MiB (1024u * 1024u)
 #define LATENCY_US 100000u /* per STORE, on the mock's one channel */
 #define STEP_NS (LATENCY_US * 1000ull)
 #define SLOTS 64u /* the controller's stores in flight at most (MAX_INFLIGHT) */
@@ -45,10 +44,9 @@ static void expect_tier_version(kva_storage *s, uint64_t id, const kva_layout *l
  * Before coalescing each of them read-locked K when a slot freed, and the
  * tier stored K 31 times. */
 START_TEST(rewrites_queued_behind_busy_slots_coalesce_into_one_store) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start_slow_tier(LATENCY_US);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(4096);
-  l2_set_latency(s, 0, LATENCY_US);
   for (uint64_t i = 0; i < SLOTS; i++) l2_write_range(s, 100 + i, 1, &l, 0);
   kva_runtime_run_until_idle(rt);
   ck_assert_int_eq(l2_readers(s, 100), 1); /* in flight, locked */
@@ -71,10 +69,9 @@ END_TEST
  * retries rewrites it between stores. Never more than one of kvact's read
  * locks on K, and the tier ends with the last version. */
 START_TEST(rewrites_between_slow_stores_hold_one_lock_at_a_time) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start_slow_tier(LATENCY_US);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(4096);
-  l2_set_latency(s, 0, LATENCY_US);
   uint64_t k = K;
   l2_write(s, &k, 1, &l, 0);
   int most = 0;
@@ -105,10 +102,9 @@ END_TEST
  * and never had two stores of K racing. Before, the second store started
  * at once and read-locked the new object while the first was in flight. */
 START_TEST(a_version_written_while_the_old_one_is_stored_is_stored_after_it) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start_slow_tier(LATENCY_US);
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(4096);
-  l2_set_latency(s, 0, LATENCY_US);
   uint64_t k = K;
   l2_write(s, &k, 1, &l, 0);
   kva_runtime_run_until_idle(rt);
@@ -130,10 +126,9 @@ END_TEST
  * as an object of the old 4096-byte layout, then the new write's own store
  * sent them again. */
 START_TEST(a_key_rewritten_with_another_layout_is_stored_with_its_own) {
-  kva_runtime *rt = l2_start(0, 64 * MiB, 1, "", NULL);
+  kva_runtime *rt = l2_start_slow_tier(LATENCY_US);
   kva_storage *s = kva_storage_of(rt);
   kva_layout a = fixture_layout_bytes(4096), b = fixture_layout_bytes(8192);
-  l2_set_latency(s, 0, LATENCY_US);
   for (uint64_t i = 0; i < SLOTS; i++) l2_write_range(s, 100 + i, 1, &a, 0);
   uint64_t k = K;
   l2_write(s, &k, 1, &a, 0); /* queued behind the busy slots */

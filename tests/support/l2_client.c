@@ -37,6 +37,12 @@ kva_runtime *l2_start_no_writeback(int workers, int ntiers, const char *more) {
   return l2_start(workers, 64u << 20, ntiers, "", "prefetch_writeback=false", more, NULL);
 }
 
+kva_runtime *l2_start_slow_tier(uint64_t latency_us) {
+  kva_runtime *rt = l2_start(0, 64u << 20, 1, "", NULL);
+  l2_set_latency(kva_storage_of(rt), 0, latency_us);
+  return rt;
+}
+
 kva_actor *l2_tier_actor(kva_storage *s, uint32_t tier) {
   ck_assert_uint_lt(tier, s->tiers.n);
   return s->tiers.t[tier].actor;

@@ -21,6 +21,10 @@ kva_runtime *l2_start(int workers, uint64_t l1_bytes, int ntiers, const char *mo
 /* l2_start with 64 MiB of L1 and prefetch_writeback=false (LMCache's
  * prefetched objects are temporary), plus one setting `more` (or NULL). */
 kva_runtime *l2_start_no_writeback(int workers, int ntiers, const char *more);
+/* A deterministic runtime (64 MiB of L1) with one mock tier whose every
+ * request takes latency_us of virtual time: a store holds its lock until
+ * the test moves the clock. */
+kva_runtime *l2_start_slow_tier(uint64_t latency_us);
 kva_actor *l2_tier_actor(kva_storage *s, uint32_t tier);
 /* Every facade test ends here: waits until no tier holds a lock
  * (l2_assert_unlocked), asserts kva_memcheck is clean, shuts down. */
