@@ -341,6 +341,19 @@ KVA_API int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, in
 typedef struct kva_prefetch kva_prefetch;
 KVA_API int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                                 uint32_t extra_readers, kva_prefetch **h);
+/* kva_submit_prefetch with options. flags: KVA_PREFETCH_AS_PLANNED = the
+ * caller judged these keys worth loading already (kva_plan_load), so the
+ * load_or_recompute policy does not judge them again (a request prefetched
+ * in several parts would have each part judged as if it began the
+ * request). o NULL = no options. */
+#define KVA_PREFETCH_AS_PLANNED 1u
+typedef struct kva_prefetch_opts {
+  uint32_t extra_readers; /* as kva_submit_prefetch's */
+  uint32_t flags;
+} kva_prefetch_opts;
+KVA_API int kva_submit_prefetch_with(kva_storage *s, const kva_key *k, size_t n,
+                                     const kva_layout *l, const kva_prefetch_opts *o,
+                                     kva_prefetch **h);
 /* Not done yet: query answers KVA_EAGAIN; wait answers KVA_ETIMEDOUT once
  * timeout_ms (-1: forever; 0: at once, as a query would) has passed. Both
  * keep h. Done: its result (KVA_OK and *hits, or the error) frees h. */
@@ -410,6 +423,9 @@ typedef struct kva_storage_stats {
   uint64_t l2_prefetches, l2_loaded_keys, l2_load_failures;
   int l1_pinned;    /* page-locked for DMA */
   int l1_numa_node; /* -1 if not bound */
+  /* keys found in L2 but left to the engine to recompute, as slower to
+   * load than to compute (prefetch_policy load_or_recompute) */
+  uint64_t l2_skipped_slow_keys;
 } kva_storage_stats;
 KVA_API int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out);
 
@@ -430,6 +446,33 @@ typedef struct kva_tier_hits {
                 eighth tier's hits count in total only) */
 } kva_tier_hits;
 KVA_API int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hits *out);
+/* Load or recompute (docs/load-plan.md): kva_lookup, then how much of the
+ * found prefix is worth loading: chunk objects of layout l whose bytes,
+ * at each tier's measured rate behind what is queued on it, arrive before
+ * the engine could compute them (the prefill rate of k[0].model:
+ * kva_report_prefill, else config load_plan.*). worth counts from k[0],
+ * L1 hits included (they are always worth it); skipped[i] counts the keys
+ * of found.tier[i] past worth. The times are predictions for the found
+ * prefix: loading [0, worth), computing it all, and the split (compute
+ * [0, split_at) while loading [split_at, found.total) from the back, for
+ * an engine that controls its compute order). pin as kva_lookup's (the L1
+ * hits). Not in a client of kvactd (KVA_ENOTSUP): its prefetch policy
+ * decides there. */
+typedef struct kva_load_plan {
+  kva_tier_hits found;
+  size_t worth;
+  size_t skipped[8];
+  double load_s, recompute_s, split_s;
+  size_t split_at;
+} kva_load_plan;
+KVA_API int kva_plan_load(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l, int pin,
+                          kva_load_plan *out);
+/* An engine of model computed a prefill of tokens in ns (chunk_tokens per
+ * chunk object; 0 = as configured): refines the rate the load plan
+ * assumes for that model (an average over reports). KVA_EINVAL for a bad
+ * model name or a zero count or time. */
+KVA_API int kva_report_prefill(kva_storage *s, const char *model, uint32_t chunk_tokens,
+                               uint64_t tokens, uint64_t ns);
 /* Drops one pin of each key; returns the number of keys unpinned. */
 KVA_API int kva_unpin(kva_storage *s, const kva_key *k, size_t n);
 /* Freeze: nothing is stored to L2 and prefetches do not consult L2. */
@@ -557,6 +600,12 @@ typedef struct kva_l2_tier_stats {
   uint64_t stored_keys, stored_bytes, loaded_keys, loaded_bytes;
   int bypassed;         /* as kva_tier_bypassed */
   kva_l2_stats adapter; /* objects and bytes held now, locks, its own counters */
+  /* The load plan's view of the tier (docs/load-plan.md): keys found here
+   * and left to recompute, the bytes sent to it and not yet answered, its
+   * throughput while busy (bytes/s, loads and stores; 0 = not measured yet)
+   * and its lookup round trip (s) */
+  uint64_t skipped_slow_keys, queued_bytes;
+  double bytes_per_s, latency_s;
 } kva_l2_tier_stats;
 KVA_API int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out);
 typedef struct kva_l2_req {

@@ -400,7 +400,7 @@ static int req_of(uint16_t ptype, const l1_req *r, proto_req *q) {
     q->flag = r->force != 0;
     break;
   case P_PREFETCH:
-    q->flag = r->layout != NULL;
+    q->flag = (r->layout != NULL) | (r->as_planned ? PROTO_PREFETCH_AS_PLANNED : 0);
     if (r->layout) q->layout = *r->layout;
     break;
   case P_MEMCHECK:

@@ -93,7 +93,19 @@ static const config_key keys[] = {
     STR(NULL, "prefetch_policy", "default",
         "Prefetch policy, by registered name (built in: {prefetch_policies}; or one registered "
         "with kva_prefetch_policy_register): default loads each key from the lowest-index tier "
-        "that has it."),
+        "that has it; load_or_recompute does the same but loads only the prefix whose bytes "
+        "arrive before the engine could compute them (docs/load-plan.md), counting the rest as "
+        "skipped."),
+    FLOAT(NULL, "load_plan.prefill_tokens_per_s", 0, 1e9, "10000",
+          "Prefill rate of the engine, tokens per second, that the load_or_recompute prefetch "
+          "policy assumes until an engine reports its own (kva_report_prefill, per model); 0 = "
+          "unknown: load everything found."),
+    INT(NULL, "load_plan.chunk_tokens", 1, 1048576, "256", 0,
+        "Tokens per chunk object, for the prefill time of a chunk until an engine reports its "
+        "own."),
+    FLOAT(NULL, "load_plan.margin", 0, 0.9, "0.05",
+          "Share of each tier's measured rate that load_or_recompute does not count on (noise, "
+          "a busier moment): a chunk must arrive before its compute at (1 - margin) of the rate."),
     INT(NULL, "prefetch_max_in_flight", 1, 4096, "8", 0,
         "Prefetch requests the prefetch controller runs at once."),
     BOOL(NULL, "prefetch_writeback", "true",

@@ -89,6 +89,9 @@ typedef struct l1_req {
    * keys[i] is not readable to it and none of its locks is released */
   const uint8_t *held;
   int l2; /* PREFETCH: hand a partial hit to the prefetch controller */
+  /* PREFETCH: the caller planned this load (kva_plan_load): the prefetch
+   * policy's load plan does not trim it again (KVA_PREFETCH_AS_PLANNED) */
+  int as_planned;
 } l1_req;
 
 /* Notifications the L1 manager sends to the controllers. */

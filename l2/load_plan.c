@@ -20,7 +20,7 @@ static int check(const load_plan_in *in) {
       !finite_nonneg(in->copy_bytes_per_s))
     return KVA_EINVAL;
   if (in->h < in->n && (!in->tier || !in->tiers || in->ntiers == 0)) return KVA_EINVAL;
-  for (size_t i = in->h; i < in->n; i++)
+  for (size_t i = 0; i < in->n - in->h; i++)
     if (in->tier[i] < 0 || (uint32_t)in->tier[i] >= in->ntiers) return KVA_EINVAL;
   for (uint32_t t = 0; t < in->ntiers; t++) {
     const load_plan_tier *r = &in->tiers[t];
@@ -58,7 +58,7 @@ static void plan_prefix(const load_plan_in *in, load_plan_out *out) {
   double best_s = total(in, in->h, 0);
   out->recompute_s = best_s;
   for (size_t k = in->h + 1; k <= in->n; k++) {
-    uint32_t t = (uint32_t)in->tier[k - 1];
+    uint32_t t = (uint32_t)in->tier[k - 1 - in->h];
     bytes[t] += in->chunk_bytes;
     f = fmax(f, arrival(in, t, bytes[t])); /* FIFO: the tier's later chunks land later */
     double s = total(in, k, f);
@@ -69,7 +69,7 @@ static void plan_prefix(const load_plan_in *in, load_plan_out *out) {
   }
   out->k = best;
   out->load_s = best_s;
-  for (size_t i = best; i < in->n; i++) out->skipped[in->tier[i]]++;
+  for (size_t i = best; i < in->n; i++) out->skipped[in->tier[i - in->h]]++;
 }
 
 /* Tsplit(m) for every m, loads of [m, n) from the back: s_t(m) grows as m
@@ -83,7 +83,7 @@ static void plan_split(const load_plan_in *in, load_plan_out *out) {
   for (size_t m = in->n; m-- > 0;) {
     double a = copy;
     if (m >= in->h) {
-      uint32_t t = (uint32_t)in->tier[m];
+      uint32_t t = (uint32_t)in->tier[m - in->h];
       bytes[t] += in->chunk_bytes;
       back = fmax(back, arrival(in, t, bytes[t]));
     }

@@ -5,7 +5,7 @@
  * lock, no allocation.
  *
  * A prefix of n chunks was found: the first h in L1, chunk i >= h on tier
- * tier[i]. Loading chunks [0, k) and computing [k, n) gives a time to the
+ * tier[i - h]. Loading chunks [0, k) and computing [k, n) gives a time to the
  * end of the prefix's prefill of
  *
  *   A_t(k)  = rt·L_t/(1-mu) + (Q_t + b_t(k)) / ((1-mu)·R_t)   tier t's last chunk of [h, k) in L1
@@ -46,7 +46,7 @@ typedef struct load_plan_tier {
 typedef struct load_plan_in {
   size_t n;                    /* chunks found: [0, n) */
   size_t h;                    /* the first h of them are in L1 (h <= n) */
-  const int8_t *tier;          /* tier of chunk i, h <= i < n (tier[0..h) unread) */
+  const int8_t *tier;          /* tier[i - h]: the tier of chunk i, h <= i < n */
   uint32_t ntiers;             /* 1..LOAD_PLAN_MAX_TIERS (0 when h == n) */
   const load_plan_tier *tiers; /* ntiers of them */
   double chunk_bytes;          /* B */

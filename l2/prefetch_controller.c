@@ -15,12 +15,37 @@
  * only; requests in flight run to their end, releasing every L1 and L2 lock
  * on the way (docs/invariants.md I-SD-2); then PC_DONE. Hand-offs arriving
  * later are answered at once.
+ *
+ * With load_or_recompute (opts.plan_loads) the controller's stats slot
+ * (kvinspect) is labelled so, with the gauges "skipped_slow" (keys found
+ * and left to the engine, counting up) and the same per tier, for the
+ * first three tiers.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/gauges.h"
 #include "actors/log.h"
 #include "l2/prefetch_internal.h"
+
+uint64_t pf_now(const prefetch_controller *c) {
+  return kva_runtime_now_ns(kva_actor_runtime(c->self));
+}
+
+void pf_count_skipped(prefetch_controller *c, const uint32_t *per_tier) {
+  uint64_t all = 0;
+  for (uint32_t t = 0; t < c->tiers->n; t++) {
+    if (!per_tier[t]) continue;
+    all += per_tier[t];
+    uint64_t v =
+        __atomic_add_fetch(&c->tiers->t[t].skipped_slow_keys, per_tier[t], __ATOMIC_RELAXED);
+    if (t + 1 < KVA_STATS_GAUGES) actor_stats_gauge(c->self, t + 1, v);
+  }
+  if (all)
+    actor_stats_gauge(c->self, 0,
+                      __atomic_add_fetch(&c->tiers->skipped_slow_keys, all, __ATOMIC_RELAXED));
+}
 
 uint64_t pf_tag(const prefetch_controller *c, const prefetch_req *req) {
   return ((uint64_t)c->gen[req->slot] << 16) | req->slot;
@@ -268,5 +293,13 @@ kva_actor *prefetch_controller_spawn(kva_runtime *rt, kva_actor *l1, l2_tiers *t
     return NULL;
   }
   c->self = a;
+  if (c->o.plan_loads) {
+    char names[KVA_STATS_GAUGE_NAMES] = "skipped_slow";
+    for (uint32_t t = 0; t < tiers->n && t + 1 < KVA_STATS_GAUGES; t++) {
+      size_t len = strlen(names);
+      snprintf(names + len, sizeof(names) - len, " %s", tiers->t[t].name);
+    }
+    actor_stats_label(a, "load_or_recompute", names);
+  }
   return a;
 }

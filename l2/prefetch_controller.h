@@ -20,6 +20,7 @@
 
 #include "common/msg_ids.h"
 #include "kvact.h"
+#include "l2/prefill.h"
 #include "l2/tiers.h"
 
 enum {
@@ -33,6 +34,11 @@ typedef struct prefetch_opts {
   kva_prefetch_policy policy;
   uint32_t max_in_flight; /* requests past their lookup at once; the rest wait in order */
   int writeback;          /* loaded objects stay as ordinary objects (else temporary) */
+  /* load_or_recompute: the policy's plan is cut to the prefix worth
+   * loading (load_plan.h) at these prefill rates and margin */
+  int plan_loads;
+  double margin;
+  prefill_rates *prefill;
 } prefetch_opts;
 
 /* NULL on ENOMEM. tiers outlives the actor. */

@@ -46,6 +46,7 @@ typedef struct prefetch_req {
   size_t n;
   uint32_t slot, state, waiting;
   uint32_t asked;   /* tiers sent a lookup (bit mask) */
+  uint64_t sent_ns; /* when the lookups (then the loads) were sent, for the meters */
   size_t nplanned;  /* keys [0, nplanned) planned: contiguous, one tier each */
   size_t nreserved; /* keys [0, nreserved) reserved in L1: a write buffer, or
                        a read lock on the object L1 holds already */
@@ -84,6 +85,9 @@ typedef struct prefetch_controller {
 } prefetch_controller;
 
 /* prefetch_controller.c */
+uint64_t pf_now(const prefetch_controller *c); /* the runtime's clock (meter.h) */
+/* Counts keys found but left to the engine as slower than recompute. */
+void pf_count_skipped(prefetch_controller *c, const uint32_t *per_tier);
 uint64_t pf_tag(const prefetch_controller *c, const prefetch_req *req);
 /* Answers the facade with hits (base + req->hits) and frees the slot. */
 void pf_finish(prefetch_controller *c, prefetch_req *req);

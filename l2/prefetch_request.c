@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "actors/log.h"
+#include "l2/load_plan.h"
 #include "l2/prefetch_internal.h"
 
 /* Puts key i (and the id of its L1 object) at position j of the gathered
@@ -83,6 +84,7 @@ void pf_start(prefetch_controller *c, prefetch_req *req) {
   req->state = PF_LOOKUP;
   req->asked = 0;
   req->waiting = 0;
+  req->sent_ns = pf_now(c);
   for (uint32_t t = 0; t < c->tiers->n; t++) {
     memset(req->found[t], 0, (req->n + 7) / 8);
     if (!l2_usable(c->tiers, t)) continue;
@@ -100,6 +102,33 @@ void pf_start(prefetch_controller *c, prefetch_req *req) {
   if (req->waiting == 0) pf_finish(c, req);
 }
 
+/* load_or_recompute: the length of the planned prefix [0, nplanned) worth
+ * loading, given the caller's L1 hits before it (req->base), each tier's
+ * meter and the model's prefill rate (load_plan.h). One round trip is
+ * left to pay: the load. */
+static size_t worth_loading(prefetch_controller *c, prefetch_req *req) {
+  load_plan_tier views[L2_MAX_TIERS];
+  for (uint32_t t = 0; t < c->tiers->n; t++) {
+    l2_meter_view v;
+    l2_meter_read(&c->tiers->t[t].meter, &v);
+    views[t] = (load_plan_tier){v.bytes_per_s, v.latency_s, v.queued_bytes};
+  }
+  load_plan_in in = {.n = req->base + req->nplanned,
+                     .h = req->base,
+                     .tier = req->plan,
+                     .ntiers = c->tiers->n,
+                     .tiers = views,
+                     .chunk_bytes = (double)kva_layout_bytes(req->user->layout),
+                     .chunk_compute_s = prefill_chunk_s(c->o.prefill, req->keys[0].model),
+                     .layers = 1,
+                     .round_trips = 1,
+                     .margin = c->o.margin};
+  load_plan_out out;
+  if (load_plan(&in, &out) != KVA_OK) return req->nplanned; /* cannot judge: load as planned */
+  pf_count_skipped(c, out.skipped);
+  return out.k - req->base;
+}
+
 /* Every lookup is in: plan, trim to the prefix, reserve the buffers. */
 static void plan(prefetch_controller *c, prefetch_req *req) {
   const uint8_t *found[L2_MAX_TIERS];
@@ -114,6 +143,8 @@ static void plan(prefetch_controller *c, prefetch_req *req) {
     if (t < 0 || (uint32_t)t >= c->tiers->n || !kva_bit_get(req->found[t], req->nplanned)) break;
     req->nplanned++;
   }
+  if (c->o.plan_loads && !req->user->as_planned && req->nplanned)
+    req->nplanned = worth_loading(c, req);
   for (size_t i = req->nplanned; i < req->n; i++) req->plan[i] = -1;
   if (req->nplanned == 0) {
     req->nreserved = 0;
@@ -137,7 +168,8 @@ static void start_loads(prefetch_controller *c, prefetch_req *req) {
   req->state = PF_LOAD;
   req->waiting = 0;
   memset(req->loaded, 0, req->nreserved);
-  size_t off = 0;
+  size_t off = 0, key_bytes = kva_layout_bytes(req->user->layout);
+  uint64_t now = pf_now(c);
   for (uint32_t t = 0; t < c->tiers->n; t++) {
     size_t first = off;
     for (size_t i = 0; i < req->nreserved; i++) {
@@ -156,8 +188,10 @@ static void start_loads(prefetch_controller *c, prefetch_req *req) {
                                 .bits = req->lbits[t]};
     kva_l2_req *r = &req->load[t];
     if (kva_send(c->tiers->t[t].actor, KVA_L2_LOAD, &r, sizeof(r), c->self, pf_tag(c, req)) ==
-        KVA_OK)
+        KVA_OK) {
+      l2_meter_sent(&c->tiers->t[t].meter, r->n * key_bytes, now);
       req->waiting++;
+    }
   }
   if (req->waiting == 0) pf_on_l2(c, req, NULL);
 }
@@ -317,9 +351,20 @@ void pf_on_l2(prefetch_controller *c, prefetch_req *req, const kva_l2_req *r) {
     const kva_l2_req *base = req->state == PF_LOOKUP ? req->look : req->load;
     t = (uint32_t)(r - base);
     l2_health(c->tiers, t, r->result);
-    if (req->state == PF_LOAD)
+    l2_meter *m = &c->tiers->t[t].meter;
+    uint64_t now = pf_now(c);
+    if (req->state == PF_LOOKUP) {
+      if (r->result >= 0) l2_meter_lookup(m, now - req->sent_ns);
+    } else {
+      size_t moved = 0;
       for (size_t j = 0; j < r->n; j++)
-        if (kva_bit_get(r->bits, j)) req->loaded[req->lidx[(size_t)(r->keys - req->lkeys) + j]] = 1;
+        if (kva_bit_get(r->bits, j)) {
+          req->loaded[req->lidx[(size_t)(r->keys - req->lkeys) + j]] = 1;
+          moved++;
+        }
+      size_t key_bytes = kva_layout_bytes(req->user->layout);
+      l2_meter_done(m, r->n * key_bytes, moved * key_bytes, now);
+    }
     req->waiting--;
   }
   if (req->waiting) return;

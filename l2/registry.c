@@ -3,7 +3,7 @@
  * registries of common/registry.h (its one rule: a taken name is refused,
  * the built-ins go in first) with their built-in entries: the adapters
  * l2/adapters/builtin.c names, the "default" and "skip_l1" store policies
- * and the "default" prefetch policy.
+ * and the "default" and "load_or_recompute" prefetch policies.
  */
 #include "l2/registry.h"
 
@@ -63,6 +63,10 @@ static void store_builtins(void) {
 
 static void prefetch_builtins(void) {
   registry_put(&prefetches, "default", &(kva_prefetch_policy){"default", lowest_tier, NULL});
+  /* the same choice of tier; the controller then cuts the plan to the
+   * prefix worth loading (prefetch_request.c, load_plan.h) */
+  registry_put(&prefetches, PREFETCH_LOAD_OR_RECOMPUTE,
+               &(kva_prefetch_policy){PREFETCH_LOAD_OR_RECOMPUTE, lowest_tier, NULL});
 }
 
 int kva_l2_register(const char *type, kva_l2_factory f) {

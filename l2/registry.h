@@ -14,6 +14,10 @@
 
 #include "kvact.h"
 
+/* The built-in prefetch policy whose plan the controller cuts to the
+ * prefix worth loading (load_plan.h). */
+#define PREFETCH_LOAD_OR_RECOMPUTE "load_or_recompute"
+
 kva_l2_factory l2_factory_find(const char *type);
 /* Copies of the registered policy (its name points into the registry). */
 int store_policy_find(const char *name, kva_store_policy *out);

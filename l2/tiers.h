@@ -3,9 +3,9 @@
  * the two controllers: each tier's adapter actor and name, its bypass
  * flags and health, the freeze flag, and the L2 counters.
  *
- * Only flags and counters live here, all atomic: no lock invariant depends
- * on them (a store or prefetch that starts just before a bypass or freeze
- * is set finishes normally, holding and releasing its locks as usual).
+ * Only flags, counters and each tier's meter (meter.h, its own mutex)
+ * live here; no lock invariant depends on them (a store or prefetch that starts just before a
+ * bypass or freeze is set finishes normally, holding and releasing its locks as usual).
  */
 #ifndef KVA_L2_TIERS_H
 #define KVA_L2_TIERS_H
@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kvact.h"
+#include "l2/meter.h"
 
 #define L2_MAX_TIERS 8u
 
@@ -25,6 +26,8 @@ typedef struct l2_tier {
   uint32_t failures;      /* atomic: consecutive failed operations */
   /* counters (atomic): what the controllers moved through this tier */
   uint64_t stored_keys, stored_bytes, loaded_keys, loaded_bytes;
+  uint64_t skipped_slow_keys; /* found, left to the engine to recompute (load_plan.h) */
+  l2_meter meter;             /* its queue, rate and round trip (meter.h) */
 } l2_tier;
 
 typedef struct l2_tiers {
@@ -34,7 +37,7 @@ typedef struct l2_tiers {
   uint32_t bypass_after; /* failures in a row that bypass a tier; 0 = never */
   /* counters (atomic) */
   uint64_t store_tasks, stored_keys, store_failures, store_skipped;
-  uint64_t prefetch_requests, loaded_keys, load_failures;
+  uint64_t prefetch_requests, loaded_keys, load_failures, skipped_slow_keys;
 } l2_tiers;
 
 static inline bool l2_frozen(const l2_tiers *t) {

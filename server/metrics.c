@@ -121,6 +121,9 @@ static const field l2_fields[] = {
     STAT("l2_prefetches_total", "counter", l2_prefetches, "Prefetches handed to L2."),
     STAT("l2_loaded_keys_total", "counter", l2_loaded_keys, "Keys loaded from L2."),
     STAT("l2_load_failures_total", "counter", l2_load_failures, "Keys whose L2 load failed."),
+    STAT("l2_skipped_slow_keys_total", "counter", l2_skipped_slow_keys,
+         "Keys found in L2 but left to the engine to recompute, as slower to load "
+         "(prefetch_policy load_or_recompute)."),
 };
 
 static uint64_t u64_at(const void *base, size_t off) {
@@ -181,6 +184,23 @@ static const tier_field tier_fields[] = {
          "Store tasks the tier's adapter failed.", 1),
     TIER("load_failures_total", "counter", adapter.load_failures,
          "Keys the tier's adapter failed to load.", 1),
+    TIER("skipped_slow_keys_total", "counter", skipped_slow_keys,
+         "Keys found in the tier but left to the engine to recompute, as slower to load.", 0),
+    TIER("queued_bytes", "gauge", queued_bytes,
+         "Bytes sent to the tier (loads and stores) and not yet answered.", 0),
+};
+
+/* The meter's measurements (doubles), as the load plan sees them. */
+typedef struct tier_rate {
+  const char *name, *help;
+  size_t off;
+} tier_rate;
+static const tier_rate tier_rates[] = {
+    {"kvact_l2_tier_bytes_per_second",
+     "The tier's measured throughput while busy, loads and stores (0 = not measured yet).",
+     offsetof(kva_l2_tier_stats, bytes_per_s)},
+    {"kvact_l2_tier_lookup_seconds", "The tier's measured lookup round trip (average).",
+     offsetof(kva_l2_tier_stats, latency_s)},
 };
 
 static void put_tier_sample(page *p, const char *name, const tier_view *t, uint64_t v) {
@@ -203,6 +223,18 @@ static void put_tiers(page *p, const tier_view *t, uint32_t n) {
     for (uint32_t i = 0; i < n; i++)
       if (tier_has(&t[i], f->adapter))
         put_tier_sample(p, f->f.name, &t[i], u64_at(&t[i].st, f->f.off));
+  }
+  for (size_t k = 0; k < COUNT(tier_rates); k++) {
+    const tier_rate *r = &tier_rates[k];
+    family(p, r->name, "gauge", r->help);
+    for (uint32_t i = 0; i < n; i++) {
+      if (!tier_has(&t[i], 0)) continue;
+      double v;
+      memcpy(&v, (const char *)&t[i].st + r->off, sizeof(v));
+      put(p, "%s{tier=\"", r->name);
+      put_label_value(p, t[i].name);
+      put(p, "\"} %.9g\n", v);
+    }
   }
 }
 

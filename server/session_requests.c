@@ -135,9 +135,10 @@ void start_l1(srv_session *ss, slot *s, const proto_req *q) {
     s->t0_ns = clock_mono_ns();
     s->req = (l1_req){.keys = s->keys,
                       .n = q->n,
-                      .layout = q->flag ? &s->layout : NULL,
+                      .layout = q->flag & 1 ? &s->layout : NULL,
                       .readers = q->readers,
-                      .l2 = q->flag && st->prefetcher && !l2_frozen(&st->tiers)};
+                      .l2 = (q->flag & 1) && st->prefetcher && !l2_frozen(&st->tiers),
+                      .as_planned = (q->flag & PROTO_PREFETCH_AS_PLANNED) != 0};
     send_l1(ss, s, L1_PREFETCH);
     return;
   case P_READ:

@@ -112,5 +112,6 @@ int kva_storage_get_stats(kva_storage *s, kva_storage_stats *out) {
   out->l2_prefetches = __atomic_load_n(&t->prefetch_requests, __ATOMIC_RELAXED);
   out->l2_loaded_keys = __atomic_load_n(&t->loaded_keys, __ATOMIC_RELAXED);
   out->l2_load_failures = __atomic_load_n(&t->load_failures, __ATOMIC_RELAXED);
+  out->l2_skipped_slow_keys = __atomic_load_n(&t->skipped_slow_keys, __ATOMIC_RELAXED);
   return KVA_OK;
 }

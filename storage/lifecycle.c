@@ -87,6 +87,10 @@ int storage_open(kva_runtime *rt, kva_storage **out) {
   if (!s) return KVA_ENOMEM;
   s->rt = rt;
   pthread_mutex_init(&s->lock, NULL);
+  for (uint32_t t = 0; t < L2_MAX_TIERS; t++) l2_meter_init(&s->tiers.t[t].meter);
+  prefill_init(&s->prefill, config_f64(rt->cfg, "load_plan.prefill_tokens_per_s"),
+               (uint32_t)config_i64(rt->cfg, "load_plan.chunk_tokens"));
+  s->plan_margin = config_f64(rt->cfg, "load_plan.margin");
   if (storage_is_client(rt->cfg)) {
     int rc = start_client(s, rt->cfg);
     if (rc != KVA_OK) {
@@ -145,6 +149,8 @@ void storage_free(kva_storage *s) {
     free(ss); /* its port is freed with the runtime */
   }
   prober_free(s->prober);
+  for (uint32_t t = 0; t < L2_MAX_TIERS; t++) l2_meter_destroy(&s->tiers.t[t].meter);
+  prefill_destroy(&s->prefill);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }

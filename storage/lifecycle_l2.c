@@ -75,7 +75,10 @@ int storage_start_l2(kva_storage *s, const kva_config *c) {
   s->tiers.bypass_after = (uint32_t)config_i64(c, "l2_bypass_failures");
   prefetch_opts po = {.policy = pp,
                       .max_in_flight = (uint32_t)config_i64(c, "prefetch_max_in_flight"),
-                      .writeback = config_bool(c, "prefetch_writeback")};
+                      .writeback = config_bool(c, "prefetch_writeback"),
+                      .plan_loads = strcmp(pp.name, PREFETCH_LOAD_OR_RECOMPUTE) == 0,
+                      .margin = config_f64(c, "load_plan.margin"),
+                      .prefill = &s->prefill};
   uint64_t probe_ns = (uint64_t)config_i64(c, "l2_probe_interval_ms") * 1000000u;
   s->store = store_controller_spawn(s->rt, s->l1, &s->tiers, &sp);
   s->prefetcher = prefetch_controller_spawn(s->rt, s->l1, &s->tiers, &po);

@@ -40,9 +40,20 @@ static int copy_keys(session *ss, const kva_key *k, size_t n) {
 
 int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                         uint32_t extra_readers, kva_prefetch **h) {
+  return kva_submit_prefetch_with(s, k, n, l, &(kva_prefetch_opts){.extra_readers = extra_readers},
+                                  h);
+}
+
+int kva_submit_prefetch_with(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
+                             const kva_prefetch_opts *o, kva_prefetch **h) {
   int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
-  if (!h || extra_readers > 127 || (l && layout_bytes(l) == 0)) return KVA_EINVAL;
+  kva_prefetch_opts none = {0};
+  if (!o) o = &none;
+  uint32_t extra_readers = o->extra_readers;
+  if (!h || extra_readers > 127 || (o->flags & ~KVA_PREFETCH_AS_PLANNED) ||
+      (l && layout_bytes(l) == 0))
+    return KVA_EINVAL;
   if ((rc = storage_enter(s)) != KVA_OK) return rc;
   session *ss = session_take(s);
   if (!ss) {
@@ -56,7 +67,8 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
                        .n = n,
                        .layout = l ? &ss->layout : NULL,
                        .readers = 1 + extra_readers,
-                       .l2 = l && s->prefetcher && !l2_frozen(&s->tiers)};
+                       .l2 = l && s->prefetcher && !l2_frozen(&s->tiers),
+                       .as_planned = (o->flags & KVA_PREFETCH_AS_PLANNED) != 0};
     ss->tag++;
     __atomic_store_n(&ss->state, SESSION_PREFETCH, __ATOMIC_RELEASE);
     rc = session_send(ss, s->l1, L1_PREFETCH, &ss->req);

@@ -21,6 +21,7 @@
 #include "kvact.h"
 #include "l1/l1_manager.h"
 #include "l2/prober.h"
+#include "l2/prefill.h"
 #include "l2/tiers.h"
 
 /* A reply port plus what an asynchronous request needs to outlive the call
@@ -52,9 +53,11 @@ struct kva_storage {
   l2_tiers tiers;                /* n = 0: no L2 */
   kva_actor *store, *prefetcher; /* the controllers; NULL without L2 */
   prober *prober;
-  uint32_t closed;      /* atomic: shutdown began */
-  uint32_t inflight;    /* atomic: calls between their closed check and reply */
-  pthread_mutex_t lock; /* the session lists */
+  prefill_rates prefill; /* the engines' prefill rates, for the load plan */
+  double plan_margin;    /* config load_plan.margin */
+  uint32_t closed;       /* atomic: shutdown began */
+  uint32_t inflight;     /* atomic: calls between their closed check and reply */
+  pthread_mutex_t lock;  /* the session lists */
   session *free_head, *free_tail, *all;
   uint32_t nsessions;
   struct client_conn *client; /* client.socket: the daemon's storage, through l1 */

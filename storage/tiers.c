@@ -11,6 +11,7 @@
 
 #include "client/connection.h"
 #include "common/key.h"
+#include "l2/load_plan.h"
 #include "l2/store_controller.h"
 #include "storage/storage_internal.h"
 
@@ -89,6 +90,68 @@ int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hit
   }
   lookup_args a = {k, n, pin != 0, out};
   return storage_with_session(s, do_lookup, &a);
+}
+
+/* The load plan of a found prefix (load_plan.h): one round trip for the
+ * prefetch's lookup and one for its load are still to pay. */
+static int plan_found(kva_storage *s, const kva_key *k, const kva_layout *l, kva_load_plan *out) {
+  const kva_tier_hits *f = &out->found;
+  size_t h = f->tier[0].hits, n = h;
+  int8_t *tier = malloc(f->total - h + 1);
+  if (!tier) return KVA_ENOMEM;
+  for (uint32_t j = 1; j < f->ntiers; j++)
+    for (size_t i = 0; i < f->tier[j].hits; i++, n++) tier[n - h] = (int8_t)(j - 1);
+  load_plan_tier views[L2_MAX_TIERS];
+  for (uint32_t t = 0; t < s->tiers.n; t++) {
+    l2_meter_view v;
+    l2_meter_read(&s->tiers.t[t].meter, &v);
+    views[t] = (load_plan_tier){v.bytes_per_s, v.latency_s, v.queued_bytes};
+  }
+  load_plan_in in = {.n = n,
+                     .h = h,
+                     .tier = tier,
+                     .ntiers = s->tiers.n,
+                     .tiers = views,
+                     .chunk_bytes = (double)kva_layout_bytes(l),
+                     .chunk_compute_s = prefill_chunk_s(&s->prefill, k[0].model),
+                     .layers = 1,
+                     .round_trips = 2,
+                     .margin = s->plan_margin};
+  load_plan_out p;
+  int rc = load_plan(&in, &p);
+  if (rc == KVA_OK) {
+    out->worth = p.k;
+    for (size_t i = p.k; i < n; i++) out->skipped[tier[i - h] + 1]++;
+  }
+  free(tier);
+  if (rc != KVA_OK) return rc;
+  out->load_s = p.load_s;
+  out->recompute_s = p.recompute_s;
+  out->split_at = p.split_at;
+  out->split_s = p.split_s;
+  return KVA_OK;
+}
+
+int kva_plan_load(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l, int pin,
+                  kva_load_plan *out) {
+  int rc = storage_check_keys(s, k, n, __func__);
+  if (rc != KVA_OK) return rc;
+  if (!out || !l || kva_layout_bytes(l) == 0) return KVA_EINVAL;
+  if (s->client) return KVA_ENOTSUP;
+  memset(out, 0, sizeof(*out));
+  lookup_args a = {k, n, pin != 0, &out->found};
+  rc = storage_with_session(s, do_lookup, &a);
+  if (rc != KVA_OK) return rc;
+  rc = plan_found(s, k, l, out);
+  if (rc != KVA_OK && pin) kva_unpin(s, k, out->found.tier[0].hits);
+  return rc;
+}
+
+int kva_report_prefill(kva_storage *s, const char *model, uint32_t chunk_tokens, uint64_t tokens,
+                       uint64_t ns) {
+  if (!s) return KVA_EINVAL;
+  if (s->client) return KVA_ENOTSUP;
+  return prefill_report(&s->prefill, model, chunk_tokens, tokens, ns);
 }
 
 int kva_unpin(kva_storage *s, const kva_key *k, size_t n) {
@@ -195,7 +258,14 @@ int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *o
                              .stored_bytes = __atomic_load_n(&lt->stored_bytes, __ATOMIC_RELAXED),
                              .loaded_keys = __atomic_load_n(&lt->loaded_keys, __ATOMIC_RELAXED),
                              .loaded_bytes = __atomic_load_n(&lt->loaded_bytes, __ATOMIC_RELAXED),
-                             .bypassed = !l2_usable(&s->tiers, (uint32_t)t)};
+                             .bypassed = !l2_usable(&s->tiers, (uint32_t)t),
+                             .skipped_slow_keys =
+                                 __atomic_load_n(&lt->skipped_slow_keys, __ATOMIC_RELAXED)};
+  l2_meter_view v;
+  l2_meter_read(&s->tiers.t[t].meter, &v);
+  out->queued_bytes = (uint64_t)v.queued_bytes;
+  out->bytes_per_s = v.bytes_per_s;
+  out->latency_s = v.latency_s;
   kva_l2_stats adapter = {0};
   int rc = storage_with_session(s, do_tier_stats, &(tier_stats_args){(uint32_t)t, &adapter});
   if (rc == KVA_OK) out->adapter = adapter;

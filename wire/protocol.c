@@ -304,8 +304,8 @@ static int req_u32_set(req_dec *q, uint8_t f, uint32_t v) {
     return req_n_set(q, v);
   case RF_MODE:
     return req_in_range(q, v, KVA_WRITE_NEW, KVA_WRITE_ALL, &r->mode, "write mode");
-  case RF_FLAG:
-    return req_in_range(q, v, 0, 1, &r->flag, "flag");
+  case RF_FLAG: /* PREFETCH: has_layout | PROTO_PREFETCH_AS_PLANNED */
+    return req_in_range(q, v, 0, r->type == P_PREFETCH ? 3 : 1, &r->flag, "flag");
   case RF_READERS:
     return req_in_range(q, v, 1, PROTO_MAX_READERS, &r->readers, "readers");
   case RF_REPORT_LEN:
@@ -326,7 +326,7 @@ static int req_layout_get(req_dec *q) {
   proto_req *r = q->r;
   rd_layout(&q->d.in, &r->layout);
   if (q->d.in.short_read) return wire_dec_refuse(&q->d, "truncated");
-  bool used = r->type != P_PREFETCH || r->flag; /* PREFETCH's flag (has_layout) precedes it */
+  bool used = r->type != P_PREFETCH || (r->flag & 1); /* PREFETCH's has_layout precedes it */
   if (used && kva_layout_bytes(&r->layout) == 0) return wire_dec_refuse(&q->d, "invalid layout");
   return PROTO_OK;
 }

@@ -28,7 +28,8 @@
  *   P_DELETE         u32 n, u32 force, keys
  *   P_TOUCH          u32 n, keys
  *   P_CLEAR          u32 force
- *   P_PREFETCH       u32 n, u32 readers (1..128), u32 has_layout, layout, keys
+ *   P_PREFETCH       u32 n, u32 readers (1..128), u32 flags (bit 0 has_layout,
+ *                    bit 1 PROTO_PREFETCH_AS_PLANNED), layout, keys
  *                    (the layout is always sent; checked only when has_layout)
  *   P_READ           u32 n, keys
  *   P_FINISH_READ    u32 n, u32 readers (1..128), keys
@@ -58,10 +59,13 @@
  *                     u32 len (<= PROTO_MAX_TEXT), bytes (not terminated; a
  *                     NUL among them is refused)
  *   STATS             the 20 u64 fields of kva_storage_stats in declaration
- *                     order, i32 l1_pinned, i32 l1_numa_node
+ *                     order, i32 l1_pinned, i32 l1_numa_node,
+ *                     u64 l2_skipped_slow_keys
  *   TIER_STATS        u64 stored_keys, stored_bytes, loaded_keys,
  *                     loaded_bytes, i32 bypassed, then the 10 u64 of
- *                     kva_l2_stats in declaration order
+ *                     kva_l2_stats in declaration order, u64
+ *                     skipped_slow_keys, queued_bytes, then the bits of
+ *                     the doubles bytes_per_s, latency_s
  *   every other reply: nothing more
  * A span is u64 offset, u64 len: where the object's bytes are in the pool
  * (offset 0, len 0 for a key without bytes).
@@ -81,8 +85,10 @@
 
 #include "kvact.h"
 
-#define PROTO_MAGIC 0x4441564bu /* "KVAD" read as little-endian bytes */
-#define PROTO_VERSION 2u        /* 2: MEMCHECK's callers_only and counts */
+#define PROTO_MAGIC 0x4441564bu      /* "KVAD" read as little-endian bytes */
+#define PROTO_PREFETCH_AS_PLANNED 2u /* PREFETCH flag bit: kva_prefetch_opts' */
+#define PROTO_VERSION                                                                              \
+  3u /* 3: STATS and TIER_STATS carry the load plan's fields; PREFETCH's flag bit 1 */
 #define PROTO_HDR_BYTES 24u
 #define PROTO_KEY_BYTES 105u
 #define PROTO_LAYOUT_BYTES 228u /* 4 + 4 * (4 + 4 + 6 * 8) */

@@ -6,6 +6,7 @@
  * answers (its type, its number of keys) and the pool its spans point
  * into.
  */
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,15 +33,23 @@ _Static_assert(sizeof(((kva_tier_hits *)0)->tier) / sizeof(((kva_tier_hits *)0)-
 #define TIER_STATS_U64 4u
 #define L2_STATS_U64 10u
 #define MEMCHECK_U64 5u
-#define STATS_BYTES (STATS_U64 * 8u + 4u + 4u)
-#define TIER_STATS_BYTES (TIER_STATS_U64 * 8u + 4u + L2_STATS_U64 * 8u)
+#define TIER_PLAN_U64 4u /* skipped_slow_keys, queued_bytes, bytes_per_s, latency_s */
+#define STATS_BYTES (STATS_U64 * 8u + 4u + 4u + 8u)
+#define TIER_STATS_BYTES (TIER_STATS_U64 * 8u + 4u + L2_STATS_U64 * 8u + TIER_PLAN_U64 * 8u)
 _Static_assert(offsetof(kva_storage_stats, l1_pinned) == STATS_U64 * 8 &&
                    offsetof(kva_storage_stats, l1_numa_node) == STATS_U64 * 8 + sizeof(int) &&
-                   sizeof(kva_storage_stats) == STATS_U64 * 8 + 2 * sizeof(int),
-               "kva_storage_stats is 20 u64, l1_pinned, l1_numa_node (protocol.h STATS)");
+                   offsetof(kva_storage_stats, l2_skipped_slow_keys) ==
+                       STATS_U64 * 8 + 2 * sizeof(int) &&
+                   sizeof(kva_storage_stats) == STATS_U64 * 8 + 2 * sizeof(int) + 8,
+               "kva_storage_stats is 20 u64, l1_pinned, l1_numa_node, l2_skipped_slow_keys "
+               "(protocol.h STATS)");
 _Static_assert(offsetof(kva_l2_tier_stats, bypassed) == TIER_STATS_U64 * 8 &&
-                   sizeof(kva_l2_stats) == L2_STATS_U64 * 8,
-               "kva_l2_tier_stats is 4 u64, bypassed, kva_l2_stats' 10 u64 (TIER_STATS)");
+                   sizeof(kva_l2_stats) == L2_STATS_U64 * 8 &&
+                   offsetof(kva_l2_tier_stats, latency_s) ==
+                       offsetof(kva_l2_tier_stats, skipped_slow_keys) + 3 * 8 &&
+                   sizeof(double) == 8,
+               "kva_l2_tier_stats is 4 u64, bypassed, kva_l2_stats' 10 u64, then 2 u64 and 2 "
+               "doubles sent as their bits (TIER_STATS)");
 _Static_assert(sizeof(kva_memcheck_report) == MEMCHECK_U64 * 8,
                "kva_memcheck_report is 5 u64 (protocol.h MEMCHECK)");
 _Static_assert(SIZE_MAX >= UINT64_MAX, "LOOKUP's u64 counts are size_t in kva_tier_hits");
@@ -165,12 +174,14 @@ static void wr_stats(wire_wr *w, const kva_storage_stats *s) {
   wr_u64s(w, s, STATS_U64);
   wire_wr_u32(w, (uint32_t)s->l1_pinned);
   wire_wr_u32(w, (uint32_t)s->l1_numa_node);
+  wire_wr_u64(w, s->l2_skipped_slow_keys);
 }
 
 static void wr_tier_stats(wire_wr *w, const kva_l2_tier_stats *s) {
   wr_u64s(w, s, TIER_STATS_U64);
   wire_wr_u32(w, (uint32_t)s->bypassed);
   wr_u64s(w, &s->adapter, L2_STATS_U64);
+  wr_u64s(w, &s->skipped_slow_keys, TIER_PLAN_U64);
 }
 
 static void rep_field_put(wire_wr *w, uint8_t f, const proto_rep *r) {
@@ -306,6 +317,7 @@ static int rep_stats_get(rep_dec *q) {
   rd_u64s(in, s, STATS_U64);
   s->l1_pinned = (int32_t)wire_rd_u32(in);
   s->l1_numa_node = (int32_t)wire_rd_u32(in);
+  s->l2_skipped_slow_keys = wire_rd_u64(in);
   return PROTO_OK;
 }
 
@@ -316,6 +328,10 @@ static int rep_tier_stats_get(rep_dec *q) {
   rd_u64s(in, s, TIER_STATS_U64);
   s->bypassed = (int32_t)wire_rd_u32(in);
   rd_u64s(in, &s->adapter, L2_STATS_U64);
+  rd_u64s(in, &s->skipped_slow_keys, TIER_PLAN_U64);
+  if (!isfinite(s->bytes_per_s) || !isfinite(s->latency_s) || s->bytes_per_s < 0 ||
+      s->latency_s < 0)
+    return wire_dec_refuse(&q->d, "a tier's rate or latency that is no number");
   return PROTO_OK;
 }
 

@@ -64,7 +64,8 @@ STATS_FIELDS = [
 
 class StorageStats(Structure):
     _fields_ = [(f, c_uint64) for f in STATS_FIELDS] + [("l1_pinned", c_int),
-                                                         ("l1_numa_node", c_int)]
+                                                         ("l1_numa_node", c_int),
+                                                         ("l2_skipped_slow_keys", c_uint64)]
 
 
 class TierHit(Structure):
@@ -83,7 +84,15 @@ class L2Stats(Structure):
 
 class L2TierStats(Structure):
     _fields_ = [("stored_keys", c_uint64), ("stored_bytes", c_uint64), ("loaded_keys", c_uint64),
-                ("loaded_bytes", c_uint64), ("bypassed", c_int), ("adapter", L2Stats)]
+                ("loaded_bytes", c_uint64), ("bypassed", c_int), ("adapter", L2Stats),
+                ("skipped_slow_keys", c_uint64), ("queued_bytes", c_uint64),
+                ("bytes_per_s", c_double), ("latency_s", c_double)]
+
+
+class LoadPlan(Structure):
+    _fields_ = [("found", TierHits), ("worth", c_size_t), ("skipped", c_size_t * 8),
+                ("load_s", c_double), ("recompute_s", c_double), ("split_s", c_double),
+                ("split_at", c_size_t)]
 
 
 class MemcheckOpts(Structure):
@@ -142,6 +151,8 @@ _PROTOTYPES = {
     "kva_storage_get_stats": (c_int, [_P, POINTER(StorageStats)]),
     "kva_flush": (c_int, [_P, c_int]),
     "kva_lookup": (c_int, [_P, _KS, c_size_t, c_int, POINTER(TierHits)]),
+    "kva_plan_load": (c_int, [_P, _KS, c_size_t, _L, c_int, POINTER(LoadPlan)]),
+    "kva_report_prefill": (c_int, [_P, c_char_p, c_uint32, c_uint64, c_uint64]),
     "kva_unpin": (c_int, [_P, _KS, c_size_t]),
     "kva_set_freeze": (c_int, [_P, c_int]),
     "kva_set_tier_bypass": (c_int, [_P, c_char_p, c_int]),

@@ -10,7 +10,7 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
-from ._lib import (MEMCHECK_FIELDS, STATS_FIELDS, Buf, L2TierStats, MemcheckOpts,
+from ._lib import (MEMCHECK_FIELDS, STATS_FIELDS, Buf, L2TierStats, LoadPlan, MemcheckOpts,
                    MemcheckReport, StorageStats, TierHit, TierHits, lib, timeout_ms)
 from .errors import KvactError, check
 from .keys import key_array
@@ -29,6 +29,22 @@ class LookupResult:
 
     total: int
     tiers: dict
+
+
+@dataclass(frozen=True)
+class LoadPlanResult:
+    """kva_plan_load's answer: what each tier holds (found, a LookupResult), how many keys
+    from the first are worth loading (L1 hits included), the keys found but skipped as slower
+    than recomputing, per tier ({name: keys}), and the predicted seconds of loading that
+    prefix, of recomputing it all, and of the split at split_at (docs/load-plan.md)."""
+
+    found: LookupResult
+    worth: int
+    skipped: dict
+    load_s: float
+    recompute_s: float
+    split_at: int
+    split_s: float
 
 
 _TIER0, _TIER_SIZE, _NAME_LEN = TierHits.tier.offset, ctypes.sizeof(TierHit), TierHit.hits.offset
@@ -228,6 +244,7 @@ class StorageManager:
         check(lib.kva_storage_get_stats(self._ptr, ctypes.byref(s)))
         out = {f: getattr(s, f) for f in STATS_FIELDS}
         out["l1_pinned"], out["l1_numa_node"] = bool(s.l1_pinned), s.l1_numa_node
+        out["l2_skipped_slow_keys"] = s.l2_skipped_slow_keys
         return out
 
     # ---- lookups, pins, tiers -------------------------------------------------
@@ -238,6 +255,25 @@ class StorageManager:
         out = TierHits()
         check(lib.kva_lookup(self._ptr, key_array(keys), len(keys), int(pin), ctypes.byref(out)))
         return LookupResult(out.total, _tier_hits(bytes(out), out.ntiers))
+
+    def plan_load(self, keys, layout, pin=False):
+        """kva_lookup, then how much of the found prefix is worth loading rather than
+        recomputing (a LoadPlanResult); pin as lookup's. In-process storages only."""
+        keys = keys if isinstance(keys, list) else list(keys)
+        out = LoadPlan()
+        check(lib.kva_plan_load(self._ptr, key_array(keys), len(keys), _layout(layout), int(pin),
+                                ctypes.byref(out)))
+        tiers = _tier_hits(bytes(out.found), out.found.ntiers)
+        skipped = {name: out.skipped[i] for i, name in enumerate(tiers) if i > 0}
+        return LoadPlanResult(LookupResult(out.found.total, tiers), out.worth, skipped,
+                              out.load_s, out.recompute_s, out.split_at, out.split_s)
+
+    def report_prefill(self, model, tokens, seconds, chunk_tokens=0):
+        """An engine of `model` computed a prefill of `tokens` in `seconds`: refines the
+        rate the load plan assumes (kva_report_prefill). In-process storages only."""
+        ns = int(seconds * 1e9)
+        check(lib.kva_report_prefill(self._ptr, model.encode(), int(chunk_tokens), int(tokens),
+                                     ns), "report_prefill")
 
     def unpin(self, keys):
         """Drops one pin of each key: the number of keys unpinned."""

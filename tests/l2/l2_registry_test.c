@@ -102,15 +102,16 @@ START_TEST(names_list_the_builtins_first_then_registrations) {
   ck_assert_str_eq(buf, "mock, disk, redis");
   store_policy_names(" ", buf, sizeof buf);
   ck_assert_str_eq(buf, "default skip_l1");
-  ck_assert_uint_eq(prefetch_policy_names(" ", buf, sizeof buf), strlen("default"));
-  ck_assert_str_eq(buf, "default");
+  ck_assert_uint_eq(prefetch_policy_names(" ", buf, sizeof buf),
+                    strlen("default load_or_recompute"));
+  ck_assert_str_eq(buf, "default load_or_recompute");
   ck_assert_int_eq(kva_l2_register("mine", no_adapter), KVA_OK);
   kva_prefetch_policy p = {"mine", no_plan, NULL};
   ck_assert_int_eq(kva_prefetch_policy_register(&p), KVA_OK);
   l2_adapter_names(", ", buf, sizeof buf);
   ck_assert_str_eq(buf, "mock, disk, redis, mine");
   prefetch_policy_names(" ", buf, sizeof buf);
-  ck_assert_str_eq(buf, "default mine");
+  ck_assert_str_eq(buf, "default load_or_recompute mine");
 }
 END_TEST
 

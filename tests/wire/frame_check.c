@@ -165,6 +165,7 @@ static void assert_stats_eq(kva_storage_stats *a, kva_storage_stats *b) {
   for (uint32_t i = 0; i < SAMPLE_STATS_U64; i++) ck_assert_uint_eq(*fa[i], *fb[i]);
   ck_assert_int_eq(a->l1_pinned, b->l1_pinned);
   ck_assert_int_eq(a->l1_numa_node, b->l1_numa_node);
+  ck_assert_uint_eq(a->l2_skipped_slow_keys, b->l2_skipped_slow_keys);
 }
 
 static void assert_tier_stats_eq(kva_l2_tier_stats *a, kva_l2_tier_stats *b) {
@@ -173,6 +174,8 @@ static void assert_tier_stats_eq(kva_l2_tier_stats *a, kva_l2_tier_stats *b) {
   sample_tier_stats_fields(b, fb);
   for (uint32_t i = 0; i < SAMPLE_TIER_STATS_U64; i++) ck_assert_uint_eq(*fa[i], *fb[i]);
   ck_assert_int_eq(a->bypassed, b->bypassed);
+  ck_assert_mem_eq(&a->bytes_per_s, &b->bytes_per_s, sizeof a->bytes_per_s);
+  ck_assert_mem_eq(&a->latency_s, &b->latency_s, sizeof a->latency_s);
 }
 
 static bool has_status(uint16_t t) {

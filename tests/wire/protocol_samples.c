@@ -130,9 +130,12 @@ void sample_stats_fields(kva_storage_stats *s, uint64_t *f[SAMPLE_STATS_U64]) {
 void sample_tier_stats_fields(kva_l2_tier_stats *s, uint64_t *f[SAMPLE_TIER_STATS_U64]) {
   kva_l2_stats *a = &s->adapter;
   uint64_t *all[SAMPLE_TIER_STATS_U64] = {
-      &s->stored_keys, &s->stored_bytes,   &s->loaded_keys, &s->loaded_bytes, &a->objects,
-      &a->bytes,       &a->capacity_bytes, &a->keys_locked, &a->stores,       &a->store_failures,
-      &a->loads,       &a->load_failures,  &a->lookups,     &a->evictions,
+      &s->stored_keys,    &s->stored_bytes, &s->loaded_keys,
+      &s->loaded_bytes,   &a->objects,      &a->bytes,
+      &a->capacity_bytes, &a->keys_locked,  &a->stores,
+      &a->store_failures, &a->loads,        &a->load_failures,
+      &a->lookups,        &a->evictions,    &s->skipped_slow_keys,
+      &s->queued_bytes,
   };
   memcpy(f, all, sizeof all);
 }
@@ -162,9 +165,12 @@ static void sample_stats(kva_storage_stats *s, kva_l2_tier_stats *ts) {
   for (uint32_t i = 0; i < SAMPLE_STATS_U64; i++) *f[i] = UINT64_C(0x0101010101010101) * (i + 1);
   s->l1_pinned = 1;
   s->l1_numa_node = -1;
+  s->l2_skipped_slow_keys = UINT64_C(0x2020202020202020);
   sample_tier_stats_fields(ts, g);
   for (uint32_t i = 0; i < SAMPLE_TIER_STATS_U64; i++) *g[i] = UINT64_C(0x1000000000000001) + i;
   ts->bypassed = 1;
+  ts->bytes_per_s = 1.5e9;
+  ts->latency_s = 0.25e-3;
 }
 
 /* The pointers of s->r on s's storage. */
@@ -303,6 +309,9 @@ void sample_rand_rep(sample_rng *g, sample_rep *s) {
   rand_lookup(g, &s->lookup);
   rand_bytes(g, &s->stats, sizeof s->stats);
   rand_bytes(g, &s->tier_stats, sizeof s->tier_stats);
+  /* the rates are numbers (a decoder refuses NaN, infinities, negatives) */
+  s->tier_stats.bytes_per_s = (double)(sample_rand(g) >> 11);
+  s->tier_stats.latency_s = (double)(sample_rand(g) >> 11) * 1e-15;
   rand_bytes(g, &s->memcheck, sizeof s->memcheck);
   for (uint32_t i = 0; i < text_len; i++) s->text[i] = (char)(1 + sample_below(g, 255));
 }

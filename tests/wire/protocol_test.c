@@ -28,7 +28,7 @@ static size_t put_sample(uint16_t t, uint32_t n) {
 
 START_TEST(header_bytes_are_as_specified) {
   static const uint8_t want[PROTO_HDR_BYTES] = {
-      'K', 'V', 'A', 'D', 2,    0,    0x02, 0x01, 0x06, 0x05, 0x04, 0x03,
+      'K', 'V', 'A', 'D', 3,    0,    0x02, 0x01, 0x06, 0x05, 0x04, 0x03,
       0,   0,   0,   0,   0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
   };
   uint8_t b[PROTO_HDR_BYTES];
@@ -442,17 +442,19 @@ START_TEST(request_ranges_are_checked) {
 }
 END_TEST
 
+/* Flags are 0 or 1, except PREFETCH's two bits (has_layout,
+ * PROTO_PREFETCH_AS_PLANNED): 0..3. */
 START_TEST(flags_are_0_or_1) {
   struct {
     uint16_t type;
     size_t off;
-  } flags[] = {{P_DELETE, 4},  {P_CLEAR, 0},    {P_LOOKUP, 4},
-               {P_FREEZE, 0},  {P_PREFETCH, 8}, {P_SET_BYPASS, PROTO_TIER_BYTES},
-               {P_MEMCHECK, 4}};
+    uint32_t max;
+  } flags[] = {{P_DELETE, 4, 1},  {P_CLEAR, 0, 1},    {P_LOOKUP, 4, 1},
+               {P_FREEZE, 0, 1},  {P_PREFETCH, 8, 3}, {P_SET_BYPASS, PROTO_TIER_BYTES, 1},
+               {P_MEMCHECK, 4, 1}};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-    check_u32(flags[i].type, flags[i].off, 0, true);
-    check_u32(flags[i].type, flags[i].off, 1, true);
-    check_u32(flags[i].type, flags[i].off, 2, false);
+    for (uint32_t v = 0; v <= flags[i].max; v++) check_u32(flags[i].type, flags[i].off, v, true);
+    check_u32(flags[i].type, flags[i].off, flags[i].max + 1, false);
     check_u32(flags[i].type, flags[i].off, UINT32_MAX, false);
   }
 }
