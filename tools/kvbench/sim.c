@@ -62,6 +62,7 @@ typedef struct sim_engine {
   sim_conv *convs;
   int nconvs;
   sim_cache *cache;
+  int planned; /* kva_plan_load answers here (not a client of kvactd) */
   volatile int *stop;
   pthread_t th;
 } sim_engine;
@@ -104,7 +105,7 @@ static int op_finish(int rc, kva_op *op) {
 /* A turn's prefetches and loads. Times in seconds from the first submit. */
 typedef struct sim_fetch {
   uint64_t t0;
-  size_t hits;
+  size_t hits, lo;
   double pf;                    /* every prefetch done */
   double first, last, copied;   /* the first and the last load's call; every load done */
   double ready[SIM_MAX_LAYERS]; /* from the last load's call until its layer l is in the cache */
@@ -131,47 +132,66 @@ static int fetch_wait(sim_engine *e, sim_fetch *f, kva_op **op, size_t nops) {
   return rc;
 }
 
-/* Prefetches the turn's keys SIM_PIPE at a time, all submitted at once,
- * and loads each batch's hits into the paged cache as soon as its
- * prefetch is done, while the later batches are still read from their
- * tiers (the loads run in order on the copy actor). A batch after a gap is
- * not part of the prefix: its read locks are released unread. Then waits
- * for the loads and checks their bytes; a failed load (or copy) makes the
- * turn a miss, its chunks counted in errs, every lock released. */
-static void turn_fetch(sim_engine *e, const kva_key *keys, size_t n, sim_fetch *f) {
+/* Prefetches keys [from, to) SIM_PIPE at a time, all submitted at once
+ * (from the back when `back`: the split engine's loads meet its compute
+ * in the middle), and loads each batch's hits into the paged cache as soon
+ * as its prefetch is done, while the later batches are still read from
+ * their tiers (the loads run in order on the copy actor). In order, a
+ * batch after a gap is not part of the prefix: its read locks are released
+ * unread; from the back, a batch short of keys ends the loads there (its
+ * chunks and those before it are computed). The keys were judged worth
+ * loading already (kva_plan_load), so the policy does not judge each batch
+ * again (KVA_PREFETCH_AS_PLANNED). Then waits for the loads and checks
+ * their bytes; a failed load (or copy) makes the turn a miss, its chunks
+ * counted in errs, every lock released. f->hits counts the chunks loaded;
+ * f->lo is the first of them (from + hits in order). */
+static void turn_fetch(sim_engine *e, const kva_key *keys, size_t from, size_t to, int back,
+                       sim_fetch *f) {
   sim_cache *c = e->cache;
   kva_prefetch *h[SIM_MAX_KEYS / SIM_PIPE + 1];
   kva_op *op[SIM_MAX_KEYS / SIM_PIPE + 1];
-  size_t nb = (n + SIM_PIPE - 1) / SIM_PIPE, sub = 0, nops = 0;
-  cache_map(c, n);
-  for (size_t i = 0; i < n; i++) cache_poison(c, i);
+  size_t n = to - from, nb = (n + SIM_PIPE - 1) / SIM_PIPE, sub = 0, nops = 0;
+  kva_prefetch_opts po = {.flags = e->planned ? KVA_PREFETCH_AS_PLANNED : 0};
+  cache_map(c, to);
+  for (size_t i = from; i < to; i++) cache_poison(c, i);
   int rc = cache_push(c) ? KVA_EIO : KVA_OK, prefix = 1;
-  f->t0 = bench_now_ns();
-  for (; rc == KVA_OK && sub < nb; sub++) {
-    size_t off = sub * SIM_PIPE, m = n - off < SIM_PIPE ? n - off : SIM_PIPE;
-    if ((rc = kva_submit_prefetch(e->s, keys + off, m, &e->layout, 0, &h[sub])) != KVA_OK) break;
-  }
+  f->lo = back ? to : from;
+  /* batch b covers [off(b), off(b) + len(b)): in order from `from`, or
+   * from the back with the first batch ending at `to` */
+#define OFF(b)                                                                                     \
+  (back ? (to - (b)*SIM_PIPE < SIM_PIPE + from ? from : to - ((b) + 1) * SIM_PIPE)                 \
+        : from + (b)*SIM_PIPE)
+#define LEN(b)                                                                                     \
+  (back ? to - (b)*SIM_PIPE - OFF(b) : (to - OFF(b) < SIM_PIPE ? to - OFF(b) : SIM_PIPE))
+  for (; rc == KVA_OK && sub < nb; sub++)
+    if ((rc = kva_submit_prefetch_with(e->s, keys + OFF(sub), LEN(sub), &e->layout, &po,
+                                       &h[sub])) != KVA_OK)
+      break;
   for (size_t b = 0; b < sub; b++) {
-    size_t off = b * SIM_PIPE, m = n - off < SIM_PIPE ? n - off : SIM_PIPE, got = 0;
+    size_t off = OFF(b), m = LEN(b), got = 0;
     /* an engine waits for each prefetch: a timed-out handle would keep its
      * read locks for nobody */
     if (kva_wait_prefetch(e->s, h[b], -1, &got) != KVA_OK) got = 0;
-    if (got && (!prefix || rc != KVA_OK)) kva_finish_read_prefetched(e->s, keys + off, got, 0);
-    if (got && prefix && rc == KVA_OK) {
+    int use = got && prefix && rc == KVA_OK && (!back || got == m);
+    if (got && !use) kva_finish_read_prefetched(e->s, keys + off, got, 0);
+    if (use) {
       f->last = since(f);
       if (!nops) f->first = f->last;
       /* a refused call released the locks it was given */
       rc = kva_kv_load(e->s, c->kv, keys + off, got, SIM_CHUNK, c->slots + off * SIM_CHUNK,
                        got * SIM_CHUNK, &op[nops]);
-      if (rc == KVA_OK) nops++, f->hits += got;
+      if (rc == KVA_OK) nops++, f->hits += got, f->lo = back ? off : f->lo;
     }
     if (got < m) prefix = 0;
   }
+#undef OFF
+#undef LEN
   f->pf = since(f);
   int wrc = fetch_wait(e, f, op, nops);
   if (rc == KVA_OK) rc = wrc;
   if (rc == KVA_OK && f->hits && cache_pull(c)) rc = KVA_EIO;
-  for (size_t i = 0; rc == KVA_OK && i < f->hits; i++) f->bad += cache_check(c, i, &keys[i]);
+  for (size_t i = f->lo; rc == KVA_OK && i < f->lo + f->hits; i++)
+    f->bad += cache_check(c, i, &keys[i]);
   cache_unmap(c);
   if (rc != KVA_OK) {
     f->errs += f->hits ? f->hits : 1;
@@ -239,24 +259,35 @@ static void stats_sample(sim_stats *st, const sim_sample *x) {
   st->ttft_base_s[st->nsamples++] = x->base;
 }
 
-/* The prefetch's hits split over the tiers that kva_lookup named. */
-static void split_hits(const kva_tier_hits *th, size_t hits, size_t *out) {
-  memset(out, 0, SIM_MAX_TIERS * sizeof *out);
-  for (uint32_t t = 0; t < th->ntiers && t < SIM_MAX_TIERS && hits; t++) {
-    size_t h = th->tier[t].hits < hits ? th->tier[t].hits : hits;
-    if (t == th->ntiers - 1) h = hits; /* what moved between lookup and prefetch */
-    out[t] = h;
-    hits -= h;
+/* The tier of each found chunk, as kva_lookup's per-tier prefix counts
+ * name them: chunks [0, found.tier[0].hits) in L1, then tier 1's, ... */
+static uint32_t tier_of(const kva_tier_hits *th, size_t i) {
+  for (uint32_t t = 0; t < th->ntiers; t++) {
+    if (i < th->tier[t].hits) return t;
+    i -= th->tier[t].hits;
   }
+  return th->ntiers ? th->ntiers - 1 : 0;
 }
 
-static void stats_tiers(sim_stats *st, const kva_tier_hits *th, const size_t *split) {
+/* Chunks [lo, lo + n) counted by the tier each was found in. */
+static void count_tiers(const kva_tier_hits *th, size_t lo, size_t n, size_t *out) {
+  memset(out, 0, SIM_MAX_TIERS * sizeof *out);
+  for (size_t i = lo; i < lo + n; i++) out[tier_of(th, i)]++;
+}
+
+static void stats_tiers(sim_stats *st, const kva_tier_hits *th) {
   for (uint32_t t = st->ntiers; t < th->ntiers && t < SIM_MAX_TIERS; t++, st->ntiers++)
     memcpy(st->tier_name[t], th->tier[t].name, sizeof st->tier_name[t]);
-  for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) st->tier_hits[t] += split[t];
 }
 
-static void stats_turn(sim_engine *e, const kva_tier_hits *th, const size_t *split, size_t n,
+/* What a turn found, used and left, per tier. */
+typedef struct sim_turn_tiers {
+  size_t found[SIM_MAX_TIERS], used[SIM_MAX_TIERS], skipped[SIM_MAX_TIERS];
+  size_t nfound, split_computed;
+  int split;
+} sim_turn_tiers;
+
+static void stats_turn(sim_engine *e, const kva_tier_hits *th, const sim_turn_tiers *tt, size_t n,
                        size_t hits, const sim_sample *x) {
   sim_stats *st = e->st;
   pthread_mutex_lock(&st->mu);
@@ -265,50 +296,102 @@ static void stats_turn(sim_engine *e, const kva_tier_hits *th, const size_t *spl
   st->turns++;
   st->chunks += n;
   st->hit_chunks += hits;
-  stats_tiers(st, th, split);
+  st->found_chunks += tt->nfound;
+  st->split_turns += tt->split != 0;
+  st->split_computed += tt->split_computed;
+  stats_tiers(st, th);
+  for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) {
+    st->tier_hits[t] += tt->used[t];
+    st->tier_found[t] += tt->found[t];
+    st->tier_skipped[t] += tt->skipped[t];
+  }
   stats_sample(st, x);
   st->sec[sec].turns++;
   st->sec[sec].chunks += n;
   st->sec[sec].hit_chunks += hits;
+  st->sec[sec].found_chunks += tt->nfound;
   st->sec[sec].ttft_sum_s += x->ttft;
   st->sec[sec].ttft_base_sum_s += x->base;
+  st->sec[sec].ttft_bound_sum_s += x->bound;
   pthread_mutex_unlock(&st->mu);
 }
 
+/* The turn's plan: kva_plan_load in-process; a client of kvactd looks up
+ * and takes everything found (the daemon's policy judges each prefetch). */
+static void turn_plan(sim_engine *e, const kva_key *keys, size_t n, kva_load_plan *p) {
+  memset(p, 0, sizeof *p);
+  if (e->planned) {
+    if (kva_plan_load(e->s, keys, n, &e->layout, 0, p) == KVA_OK) return;
+    memset(p, 0, sizeof *p);
+  }
+  if (kva_lookup(e->s, keys, n, 0, &p->found) != KVA_OK) memset(&p->found, 0, sizeof p->found);
+  p->worth = p->found.total;
+  p->split_at = p->found.total;
+}
+
 /* One turn of c: the user's text, then the engine's work, then the reply.
- * TTFT = the prefetch, then the load overlapped with the misses' prefill
- * layer by layer (slept for what the copy did not already take). */
+ * The engine plans (kva_plan_load) and then either loads the prefix worth
+ * loading, overlapping the rest's prefill with the copy layer by layer
+ * (slept for what the copy did not already take), or, when the plan says
+ * the split is faster (--engine auto or split), computes the front of the
+ * found prefix while its back loads from the tiers, then the rest. TTFT
+ * counts from the plan. */
 static void engine_turn(sim_engine *e, sim_conv *c) {
   kva_key keys[SIM_MAX_KEYS];
-  kva_tier_hits th = {0};
-  size_t split[SIM_MAX_TIERS] = {0};
+  kva_load_plan p;
+  sim_turn_tiers tt = {0};
   conv_append(e, c, 128, 512);
   size_t n =
       kva_chunk_keys(e->o->model->name, 0, NULL, c->tokens, c->n, SIM_CHUNK, 0, keys, SIM_MAX_KEYS);
   sim_chains_note(&e->st->chains, keys, n);
   sim_fetch f = {.t0 = bench_now_ns()};
-  double tps = e->o->prefill_tps;
-  if (n) {
-    kva_lookup(e->s, keys, n, 0, &th);
-    turn_fetch(e, keys, n, &f);
+  double tps = e->o->prefill_tps, chunk_s = SIM_CHUNK / tps;
+  uint32_t layers = e->cache->nlayers;
+  memset(&p, 0, sizeof p);
+  if (n) turn_plan(e, keys, n, &p);
+  double planned_at = since(&f);
+  size_t found = p.found.total;
+  int split = found && (e->o->engine == SIM_ENGINE_SPLIT ||
+                        (e->o->engine == SIM_ENGINE_AUTO && e->planned &&
+                         p.split_s < p.load_s * 0.98 && p.split_at < found));
+  if (split) {
+    turn_fetch(e, keys, p.split_at, found, 1, &f);
+  } else if (n) {
+    size_t k = e->o->engine == SIM_ENGINE_ALL ? found : p.worth;
+    if (k) turn_fetch(e, keys, 0, k, 0, &f);
   }
   size_t hits = f.hits;
-  split_hits(&th, hits, split);
-  double pre = (double)(c->n - hits * SIM_CHUNK) / tps;
-  uint32_t layers = e->cache->nlayers;
+  count_tiers(&p.found, 0, found, tt.found);
+  count_tiers(&p.found, f.lo, hits, tt.used);
+  for (uint32_t t = 1; t < p.found.ntiers && t < SIM_MAX_TIERS; t++) tt.skipped[t] = p.skipped[t];
+  tt.nfound = found;
+  tt.split = split;
   sim_sample x = {.pf = f.pf,
-                  .bound = sim_bound(&e->st->bw, split, e->chunk_bytes, pre, layers),
-                  .base = (double)c->n / tps,
-                  .ttft = hits ? f.last + layered_prefill(f.ready, layers, pre) : f.pf + pre};
+                  .bound = sim_bound_best(&e->st->bw, &p.found, e->chunk_bytes, chunk_s,
+                                          (double)(c->n - found * SIM_CHUNK) / tps, layers),
+                  .base = (double)c->n / tps};
+  if (split) {
+    /* the front [0, lo) computed while the back loaded, then the rest */
+    tt.split_computed = f.lo;
+    double front = planned_at + (double)f.lo * chunk_s;
+    double tail = (double)(c->n - (f.lo + hits) * SIM_CHUNK) / tps;
+    x.ttft = (front > f.copied ? front : f.copied) + tail;
+  } else {
+    double pre = (double)(c->n - hits * SIM_CHUNK) / tps;
+    x.ttft = hits ? f.last + layered_prefill(f.ready, layers, pre) : since(&f) + pre;
+  }
   sleep_s(x.ttft - since(&f)); /* the prefill the loads did not already cover */
   double rd = hits ? f.copied - f.first : 0;
-  if (n > hits) turn_store(e, keys, hits, n);
+  /* what the engine computed: [hits, n), or the split's front and tail */
+  if (!split && n > hits) turn_store(e, keys, hits, n);
+  if (split && f.lo) turn_store(e, keys, 0, f.lo);
+  if (split && n > f.lo + hits) turn_store(e, keys, f.lo + hits, n);
   pthread_mutex_lock(&e->st->mu);
   e->st->wrong_bytes += f.bad;
   e->st->errors += f.errs;
   e->st->read_s += rd;
   pthread_mutex_unlock(&e->st->mu);
-  stats_turn(e, &th, split, n, hits, &x);
+  stats_turn(e, &p.found, &tt, n, hits, &x);
   conv_append(e, c, 64, 256);
   if (--c->turns_left == 0 || c->n + 512 + 256 > SIM_MAX_TOKENS) {
     conv_start(e, c);
@@ -359,6 +442,10 @@ static int engines_init(const sim_opts *o, kva_storage *s, sim_stats *st, sim_en
                         .start_ns = start,
                         .prompts = prompts,
                         .stop = stop};
+    /* the simulated engine knows its prefill rate exactly; a client of
+     * kvactd cannot report it, nor plan (KVA_ENOTSUP) */
+    e[t].planned = kva_report_prefill(s, o->model->name, SIM_CHUNK, (uint64_t)o->prefill_tps,
+                                      1000000000u) == KVA_OK;
     e[t].nconvs = o->conversations / o->threads + (t < o->conversations % o->threads);
     e[t].convs = calloc((size_t)e[t].nconvs, sizeof(sim_conv));
     e[t].cache = calloc(1, sizeof(sim_cache));

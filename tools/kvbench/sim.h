@@ -27,8 +27,17 @@ typedef struct sim_model {
   uint32_t layers, heads, head_dim; /* bf16 */
 } sim_model;
 
+/* --engine: how the simulated engine uses a turn's load plan */
+enum {
+  SIM_ENGINE_AUTO = 0, /* the plan's best: the prefix worth loading, or the split */
+  SIM_ENGINE_PREFIX,   /* the prefix worth loading (what vLLM can do) */
+  SIM_ENGINE_SPLIT,    /* compute the front while loading the back, always */
+  SIM_ENGINE_ALL,      /* load everything found (kvact before the plan) */
+};
+
 typedef struct sim_opts {
   const sim_model *model;
+  int engine; /* SIM_ENGINE_* */
   int conversations, threads, prompts;
   uint64_t seed;
   double prefill_tps, duration_s;
@@ -42,8 +51,8 @@ typedef struct sim_opts {
 
 /* Per-second series, one point per second of the run. */
 typedef struct sim_second {
-  uint64_t turns, hit_chunks, chunks;
-  double ttft_sum_s, ttft_base_sum_s;
+  uint64_t turns, hit_chunks, found_chunks, chunks;
+  double ttft_sum_s, ttft_base_sum_s, ttft_bound_sum_s;
 } sim_second;
 
 /* Every chunk key the engines used, with the key before it in its chain
@@ -70,7 +79,9 @@ typedef struct sim_bw {
 typedef struct sim_stats {
   pthread_mutex_t mu;
   uint64_t turns, conversations, chunks, hit_chunks, l1_hits;
-  uint64_t tier_hits[SIM_MAX_TIERS]; /* [0] = L1, then l2[] in order */
+  uint64_t tier_hits[SIM_MAX_TIERS]; /* used (loaded): [0] = L1, then l2[] in order */
+  uint64_t tier_found[SIM_MAX_TIERS], tier_skipped[SIM_MAX_TIERS]; /* found; left by the plan */
+  uint64_t found_chunks, split_turns, split_computed; /* split: front chunks computed */
   char tier_name[SIM_MAX_TIERS][32];
   uint32_t ntiers;
   int device; /* the engines' paged caches: KVA_DEVICE_HOST or a CUDA ordinal */
@@ -122,6 +133,12 @@ void sim_bw_probe(const kva_config *c, size_t chunk_bytes, sim_bw *out);
  * (bw's order), pre_s seconds of prefill for the misses. */
 double sim_bound(const sim_bw *bw, const size_t *tier_hits, size_t chunk_bytes, double pre_s,
                  uint32_t layers);
+/* The best of every way to serve a turn whose prefix `found` was found:
+ * loading [0, k) for each k (k = 0: recomputing it all) and the split
+ * (load_plan.h), at bw's rates; chunk_s per chunk computed, tail_s for the
+ * tokens past the found prefix. */
+double sim_bound_best(const sim_bw *bw, const kva_tier_hits *found, size_t chunk_bytes,
+                      double chunk_s, double tail_s, uint32_t layers);
 /* sim_prefix.c */
 /* Records a turn's keys (its whole history, in order). */
 void sim_chains_note(sim_chains *c, const kva_key *keys, size_t n);

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "l2/load_plan.h"
 #include "tools/bench/uring_anchor.h"
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/sim.h"
@@ -135,4 +136,38 @@ double sim_bound(const sim_bw *bw, const size_t *tier_hits, size_t chunk, double
   }
   double hi = rest > pre_s ? rest : pre_s, lo = rest > pre_s ? pre_s : rest;
   return fetch + hi + (layers ? lo / layers : lo);
+}
+
+double sim_bound_best(const sim_bw *bw, const kva_tier_hits *found, size_t chunk, double chunk_s,
+                      double tail_s, uint32_t layers) {
+  size_t n = found->total, hits[SIM_MAX_TIERS] = {0};
+  int8_t tier[SIM_MAX_KEYS];
+  size_t h = found->ntiers ? found->tier[0].hits : 0, i = h;
+  for (uint32_t t = 1; t < found->ntiers && t < bw->ntiers; t++)
+    for (size_t j = 0; j < found->tier[t].hits && i < n && i - h < SIM_MAX_KEYS; j++, i++)
+      tier[i - h] = (int8_t)(t - 1);
+  n = i; /* chunks of a tier the probe does not know are left out */
+  /* loading [0, k), k = 0..n: the chunks of [0, k) counted per tier */
+  double best = sim_bound(bw, hits, chunk, (double)n * chunk_s + tail_s, layers);
+  for (size_t k = 1; k <= n; k++) {
+    hits[k <= h ? 0 : (uint32_t)tier[k - 1 - h] + 1]++;
+    double b = sim_bound(bw, hits, chunk, (double)(n - k) * chunk_s + tail_s, layers);
+    if (b < best) best = b;
+  }
+  /* the split, at the same rates: no latency, nothing queued, no margin */
+  load_plan_tier tiers[LOAD_PLAN_MAX_TIERS] = {{0}};
+  for (uint32_t t = 1; t < bw->ntiers && t <= LOAD_PLAN_MAX_TIERS; t++)
+    tiers[t - 1].bytes_per_s = bw->bw[t];
+  load_plan_in in = {.n = n,
+                     .h = h,
+                     .tier = tier,
+                     .ntiers = bw->ntiers > 1 ? bw->ntiers - 1 : 1,
+                     .tiers = tiers,
+                     .chunk_bytes = (double)chunk,
+                     .chunk_compute_s = chunk_s,
+                     .copy_bytes_per_s = bw->copy,
+                     .layers = layers};
+  load_plan_out out;
+  if (load_plan(&in, &out) == KVA_OK && out.split_s + tail_s < best) best = out.split_s + tail_s;
+  return best;
 }
