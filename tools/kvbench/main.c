@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/sim.h"
+#include "tools/kvbench/sim/sim.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: kvbench --suite NAME [options]   (without --suite: the simulation,\n"
@@ -47,8 +47,8 @@ static void usage(FILE *f) {
              "  --quick           small sizes (a smoke run, figures meaningless)\n");
 }
 
-/* Under `bazel run` the anchors sit in the runfiles tree; elsewhere next to
- * bazel-bin/tools/kvbench in bazel-bin/tools/bench. */
+/* Under `bazel run` the anchors sit in the runfiles tree; elsewhere beside
+ * bazel-bin/tools/kvbench/, in bazel-bin/tools/bench. */
 static const char *default_anchors(void) {
   static char dir[4096];
   if (access("tools/bench/caf_bench", X_OK) == 0) return "tools/bench";
@@ -56,7 +56,7 @@ static const char *default_anchors(void) {
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return "tools/bench";
   self[n] = 0;
-  snprintf(dir, sizeof(dir), "%s/bench", dirname(self));
+  snprintf(dir, sizeof(dir), "%s/../bench", dirname(self));
   return dir;
 }
 

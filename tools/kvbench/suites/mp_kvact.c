@@ -20,9 +20,9 @@
 #include "kvact.h"
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/malloc_count.h"
-#include "tools/kvbench/mp_anchor.h"
+#include "tools/kvbench/suites/mp_anchor.h"
 #include "tools/kvbench/malloc_count.h"
-#include "tools/kvbench/mp_kvact.h"
+#include "tools/kvbench/suites/mp_kvact.h"
 
 #define MiB (1024ull * 1024ull)
 #define DAEMON_L1 (1024 * MiB)

@@ -10,7 +10,7 @@
 #include "gpu/backend.h"
 #include "gpu/cuda_lib.h"
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/sim.h"
+#include "tools/kvbench/sim/sim.h"
 
 void sim_usage(FILE *f) {
   fprintf(f, "usage: kvbench [options]            serving-engine simulation (default)\n"

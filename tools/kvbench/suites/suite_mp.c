@@ -30,8 +30,8 @@
 #include <stdio.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/mp_anchor.h"
-#include "tools/kvbench/mp_kvact.h"
+#include "tools/kvbench/suites/mp_anchor.h"
+#include "tools/kvbench/suites/mp_kvact.h"
 
 #define MAX_REPS 64
 #define MiB (1024ull * 1024ull)
