@@ -1,9 +1,8 @@
 /*
- * sim_main.c — kvbench with no --suite: options, the runtime on the
- * embedded default config (or --config FILE, with -o overrides), the
- * simulation, the report; --clients goes to sim_clients.c.
+ * sim_main.c — kvbench with no --suite: the options main.c parsed, checked;
+ * the runtime on the embedded default config (or --config FILE, with -o
+ * overrides), the simulation, the report; --clients goes to sim_clients.c.
  */
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,34 +10,6 @@
 #include "gpu/cuda_lib.h"
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/sim/sim.h"
-
-void sim_usage(FILE *f) {
-  fprintf(f, "usage: kvbench [options]            serving-engine simulation (default)\n"
-             "       kvbench --suite NAME [...]   a benchmark suite (kvbench --suite NAME --help)\n"
-             "  --model NAME          llama3-8b (default), llama3-70b, qwen2.5-7b, tiny\n"
-             "  --conversations N     concurrent conversations (8)\n"
-             "  --threads N           engine threads (2)\n"
-             "  --prompts N           shared 1024-token system prompts (4)\n"
-             "  --prefill-tps X       simulated prefill speed, tokens/s (10000)\n"
-             "  --duration S          seconds to run (10)\n"
-             "  --seed N              token PRNG seed (1)\n"
-             "  --config FILE         config file (default: the embedded default, with\n"
-             "                        l1.prefault=true as an engine with a GPU pins it,\n"
-             "                        and l1.pinned=true when CUDA device 0 is usable)\n"
-             "  -o key=value          config override (repeatable), e.g. -o l2=[]\n"
-             "  --json                final report as JSON on stdout\n"
-             "  --svg PATH            chart (default kvbench-report.svg in the directory\n"
-             "                        bazel run was called from)\n"
-             "  --clients N           N engine processes against one kvactd (started by\n"
-             "                        kvbench on the config, with the whole L1 and disk\n"
-             "                        budget), then N embedded instances with 1/N of\n"
-             "                        l1.size_bytes and of each disk tier's capacity\n"
-             "                        each, on the same seeds: hit ratio and TTFT of\n"
-             "                        both, one table. --conversations is the total,\n"
-             "                        split among the processes; --threads is per\n"
-             "                        process. No --json, no chart\n"
-             "  --socket PATH         with --clients: use the kvactd running there\n");
-}
 
 static const char *default_svg(void) {
   static char path[4096];
@@ -94,71 +65,16 @@ kva_config *sim_config(const char *file, char **sets, int nsets, int device) {
   return c;
 }
 
-static int sim_parse(int argc, char **argv, sim_opts *o, const char **cfg, char **sets,
-                     int *nsets) {
-  static const struct option opts[] = {{"model", 1, 0, 'm'},       {"conversations", 1, 0, 'c'},
-                                       {"threads", 1, 0, 't'},     {"prompts", 1, 0, 'p'},
-                                       {"prefill-tps", 1, 0, 'P'}, {"duration", 1, 0, 'd'},
-                                       {"seed", 1, 0, 's'},        {"config", 1, 0, 'C'},
-                                       {"json", 0, 0, 'j'},        {"svg", 1, 0, 'S'},
-                                       {"help", 0, 0, 'H'},        {"clients", 1, 0, 'N'},
-                                       {"socket", 1, 0, 'U'},      {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
-    switch (c) {
-    case 'm':
-      if (!(o->model = sim_model_find(optarg))) {
-        fprintf(stderr, "kvbench: unknown model \"%s\"\n", optarg);
-        return 2;
-      }
-      break;
-    case 'c':
-      o->conversations = atoi(optarg);
-      break;
-    case 't':
-      o->threads = atoi(optarg);
-      break;
-    case 'p':
-      o->prompts = atoi(optarg);
-      break;
-    case 'P':
-      o->prefill_tps = atof(optarg);
-      break;
-    case 'd':
-      o->duration_s = atof(optarg);
-      break;
-    case 's':
-      o->seed = strtoull(optarg, NULL, 10);
-      break;
-    case 'C':
-      *cfg = optarg;
-      break;
-    case 'o':
-      sets[(*nsets)++] = optarg;
-      break;
-    case 'j':
-      o->json = 1;
-      break;
-    case 'S':
-      o->svg = optarg;
-      break;
-    case 'N':
-      o->clients = atoi(optarg);
-      break;
-    case 'U':
-      o->socket = optarg;
-      break;
-    case 'H':
-      sim_usage(stdout);
-      return 0;
-    default:
-      sim_usage(stderr);
-      return 2;
-    }
+/* What the option table (main.c) cannot check alone: the model's name,
+ * the run's length, --clients against the other options. -1 when o can
+ * run (its threads at most its conversations), else 2 after saying why. */
+static int sim_check(sim_opts *o, const char *model) {
+  if (!(o->model = sim_model_find(model))) {
+    fprintf(stderr, "kvbench: unknown model \"%s\"\n", model);
+    return 2;
   }
-  if (optind < argc || o->conversations < 1 || o->threads < 1 || o->prompts < 1 ||
-      !(o->prefill_tps > 0) || !(o->duration_s > 0) || o->duration_s > SIM_MAX_SECONDS) {
-    fprintf(stderr, "kvbench: counts, --prefill-tps and --duration must be positive\n");
+  if (o->duration_s > SIM_MAX_SECONDS) {
+    fprintf(stderr, "kvbench: --duration is at most %d\n", SIM_MAX_SECONDS);
     return 2;
   }
   if (o->clients < 0 || (o->clients && (o->json || o->conversations < o->clients)) ||
@@ -187,23 +103,13 @@ static int sim_finish(sim_result *r, kva_storage *s) {
   return svg || r->st->wrong_bytes || r->st->errors ? 1 : 0;
 }
 
-int sim_main(int argc, char **argv) {
-  sim_opts o = {.model = sim_model_find("llama3-8b"),
-                .conversations = 8,
-                .threads = 2,
-                .prompts = 4,
-                .seed = 1,
-                .prefill_tps = 10000,
-                .duration_s = 10,
-                .svg = default_svg()};
-  const char *file = NULL;
-  char **sets = calloc((size_t)argc + 1, sizeof(char *));
-  int nsets = 0, rc = sets ? sim_parse(argc, argv, &o, &file, sets, &nsets) : 1;
-  if (rc < 0 && o.clients) { /* before any thread of this process */
-    rc = sim_clients(&o, file, sets, nsets);
-    free(sets);
-    return rc;
-  }
+int sim_main(const sim_opts *opts, const char *model, const char *file, char **sets, int nsets) {
+  sim_opts o = *opts;
+  if (!o.svg) o.svg = default_svg();
+  int rc = sim_check(&o, model);
+  if (rc >= 0) return rc;
+  if (o.clients) /* before any thread of this process */
+    return sim_clients(&o, file, sets, nsets);
   int device = rc < 0 ? sim_device() : KVA_DEVICE_HOST;
   kva_config *c = rc < 0 ? sim_config(file, sets, nsets, device) : NULL;
   static sim_stats st = {.mu = PTHREAD_MUTEX_INITIALIZER,
@@ -214,7 +120,6 @@ int sim_main(int argc, char **argv) {
   if (rc < 0 && c && (rc = kva_runtime_start(c, &rt)) != KVA_OK)
     fprintf(stderr, "kvbench: runtime: %s\n", kva_strerror(rc));
   kva_config_free(c);
-  free(sets);
   if (!rt) return rc < 0 || rc > 2 ? 1 : rc;
   kva_storage *s = kva_storage_of(rt);
   sim_result r = {.o = &o, .chunk_bytes = kva_layout_bytes(&l), .st = &st};
