@@ -11,7 +11,12 @@
  * writes a file of a few GB, redis starts a redis-server, gpu moves a few
  * hundred MB of KV cache and mp forks server processes, so they run only
  * when asked for.
+ *
+ * Two binaries run this file: kvbench, with glibc's malloc, and
+ * kvbench_counted, with malloc_count.c's interposer over it. kvbench
+ * hands a suite that counts allocations to kvbench_counted (exec_counted).
  */
+#include <errno.h>
 #include <libgen.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,6 +26,7 @@
 #include <unistd.h>
 
 #include "tools/kvbench/bench.h"
+#include "tools/kvbench/malloc_count.h"
 #include "tools/kvbench/opt.h"
 #include "tools/kvbench/sim/sim.h"
 
@@ -116,16 +122,17 @@ static const opt_spec opts[] = {
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
-/* The suites; `all` runs those marked in_all, in this order. */
+/* The suites; `all` runs those marked in_all, in this order. Those that
+ * count allocations (they read malloc_count()) run in kvbench_counted. */
 static const struct {
   const char *name;
   int (*run)(const bench_opts *o);
-  bool in_all;
+  bool in_all, counts_allocs;
 } suites[] = {
-    {"runtime", suite_runtime, true}, {"l1", suite_l1, true},
-    {"l2-mock", suite_l2_mock, true}, {"disk", suite_disk, false},
-    {"redis", suite_redis, false},    {"gpu", suite_gpu, false},
-    {"mp", suite_mp, false},
+    {"runtime", suite_runtime, true, true},  {"l1", suite_l1, true, true},
+    {"l2-mock", suite_l2_mock, true, false}, {"disk", suite_disk, false, false},
+    {"redis", suite_redis, false, false},    {"gpu", suite_gpu, false, true},
+    {"mp", suite_mp, false, true},
 };
 
 #define NSUITES (sizeof(suites) / sizeof(suites[0]))
@@ -169,6 +176,36 @@ static bool wants_suite(int argc, char **argv) {
   return false;
 }
 
+/* Whether the suite NAME (or one of `all`) counts allocations. */
+static bool counts_allocs(const char *name) {
+  bool all = strcmp(name, "all") == 0;
+  for (size_t i = 0; i < NSUITES; i++)
+    if (((all && suites[i].in_all) || strcmp(name, suites[i].name) == 0) && suites[i].counts_allocs)
+      return true;
+  return false;
+}
+
+/* Replaces this process with kvbench_counted, the same program with the
+ * malloc interposer (interposition is for the whole process, so the
+ * simulation and the other suites run without it), given the same argv.
+ * It sits next to this binary: in bazel-bin beside /proc/self/exe, in a
+ * runfiles tree beside argv[0] (a link to it). Returns only when neither
+ * can be executed, after saying so: the suites then print their counts
+ * as unavailable. */
+static void exec_counted(char **argv) {
+  char self[4096], path[4096 + 32];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = 0;
+    snprintf(path, sizeof path, "%s/kvbench_counted", dirname(self));
+    execv(path, argv);
+  }
+  snprintf(self, sizeof self, "%s", argv[0]);
+  snprintf(path, sizeof path, "%s/kvbench_counted", dirname(self));
+  execv(path, argv);
+  fprintf(stderr, "kvbench: %s: %s (allocations not counted)\n", path, strerror(errno));
+}
+
 /* The suite NAME, or all those in `all`; 2 for a name not in suites[]. */
 static int run_suites(const char *name, const bench_opts *o) {
   bool all = strcmp(name, "all") == 0, known = all;
@@ -190,7 +227,13 @@ int main(int argc, char **argv) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   kvbench_args a = {.suite = "runtime",
                     .bench = {.workers = cpus > 0 ? (int)cpus : 1, .anchors = default_anchors()}};
-  int rc = opt_parse(opts, NOPTS, mode, argc, argv, &a);
+  char **args = malloc(((size_t)argc + 1) * sizeof(char *)); /* getopt reorders it */
+  if (!args) return 1;
+  memcpy(args, argv, ((size_t)argc + 1) * sizeof(char *));
+  int rc = opt_parse(opts, NOPTS, mode, argc, args, &a);
+  if (rc == 0 && mode == OPT_SUITE && !a.help && malloc_count() == MALLOC_COUNT_NONE &&
+      counts_allocs(a.suite))
+    exec_counted(argv);
   if (rc == 0 && a.help)
     usage(stdout);
   else if (rc == 0 && mode == OPT_SIM)
@@ -198,5 +241,6 @@ int main(int argc, char **argv) {
   else if (rc == 0)
     rc = run_suites(a.suite, &a.bench);
   free(a.sets.v);
+  free(args);
   return rc;
 }

@@ -82,7 +82,7 @@ static void print_kvact_rtt(rtt_reps *trip, rtt_reps *release, double raw, doubl
   printf(" ratio_zmq=%.2f", rate / zmq);
   bench_target("rtt-1key/zmq", "ratio_zmq", rate / zmq, ">=", RTT_VS_ZMQ);
   double mallocs = bench_median(rtt_mallocs, reps) / 2;
-  printf(" mallocs_per_call=%.4f", mallocs);
+  bench_print_mallocs("mallocs_per_call", mallocs, 4);
   bench_target("rtt-1key-mallocs", "mallocs_per_call", mallocs, "<=", 0);
   printf("\n");
 }
