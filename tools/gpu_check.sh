@@ -28,7 +28,7 @@ bundle() {
   bin=$(bazel info -c opt bazel-bin 2>/dev/null)
   rm -rf "$B" && mkdir -p "$B/lib"
   cp -L "$bin/libkvact.so" "$bin/gpu/libkvact_cuda.so" "$bin/tests/gpu/gpu_cuda_test" \
-    "$bin/tools/kvbench" "$B/"
+    "$bin/tools/kvbench/kvbench" "$bin/tools/kvbench/kvbench_counted" "$B/"
   chmod u+w "$B"/*
   for f in "$B"/libkvact.so "$B"/gpu_cuda_test "$B"/kvbench; do
     ldd "$f" | awk '$3 ~ /^\// {print $3}'

@@ -41,6 +41,13 @@ int suite_gpu(const bench_opts *o);
 int suite_mp(const bench_opts *o);
 
 double bench_median(double *v, int n);
+/* Allocations per operation, mallocs / n (0 for n = 0), from two
+ * malloc_count() readings; NaN when the process counts none (kvbench
+ * without the interposer: MALLOC_COUNT_NONE), which bench_target takes
+ * as a miss. */
+double bench_mallocs_per(uint64_t mallocs, uint64_t n);
+/* Prints " <field>=<per, with decimals>", or " <field>=unavailable". */
+void bench_print_mallocs(const char *field, double per, int decimals);
 
 /* Targets (bench_target.c): prints " target=<op><target> ok=yes|no" for
  * value (op ">=" or "<="; NaN = not measured, a miss), or with a label

@@ -1,6 +1,8 @@
 /*
- * bench_util.c — medians, clocks, anchor subprocesses, runtimes.
+ * bench_util.c — medians, allocation counts, clocks, anchor subprocesses,
+ * runtimes.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include <sys/syscall.h>
 
 #include "tools/kvbench/bench.h"
+#include "tools/kvbench/malloc_count.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -19,6 +22,18 @@ static int cmp_double(const void *a, const void *b) {
 double bench_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof(double), cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double bench_mallocs_per(uint64_t mallocs, uint64_t n) {
+  if (malloc_count() == MALLOC_COUNT_NONE) return NAN;
+  return n ? (double)mallocs / (double)n : 0;
+}
+
+void bench_print_mallocs(const char *field, double per, int decimals) {
+  if (isnan(per))
+    printf(" %s=unavailable", field);
+  else
+    printf(" %s=%.*f", field, decimals, per);
 }
 
 uint64_t bench_now_ns(void) {

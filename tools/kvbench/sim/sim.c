@@ -32,8 +32,8 @@
 #include "gpu/cuda_lib.h"
 #include "gpu/op.h"
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/sim.h"
-#include "tools/kvbench/sim_cache.h"
+#include "tools/kvbench/sim/sim.h"
+#include "tools/kvbench/sim/sim_cache.h"
 
 #define SIM_STORE_BATCH 4 /* keys a store: a reservation is all or nothing */
 #define SIM_PIPE 4        /* keys a prefetch: a turn's loads start as each lands */

@@ -11,7 +11,7 @@
 
 #include "gpu/cuda_lib.h"
 #include "kvact.h"
-#include "tools/kvbench/sim.h"
+#include "tools/kvbench/sim/sim.h"
 
 #define SIM_PAGES SIM_MAX_KEYS /* chunks the engine's paged KV cache holds */
 #define SIM_BLOCK 16           /* tokens per block of the paged cache */

@@ -48,7 +48,7 @@
 #include "kvact.h"
 #include "tools/bench/uring_anchor.h"
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/tier_side.h"
+#include "tools/kvbench/suites/tier_side.h"
 
 #define MiB (1024ull * 1024ull)
 #define CHUNK_BYTES (8 * MiB)

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/mp_proc.h"
+#include "tools/kvbench/suites/mp_proc.h"
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/redis_servers.h"
+#include "tools/kvbench/suites/redis_servers.h"
 
 extern char **environ;
 

@@ -37,12 +37,13 @@ enum {
 
 typedef struct sim_opts {
   const sim_model *model;
-  int engine; /* SIM_ENGINE_* */
+  const char *engine_name; /* --engine */
+  int engine;              /* SIM_ENGINE_*, from it */
   int conversations, threads, prompts;
   uint64_t seed;
   double prefill_tps, duration_s;
   int json;
-  const char *svg;    /* the chart's path */
+  const char *svg;    /* the chart's path (NULL: the default) */
   int clients;        /* --clients: engine processes (0 = this process alone) */
   const char *socket; /* --socket: a running kvactd's (NULL: --clients starts one) */
   int proc;           /* this engine process's index: its conversations' seeds */
@@ -112,7 +113,10 @@ typedef struct sim_result {
   sim_stats *st;
 } sim_result;
 
-int sim_main(int argc, char **argv);
+/* sim_main.c: the simulation of opts with the model named `model`, on the
+ * config file (NULL: the embedded default) and the -o settings; the exit
+ * status (2: the options refused, after saying why) */
+int sim_main(const sim_opts *opts, const char *model, const char *file, char **sets, int nsets);
 /* sim_main.c: the config (the embedded default or file, then the -o
  * settings; sets are left as given) and the engines' device */
 kva_config *sim_config(const char *file, char **sets, int nsets, int device);
@@ -125,7 +129,6 @@ kva_layout sim_layout(const sim_model *m);
 const sim_model *sim_model_find(const char *name);
 /* st->device: the device asked for, then the one used */
 double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st);
-void sim_usage(FILE *f);
 /* sim_bound.c: the bandwidths of the config's tiers, measured now (before
  * the runtime starts: the probes use the disk alone) */
 void sim_bw_probe(const kva_config *c, size_t chunk_bytes, sim_bw *out);

@@ -20,9 +20,8 @@
 #include "kvact.h"
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/malloc_count.h"
-#include "tools/kvbench/mp_anchor.h"
-#include "tools/kvbench/malloc_count.h"
-#include "tools/kvbench/mp_kvact.h"
+#include "tools/kvbench/suites/mp_anchor.h"
+#include "tools/kvbench/suites/mp_kvact.h"
 
 #define MiB (1024ull * 1024ull)
 #define DAEMON_L1 (1024 * MiB)
@@ -218,7 +217,7 @@ static int rtt_body(const void *arg, void *out) {
   if (rc == 0) rc = rtt_loop(s, &k, &l, MP_WARMUP, NULL, NULL);
   uint64_t m0 = malloc_count();
   if (rc == 0) rc = rtt_loop(s, &k, &l, a->iters, trip, release);
-  o->mallocs = (double)(malloc_count() - m0) / (double)a->iters;
+  o->mallocs = bench_mallocs_per(malloc_count() - m0, a->iters);
   if (rc == 0 && !drop_keys(s, &k, 1)) rc = -1;
   if (rc == 0) {
     mp_rtt_finish(trip, a->iters, sum(trip, a->iters), &o->trip);

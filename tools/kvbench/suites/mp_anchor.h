@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 
-#include "tools/kvbench/mp_proc.h"
+#include "tools/kvbench/suites/mp_proc.h"
 
 #define MP_HDR_BYTES 24u
 #define MP_KEY_BYTES 105u

@@ -190,7 +190,9 @@ static void bench_control_plane(const bench_opts *o) {
     double rate = bench_median(v, reps);
     printf("measure=%s kvact=%.4g", measure, rate);
     bench_target(measure, NULL, rate, ">=", 1e6); /* LMCache's figure for this measure */
-    printf(" unit=key-ops/s mallocs_per_keyop=%.6f\n", (double)mallocs / (double)keyops);
+    printf(" unit=key-ops/s");
+    bench_print_mallocs("mallocs_per_keyop", bench_mallocs_per(mallocs, keyops), 6);
+    printf("\n");
     fflush(stdout);
   }
 }

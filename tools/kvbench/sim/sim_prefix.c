@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/array.h"
-#include "tools/kvbench/sim.h"
+#include "tools/kvbench/sim/sim.h"
 
 #define REG_MAX (1u << 20) /* keys recorded at most; later ones are not */
 

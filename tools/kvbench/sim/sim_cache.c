@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/kvbench/sim_cache.h"
+#include "tools/kvbench/sim/sim_cache.h"
 
 /* The 8-byte word at index w of the chunk stored under k (a KV_2LTD
  * object [2, layers, SIM_CHUNK, row]). */

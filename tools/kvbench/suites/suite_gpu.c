@@ -260,8 +260,9 @@ int suite_gpu(const bench_opts *o) {
          layer0_s / load_s);
   bench_no_target(); /* how early layer 0 is usable: read, not judged */
   printf(" unit=ms\n");
-  double per_op = op_count ? (double)op_mallocs / (double)op_count : 0;
-  printf("measure=ops ops=%llu mallocs_per_op=%.6f", (unsigned long long)op_count, per_op);
+  double per_op = bench_mallocs_per(op_mallocs, op_count);
+  printf("measure=ops ops=%llu", (unsigned long long)op_count);
+  bench_print_mallocs("mallocs_per_op", per_op, 6);
   bench_target("ops-mallocs", NULL, per_op, "<=", 0);
   printf("\n");
   bench_suite_end("gpu");

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "tools/kvbench/mp_proc.h"
+#include "tools/kvbench/suites/mp_proc.h"
 
 typedef struct mp_daemon {
   pid_t pid;

@@ -36,7 +36,7 @@
 #include "l2/load_plan.h"
 #include "tools/bench/uring_anchor.h"
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/sim.h"
+#include "tools/kvbench/sim/sim.h"
 
 #define PROBE_CHUNKS 16
 #define PROBE_DEPTH 8

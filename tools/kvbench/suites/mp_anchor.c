@@ -19,7 +19,7 @@
 #include <zmq.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/mp_anchor.h"
+#include "tools/kvbench/suites/mp_anchor.h"
 
 static int fail(const char *what) {
   fprintf(stderr, "kvbench: mp anchor: %s: %s\n", what, strerror(errno));

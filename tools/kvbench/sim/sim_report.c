@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/sim.h"
+#include "tools/kvbench/sim/sim.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/sim.h"
+#include "tools/kvbench/sim/sim.h"
 
 #define SIM_UP_MS 30000 /* the longest a daemon or a client takes to come up */
 

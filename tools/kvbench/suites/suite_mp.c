@@ -30,8 +30,8 @@
 #include <stdio.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/mp_anchor.h"
-#include "tools/kvbench/mp_kvact.h"
+#include "tools/kvbench/suites/mp_anchor.h"
+#include "tools/kvbench/suites/mp_kvact.h"
 
 #define MAX_REPS 64
 #define MiB (1024ull * 1024ull)
@@ -82,7 +82,7 @@ static void print_kvact_rtt(rtt_reps *trip, rtt_reps *release, double raw, doubl
   printf(" ratio_zmq=%.2f", rate / zmq);
   bench_target("rtt-1key/zmq", "ratio_zmq", rate / zmq, ">=", RTT_VS_ZMQ);
   double mallocs = bench_median(rtt_mallocs, reps) / 2;
-  printf(" mallocs_per_call=%.4f", mallocs);
+  bench_print_mallocs("mallocs_per_call", mallocs, 4);
   bench_target("rtt-1key-mallocs", "mallocs_per_call", mallocs, "<=", 0);
   printf("\n");
 }

@@ -1,7 +1,7 @@
 /*
  * tier_side.c — the kvact side of the L2 tier suites (tier_side.h).
  */
-#include "tools/kvbench/tier_side.h"
+#include "tools/kvbench/suites/tier_side.h"
 
 #include <stdarg.h>
 #include <stdio.h>

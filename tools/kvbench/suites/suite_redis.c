@@ -30,8 +30,8 @@
 #include <string.h>
 
 #include "tools/kvbench/bench.h"
-#include "tools/kvbench/redis_servers.h"
-#include "tools/kvbench/tier_side.h"
+#include "tools/kvbench/suites/redis_servers.h"
+#include "tools/kvbench/suites/tier_side.h"
 
 #define MiB (1024ull * 1024ull)
 #define TARGET 0.8
