@@ -10,7 +10,7 @@ Runs with Debian's /usr/bin/python3 (the standard library only). A Redis
 configuration starts its own redis-server on a free local port (maxmemory
 2 GiB, no persistence) and stops it after.
 
-  tools/kvbench/sweep.py --kvbench bazel-bin/tools/kvbench [--seeds 1,2,3]
+  tools/kvbench/sweep.py --kvbench bazel-bin/tools/kvbench/kvbench [--seeds 1,2,3]
       [--duration 30] [--only NAME] [--markdown]
 """
 import argparse
@@ -79,7 +79,7 @@ class Redis:
 
 def run(kvbench, l2, seed, duration, extra):
     out = tempfile.mkdtemp(prefix="kvbench-sweep-")
-    cmd = [kvbench, "--duration", str(duration), "--seed", str(seed), "--json", "--quiet",
+    cmd = [kvbench, "--duration", str(duration), "--seed", str(seed), "--json",
            "--svg", os.path.join(out, "chart.svg")] + extra
     if l2:
         cmd += ["-o", "l2=" + l2]
@@ -152,7 +152,7 @@ def markdown(ms):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kvbench", default="bazel-bin/tools/kvbench")
+    ap.add_argument("--kvbench", default="bazel-bin/tools/kvbench/kvbench")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--duration", type=float, default=30)
     ap.add_argument("--only", help="run only the configurations whose name contains this")
