@@ -95,6 +95,13 @@ class LoadPlan(Structure):
                 ("split_at", c_size_t)]
 
 
+class PrefetchOpts(Structure):
+    _fields_ = [("extra_readers", c_uint32), ("flags", c_uint32)]
+
+
+PREFETCH_AS_PLANNED = 1  # KVA_PREFETCH_AS_PLANNED
+
+
 class MemcheckOpts(Structure):
     _fields_ = [("wait_stores_ms", c_int), ("callers_only", c_int)]
 
@@ -138,6 +145,8 @@ _PROTOTYPES = {
     "kva_finish_write": (c_int, [_P, _KS, c_size_t, POINTER(c_int)]),
     "kva_delete": (c_int, [_P, _KS, c_size_t, c_int, POINTER(c_int)]),
     "kva_submit_prefetch": (c_int, [_P, _KS, c_size_t, _L, c_uint32, POINTER(_P)]),
+    "kva_submit_prefetch_with": (c_int, [_P, _KS, c_size_t, _L, POINTER(PrefetchOpts),
+                                         POINTER(_P)]),
     "kva_query_prefetch": (c_int, [_P, _P, POINTER(c_size_t)]),
     "kva_wait_prefetch": (c_int, [_P, _P, c_int, POINTER(c_size_t)]),
     "kva_prefetch_eventfd": (c_int, [_P]),

@@ -10,8 +10,9 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
-from ._lib import (MEMCHECK_FIELDS, STATS_FIELDS, Buf, L2TierStats, LoadPlan, MemcheckOpts,
-                   MemcheckReport, StorageStats, TierHit, TierHits, lib, timeout_ms)
+from ._lib import (MEMCHECK_FIELDS, PREFETCH_AS_PLANNED, STATS_FIELDS, Buf, L2TierStats,
+                   LoadPlan, MemcheckOpts, MemcheckReport, PrefetchOpts, StorageStats, TierHit,
+                   TierHits, lib, timeout_ms)
 from .errors import KvactError, check
 from .keys import key_array
 from .layout import MemoryLayoutDesc
@@ -128,15 +129,19 @@ class StorageManager:
                     obj._valid = False
 
     # ---- read path ------------------------------------------------------------
-    def submit_prefetch_task(self, keys, layout=None, extra_readers=0):
-        """Read-locks the L1 prefix of keys and loads the rest from L2: a PrefetchHandle."""
+    def submit_prefetch_task(self, keys, layout=None, extra_readers=0, as_planned=False):
+        """Read-locks the L1 prefix of keys and loads the rest from L2: a PrefetchHandle.
+        as_planned=True: the caller judged these keys worth loading already (plan_load), so
+        the load_or_recompute policy does not judge them again (KVA_PREFETCH_AS_PLANNED)."""
         keys = list(keys)
         arr = key_array(keys)
         readers = _readers(extra_readers)
+        opts = PrefetchOpts(readers, PREFETCH_AS_PLANNED if as_planned else 0)
         h = ctypes.c_void_p()
         self._reaper.start()  # here, not in a finalizer: starting a thread takes locks
-        check(lib.kva_submit_prefetch(self._ptr, arr, len(keys), _layout(layout, optional=True),
-                                      readers, ctypes.byref(h)))
+        check(lib.kva_submit_prefetch_with(self._ptr, arr, len(keys),
+                                           _layout(layout, optional=True), ctypes.byref(opts),
+                                           ctypes.byref(h)))
         return PrefetchHandle(self, h.value, arr, readers)
 
     def query_prefetch_status(self, handle):

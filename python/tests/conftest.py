@@ -41,18 +41,43 @@ def rt():
 def sm(rt):
     return rt.storage
 
+# A mock L2 tier at 0.5 GB/s (real time): slower to load from than a fast engine computes.
+SLOW_TIER = {"type": "mock", "name": "slow", "capacity_bytes": 1 << 26,
+             "bandwidth_bytes_per_s": 500000000}
+
+
+def measure_tier(sm, tier, rounds=64):
+    """Stores 1 MiB objects through `tier` until its meter has a rate: it needs 20 ms of
+    busy time (docs/load-plan.md), about 10 of them at 0.5 GB/s. L1 needs 1 MiB free."""
+    layout = kvact.MemoryLayoutDesc([(1 << 20,)], ["uint8"])
+    for _ in range(rounds):
+        if sm.tier_stats(tier)["bytes_per_s"] > 0:
+            return
+        key = kvact.ObjectKey("meter-warmup", 0, 0, os.urandom(32))
+        sm.finish_write(list(sm.reserve_write([key], layout)))
+        sm.flush(timeout=10.0)
+    raise AssertionError("tier %s not measured after %d MiB stored" % (tier, rounds))
+
+
+def prefill_rate(sm, model, tokens_per_s, chunk_tokens):
+    """Reports prefills at tokens_per_s until kvact's average for model is that rate
+    (whatever was reported before: each report weighs 0.3)."""
+    for _ in range(100):
+        sm.report_prefill(model, 1000000, 1e6 / tokens_per_s, chunk_tokens)
+
+
 @contextlib.contextmanager
-def kvactd(l1_bytes=1 << 24, l2='[{"type":"mock"}]'):
-    """A kvactd on a fresh socket (the L2 tiers l2, JSON: one mock tier unless told),
-    accepting: yields (its socket, its Popen); at the end continued (a test may have
-    stopped it) and stopped, exit 0 asserted. No kvactd built is a failed set-up, never a
-    skip."""
+def kvactd(l1_bytes=1 << 24, l2='[{"type":"mock"}]', opts=()):
+    """A kvactd on a fresh socket (the L2 tiers l2, JSON: one mock tier unless told; more
+    settings in opts, "key=value"), accepting: yields (its socket, its Popen); at the end
+    continued (a test may have stopped it) and stopped, exit 0 asserted. No kvactd built is
+    a failed set-up, never a skip."""
     if not os.access(KVACTD, os.X_OK):
         pytest.fail("no kvactd at %s: bazel build //tools:kvactd, or set KVACT_KVACTD" % KVACTD)
     with tempfile.TemporaryDirectory(prefix="kvpy", dir="/tmp") as d:  # fits sun_path
         sock = os.path.join(d, "kvact.sock")
         opts = ["server.socket=" + sock, "l1.size_bytes=%d" % l1_bytes, "l1.hugepages=false",
-                "l1.prefault=false", "l1.pinned=false", "l2=" + l2]
+                "l1.prefault=false", "l1.pinned=false", "l2=" + l2] + list(opts)
         proc = subprocess.Popen([KVACTD, "--quiet"] + [a for o in opts for a in ("-o", o)])
         try:
             _wait_accepting(sock, proc)

@@ -25,6 +25,7 @@ int main(void) {
   OFF(kva_storage_stats, l2_load_failures);
   OFF(kva_storage_stats, l1_pinned);
   OFF(kva_storage_stats, l1_numa_node);
+  OFF(kva_storage_stats, l2_skipped_slow_keys);
   SIZE(kva_tier_hits);
   OFF(kva_tier_hits, ntiers);
   OFF(kva_tier_hits, tier);
@@ -34,6 +35,16 @@ int main(void) {
   OFF(kva_l2_tier_stats, bypassed);
   OFF(kva_l2_tier_stats, adapter);
   OFF(kva_l2_tier_stats, adapter.evictions);
+  OFF(kva_l2_tier_stats, skipped_slow_keys);
+  OFF(kva_l2_tier_stats, latency_s);
+  SIZE(kva_load_plan);
+  OFF(kva_load_plan, worth);
+  OFF(kva_load_plan, skipped);
+  OFF(kva_load_plan, load_s);
+  OFF(kva_load_plan, split_s);
+  OFF(kva_load_plan, split_at);
+  SIZE(kva_prefetch_opts);
+  OFF(kva_prefetch_opts, flags);
   SIZE(kva_memcheck_opts);
   OFF(kva_memcheck_opts, callers_only);
   SIZE(kva_memcheck_report);

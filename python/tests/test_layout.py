@@ -26,6 +26,7 @@ def _off(struct, field):
 def _actual():
     L, T, H, h = _lib.Layout, _lib.LayoutTensor, _lib.TierHits, _lib.TierHit
     S, TS, A, P = _lib.StorageStats, _lib.L2TierStats, _lib.L2Stats, _lib.PagedKV
+    LP = _lib.LoadPlan
     return {
         "kva_key": ctypes.sizeof(_lib.Key),
         "kva_key.kv_rank": _off(_lib.Key, "kv_rank"),
@@ -43,6 +44,7 @@ def _actual():
         "kva_storage_stats.l2_load_failures": _off(S, "l2_load_failures"),
         "kva_storage_stats.l1_pinned": _off(S, "l1_pinned"),
         "kva_storage_stats.l1_numa_node": _off(S, "l1_numa_node"),
+        "kva_storage_stats.l2_skipped_slow_keys": _off(S, "l2_skipped_slow_keys"),
         "kva_tier_hits": ctypes.sizeof(H),
         "kva_tier_hits.ntiers": _off(H, "ntiers"),
         "kva_tier_hits.tier": _off(H, "tier"),
@@ -52,6 +54,16 @@ def _actual():
         "kva_l2_tier_stats.bypassed": _off(TS, "bypassed"),
         "kva_l2_tier_stats.adapter": _off(TS, "adapter"),
         "kva_l2_tier_stats.adapter.evictions": _off(TS, "adapter") + _off(A, "evictions"),
+        "kva_l2_tier_stats.skipped_slow_keys": _off(TS, "skipped_slow_keys"),
+        "kva_l2_tier_stats.latency_s": _off(TS, "latency_s"),
+        "kva_load_plan": ctypes.sizeof(LP),
+        "kva_load_plan.worth": _off(LP, "worth"),
+        "kva_load_plan.skipped": _off(LP, "skipped"),
+        "kva_load_plan.load_s": _off(LP, "load_s"),
+        "kva_load_plan.split_s": _off(LP, "split_s"),
+        "kva_load_plan.split_at": _off(LP, "split_at"),
+        "kva_prefetch_opts": ctypes.sizeof(_lib.PrefetchOpts),
+        "kva_prefetch_opts.flags": _off(_lib.PrefetchOpts, "flags"),
         "kva_memcheck_opts": ctypes.sizeof(_lib.MemcheckOpts),
         "kva_memcheck_opts.callers_only": _off(_lib.MemcheckOpts, "callers_only"),
         "kva_memcheck_report": ctypes.sizeof(_lib.MemcheckReport),

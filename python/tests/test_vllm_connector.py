@@ -205,9 +205,9 @@ class Engine:
     """vLLM's scheduler and model runner, reduced to the connector's calls in their order."""
 
     def __init__(self, kvact_settings, dtype=torch.bfloat16, fmt="flash", budget=40,
-                 remote=False):
+                 remote=False, extra=None):
         extra = {"kvact.config": kvact_settings, "kvact.chunk_tokens": CT,
-                 "kvact.model": MODEL, "kvact.kv_format": fmt}
+                 "kvact.model": MODEL, "kvact.kv_format": fmt, **(extra or {})}
         cfg = NS(kv_transfer_config=NS(kv_connector_extra_config=extra),
                  cache_config=NS(block_size=BS), model_config=NS(model=MODEL),
                  kv_events_config=NS(enable_kv_cache_events=True))
@@ -418,7 +418,8 @@ def test_stores_loads_and_resets_are_reported_as_events_and_stats(engine):
     engine.run()
     chunk_bytes = engine.w.conn._kv.chunk_layout().nbytes
     assert engine.stats.reduce() == {
-        "lookups": 2, "hit_tokens": 24, "lease_expiries": 0, "loaded_tokens": 24, "loaded_bytes": 3 * chunk_bytes,
+        "lookups": 2, "hit_tokens": 24, "lease_expiries": 0, "skipped_slow_tokens": 0,
+        "loaded_tokens": 24, "loaded_bytes": 3 * chunk_bytes,
         "stored_tokens": 3 * CT, "stored_bytes": 3 * chunk_bytes, "load_error_blocks": 0,
         "load_error_requests": 0}
     engine.sm.flush(timeout=10.0)  # the chunks reach the L2 tier too

@@ -302,3 +302,142 @@ def test_with_two_tp_ranks_a_lease_counts_what_both_hold_and_pins_both():
         assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
     finally:
         e.close()
+
+
+# ---- the load plan: only what is worth loading is counted (issue 30) ---------------------
+def slow_tier_settings():
+    """One mock tier at 0.5 GB/s, the prefetch policy judging what is worth loading."""
+    from conftest import SLOW_TIER
+    cfg = settings(**{k: v for k, v in SLOW_TIER.items() if k != "type"})
+    cfg["prefetch_policy"] = "load_or_recompute"
+    return cfg
+
+
+def first_chunk_only_in_l1(e, keys):
+    """Every chunk of keys in the tier, only the first also in L1 (brought in as planned:
+    the policy would not judge a 0.5 GB/s tier worth it)."""
+    e.sm.flush(timeout=10.0)
+    e.sm.clear(force=True)
+    h = e.sm.submit_prefetch_task(keys[:1], e.sched._leases.layout, as_planned=True)
+    assert h.wait() == 1
+    e.sm.finish_read_prefetched(keys[:1])
+    assert e.sm.lookup(keys).tiers == {"L1": 1, "slow": len(keys) - 1}
+
+
+def matched_when_warm(e, req):
+    """get_num_new_matched_tokens until the lease has brought its L2 hits into L1."""
+    for _ in range(500):
+        ext, _ = e.sched.get_num_new_matched_tokens(req, 0)
+        if ext is not None:
+            return ext
+        time.sleep(0.01)
+    raise AssertionError("the lease's L2 hits never came into L1")
+
+
+def test_a_tier_slower_than_the_prefill_counts_only_the_l1_hits_until_a_slow_prefill():
+    from conftest import measure_tier, prefill_rate
+    e = Engine(slow_tier_settings(), torch.bfloat16, "flash")
+    try:
+        base = stored_a(e)
+        keys = keys_of(base)
+        measure_tier(e.sm, "slow")
+        first_chunk_only_in_l1(e, keys)
+        prefill_rate(e.sm, "fake-llm", 1e12, CT)  # computing beats a 0.5 GB/s tier
+        e.add("B", base)
+        e.run()
+        assert e.matched["B"] == [CT] and not any(e.load_errors)
+        assert e.stats.reduce()["skipped_slow_tokens"] == 2 * CT
+        assert e.done["B"] == e.done["A"] and pins(e) == 0
+
+        first_chunk_only_in_l1(e, keys)
+        prefill_rate(e.sm, "fake-llm", CT / 10.0, CT)  # 10 s a chunk: loading wins
+        c = e.add("C", base)
+        assert e.sched.get_num_new_matched_tokens(c, 0) == (None, False)  # warming
+        assert matched_when_warm(e, c) == 3 * CT
+        e.run()
+        assert e.matched["C"] == [3 * CT] and not any(e.load_errors)
+        assert e.stats.reduce()["skipped_slow_tokens"] == 2 * CT
+        assert e.done["C"] == e.done["A"] and pins(e) == 0
+        assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("plan_loads", [True, False])
+def test_the_worker_times_a_prefill_and_the_scheduler_reports_it(plan_loads):
+    """A step that only computes is timed on the worker; the scheduler reports it to
+    kvact, whose plan then knows the model's rate (none configured here). With
+    kvact.plan_loads false nothing is timed or reported."""
+    cfg = settings()
+    cfg["load_plan.prefill_tokens_per_s"] = 0  # unknown until an engine reports
+    e = Engine(cfg, extra={"kvact.plan_loads": plan_loads})
+    try:
+        base = stored_a(e)  # A computes its 29 tokens in one step, no load: timed
+        e.sm.clear(force=True)  # in the tier only: the plan predicts its recompute
+        plan = e.sm.plan_load(keys_of(base), e.sched._leases.layout)
+        assert plan.found.total == 3
+        assert (plan.recompute_s > 0) is plan_loads
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("value, on", [(True, True), (False, False), ("false", False),
+                                       ("0", False), ("true", True)])
+def test_plan_loads_option_is_read(value, on):
+    from kvact.integrations.vllm import KvactConnector, KVConnectorRole
+    extra = {"kvact.config": l1_only(), "kvact.chunk_tokens": CT, "kvact.model": "fake-llm",
+             "kvact.plan_loads": value}
+    cfg = NS(kv_transfer_config=NS(kv_connector_extra_config=extra),
+             cache_config=NS(block_size=4), model_config=NS(model="fake-llm"),
+             kv_events_config=None)
+    sched = KvactConnector(cfg, KVConnectorRole.SCHEDULER, None)
+    try:
+        assert sched._plan_loads is on and sched._leases._plan is on
+    finally:
+        sched.shutdown()
+
+
+def test_a_client_of_kvactd_falls_back_to_a_lookup_and_kvactd_trims_the_warm_up():
+    """kva_plan_load and kva_report_prefill answer KVA_ENOTSUP in a client: the lease
+    looks up, and kvactd's load_or_recompute policy cuts the warm-up prefetch to what is
+    worth loading at its configured prefill rate (here too fast for its slow tier)."""
+    import json
+
+    from conftest import SLOW_TIER, kvactd, measure_tier
+    opts = ["prefetch_policy=load_or_recompute", "load_plan.prefill_tokens_per_s=1e9",
+            "load_plan.chunk_tokens=%d" % CT]
+    with kvactd(l1_bytes=L1_BYTES, l2=json.dumps([SLOW_TIER]), opts=opts) as (sock, _):
+        e = Engine({"client.socket": sock}, torch.bfloat16, "flash", remote=True)
+        try:
+            base = stored_a(e)  # the scheduler's prefill reports are refused, quietly
+            keys = keys_of(base)
+            b = e.add("B", base)
+            e.sm.flush(timeout=10.0)
+            e.sm.clear(force=True)  # the tier is not measured yet: the warm-up loads all
+            assert e.sched.get_num_new_matched_tokens(b, 0) == (None, False)
+            assert matched_when_warm(e, b) == 3 * CT
+            e.run()
+            assert e.matched["B"] == [3 * CT] and not any(e.load_errors)
+            assert e.sched._leases._plan is False and e.sched._reporting is False
+
+            measure_tier(e.sm, "slow")
+            first_chunk_only_in_l1(e, keys)
+            c = e.add("C", base)
+            assert e.sched.get_num_new_matched_tokens(c, 0) == (None, False)
+            assert matched_when_warm(e, c) == CT  # kvactd skipped the slow chunks
+            assert e.sm.stats()["l2_skipped_slow_keys"] == 2
+            e.run()
+            assert e.matched["C"] == [CT] and not any(e.load_errors)
+            assert pins(e) == 0
+            assert e.sm.memcheck(wait_stores=10.0), e.sm.memcheck_report()
+        finally:
+            e.close()
+
+
+def test_the_slowest_tp_ranks_prefill_time_is_the_one_reported():
+    from kvact.integrations._vllm_base import KvactWorkerMeta
+    a = KvactWorkerMeta({"A": 1}, None, (64, 100))
+    b, c = KvactWorkerMeta({"A": 1}, None, (64, 300)), KvactWorkerMeta({"A": 1})
+    assert a.aggregate(c).aggregate(b).prefill == (64, 300)
+    assert c.aggregate(KvactWorkerMeta(prefill=(64, 5))).prefill == (64, 5)
+    assert a.loaded["A"] == 3

@@ -112,8 +112,9 @@ MEDIUM = "CPU"
 
 # The counters, all sums: what a scheduler or worker connector counted since it last
 # reported (get_kv_connector_stats).
-STAT_NAMES = ("lookups", "hit_tokens", "lease_expiries", "loaded_tokens", "loaded_bytes",
-              "stored_tokens", "stored_bytes", "load_error_blocks", "load_error_requests")
+STAT_NAMES = ("lookups", "hit_tokens", "lease_expiries", "skipped_slow_tokens", "loaded_tokens",
+              "loaded_bytes", "stored_tokens", "stored_bytes", "load_error_blocks",
+              "load_error_requests")
 
 
 @dataclass
@@ -122,7 +123,9 @@ class KvactConnectorStats(KVConnectorStats):
 
     Scheduler side: lookups (requests admitted with a kvact lookup), hit_tokens
     (tokens vLLM was told to load), lease_expiries (lookup leases given back
-    because vLLM did not schedule their request in time). Worker side: loaded_tokens/bytes (what the
+    because vLLM did not schedule their request in time), skipped_slow_tokens (tokens
+    found in an L2 tier but not counted: the load plan judged them slower to load than
+    to compute). Worker side: loaded_tokens/bytes (what the
     loads wrote into the paged cache / read from kvact), stored_tokens/bytes
     (the full chunks handed to kvact's store; kvact skips keys it already
     holds), load_error_blocks/requests (blocks reported through
@@ -186,15 +189,21 @@ class KvactKVEvents(KVConnectorKVEvents):
 class KvactWorkerMeta(KVConnectorWorkerMetadata):
     """What the workers tell the scheduler side after a step: the requests whose loads
     ended (done or failed), with how many workers say so (the scheduler side gives their
-    lookup leases back once every TP rank has); and, once, the chunk layout of the
-    worker's paged cache ((shapes, dtypes): what bringing an L2 hit into L1 needs)."""
+    lookup leases back once every TP rank has); once, the chunk layout of the worker's
+    paged cache ((shapes, dtypes): what bringing an L2 hit into L1 needs); and, for a
+    step that only computed, (tokens, ns) it took (the slowest TP rank's), which refines
+    the prefill rate the load plan assumes."""
 
-    def __init__(self, loaded=None, layout=None):
+    def __init__(self, loaded=None, layout=None, prefill=None):
         self.loaded = Counter(loaded or {})
         self.layout = layout
+        self.prefill = prefill
 
     def aggregate(self, other):
         if isinstance(other, KvactWorkerMeta):
             self.loaded.update(other.loaded)
             self.layout = self.layout or other.layout
+            if self.prefill is None or (other.prefill is not None
+                                        and other.prefill[1] > self.prefill[1]):
+                self.prefill = other.prefill
         return self

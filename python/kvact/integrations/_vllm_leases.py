@@ -14,6 +14,14 @@ the worker has read it:
   that fails after that no longer matters: the bytes are in L1. Bringing a
   chunk in needs its layout, which the workers send with their first step's
   report (build_connector_worker_meta): until then only L1 hits count.
+- Only what is worth loading is counted (issue 30, docs/load-plan.md): once
+  the layout is known the lookup is kva_plan_load, and L2 hits that would
+  arrive later than the engine could compute them are neither brought in
+  nor counted (stats skipped_slow_tokens); the warm-up prefetch of the rest
+  is submitted as planned, so the storage's load_or_recompute policy does
+  not judge it again. In a client of kvactd kva_plan_load answers
+  KVA_ENOTSUP: the lookup is a plain one and kvactd's own prefetch policy,
+  if it is load_or_recompute, cuts the warm-up prefetch instead.
 - One lease per request: asking again for the same keys gives the same
   answer and takes nothing more; other keys (a preempted request that grew)
   take a new lease first, then give the old one back.
@@ -43,6 +51,8 @@ import kvact
 
 log = logging.getLogger("kvact.integrations.vllm")
 
+_ENOTSUP = -7  # KVA_ENOTSUP: kva_plan_load in a client of kvactd
+
 
 @dataclass
 class Lease:
@@ -64,10 +74,12 @@ class Lease:
 class LeaseTable:
     """The scheduler side's leases, by request id (see the module docstring)."""
 
-    def __init__(self, storage, ranks, lease_s, ranked, on_expiry):
+    def __init__(self, storage, ranks, lease_s, ranked, on_expiry, plan=True, on_skip=None):
         self._sm, self._ranks, self._lease_s = storage, ranks, lease_s
         self._ranked = ranked          # (keys, rank) -> those keys of that TP rank
         self._on_expiry = on_expiry    # called once per expired lease (stats)
+        self._plan = plan              # kva_plan_load once the layout is known (else lookup)
+        self._on_skip = on_skip        # called with the chunks a lookup skipped as slow
         self.layout = None             # the chunks' MemoryLayoutDesc, once a worker said
         self._leases = {}
         self._doomed = set()           # reset_cache's keys kept while leased
@@ -102,34 +114,37 @@ class LeaseTable:
 
     def _take(self, lease):
         """Pins the L1 prefix of keys on every rank (exactly: a lookup that raises gives
-        back the pins of the ranks before it); starts bringing an L2 prefix after it
-        into L1 when every rank has one."""
+        back the pins of the ranks before it); starts bringing the L2 hits after it that
+        are worth loading into L1 when every rank has them."""
         keys = lease.keys
         if not keys:
             return
-        found = []  # per rank: (L1 hits pinned, hits over all tiers)
+        found = []  # per rank: (L1 hits pinned, hits worth counting, hits over all tiers)
         try:
             for rank in range(self._ranks):
-                res = self._sm.lookup(self._ranked(keys, rank), pin=True)
-                found.append((res.tiers.get("L1", 0), res.total))
+                res, worth = self._find(self._ranked(keys, rank))
+                found.append((res.tiers.get("L1", 0), worth, res.total))
                 if not lease.l2_tier:
                     lease.l2_tier = next((t for t, n in res.tiers.items() if t != "L1" and n), "")
         except BaseException:
-            for rank, (hits, _) in enumerate(found):
+            for rank, (hits, _, _) in enumerate(found):
                 if hits:
                     self._sm.unpin(self._ranked(keys[:hits], rank))
             raise
-        l1 = min(hits for hits, _ in found)
-        total = min(t for _, t in found)
-        for rank, (hits, _) in enumerate(found):  # every rank keeps [0, l1)
+        l1 = min(hits for hits, _, _ in found)
+        worth = max(l1, min(w for _, w, _ in found))
+        skipped = min(t for _, _, t in found) - worth
+        if skipped > 0 and self._on_skip is not None:
+            self._on_skip(skipped)
+        for rank, (hits, _, _) in enumerate(found):  # every rank keeps [0, l1)
             if hits > l1:
                 self._sm.unpin(self._ranked(keys[l1:hits], rank))
         lease.hi = l1
-        if total > l1 and self.layout is not None:
+        if worth > l1 and self.layout is not None:
             try:
-                lease.warm_hi = total
+                lease.warm_hi = worth
                 for rank in range(self._ranks):
-                    handle = self._prefetch(self._ranked(keys[l1:total], rank))
+                    handle = self._prefetch(self._ranked(keys[l1:worth], rank))
                     if handle is None:  # a rank refused: no L2 hit this time
                         self._stop_warming(lease)
                         break
@@ -138,9 +153,28 @@ class LeaseTable:
                 self._give_back(lease)
                 raise
 
+    def _find(self, keys):
+        """(a LookupResult of keys, with their L1 hits pinned; how many from the first are
+        worth counting): the load plan's worth once the layout is known, else every hit.
+        Pins only on success, as lookup does."""
+        if self._plan and self.layout is not None:
+            try:
+                plan = self._sm.plan_load(keys, self.layout, pin=True)
+                return plan.found, plan.worth
+            except kvact.KvactError as e:
+                if e.status != _ENOTSUP:
+                    raise
+                self._plan = False  # a client of kvactd: its prefetch policy decides
+                log.info("kvact lease: no load plan in a client of kvactd (%s); kvactd's "
+                         "prefetch_policy decides what a warm-up loads", e)
+        res = self._sm.lookup(keys, pin=True)
+        return res, res.total
+
     def _prefetch(self, keys):
+        """The warm-up of keys judged worth loading: as planned when the plan judged them
+        (a plain prefetch in a client of kvactd, where kvactd's policy judges)."""
         try:
-            return self._sm.submit_prefetch_task(keys, self.layout)
+            return self._sm.submit_prefetch_task(keys, self.layout, as_planned=self._plan)
         except kvact.KvactError as e:
             log.warning("kvact lease: prefetch from L2 refused: %s", e)
             return None

@@ -11,10 +11,13 @@ Extra config: "kvact.config" (dict of kvact settings) and/or "kvact.config_file"
 served model's name), "kvact.salt", "kvact.lease_ms" (default 10000: how
 long a lookup's lease waits for vLLM to schedule its request),
 "kvact.reset_tracked_chunks" (default 262144: the newest chunks stored that
-reset_cache deletes), "kvact.kv_format" (for 5-D caches of older vLLMs:
-"flash", the default, per layer [2, blocks, block_size, heads, head_dim]; or
-"flashinfer": [blocks, 2, ...]; vLLM 0.33's 4-D per-layer views are always
-"pages" in the layout cache_config.kv_cache_layout names).
+reset_cache deletes), "kvact.plan_loads" (default true: the lookup counts only
+what the load plan judges worth loading, and the workers measure the prefill
+rate it assumes; false: every hit counts, nothing is measured),
+"kvact.kv_format" (for 5-D caches of older vLLMs: "flash", the default, per
+layer [2, blocks, block_size, heads, head_dim]; or "flashinfer": [blocks, 2,
+...]; vLLM 0.33's 4-D per-layer views are always "pages" in the layout
+cache_config.kv_cache_layout names).
 
 Design. vLLM runs the scheduler-side and the worker-side connector in
 different processes; each opens its own kvact.Runtime from the same config,
@@ -41,8 +44,10 @@ Scheduler side (keys of kv_rank 0: every TP rank stores the same chunks):
     traffic, reset_cache or an L2 tier failing between the lookup and the load
     cannot turn into a load error (a failed request under vLLM's default
     kv_load_failure_policy "fail"). An L2 hit is brought into L1 first: the
-    answer is None ("ask again", the request waits a step) meanwhile. Returns
-    the hit beyond num_computed_tokens (vLLM's own prefix cache).
+    answer is None ("ask again", the request waits a step) meanwhile. Only
+    the hits worth loading count (kva_plan_load: an L2 hit slower to load
+    than to compute is left to vLLM to compute). Returns the hit beyond
+    num_computed_tokens (vLLM's own prefix cache).
   update_state_after_alloc: the load is [num_computed_tokens,
     num_computed_tokens + num_external_tokens) (vLLM may allocate fewer tokens
     than counted, never more); the lease keeps only those chunks.
@@ -57,8 +62,9 @@ Scheduler side (keys of kv_rank 0: every TP rank stores the same chunks):
     of a step have read their blocks before the next step writes any
     (handle_preemptions waits for them), so vLLM may free blocks at once.
   update_connector_output: the workers' KvactWorkerMeta: loads done (their
-    leases go once every TP rank reported), and once the chunk layout, which
-    bringing L2 hits into L1 needs.
+    leases go once every TP rank reported), once the chunk layout, which
+    bringing L2 hits into L1 needs, and a step's prefill time (reported to
+    kvact: kva_report_prefill).
   reset_cache (/reset_prefix_cache): a forced delete from L1 of the chunks
     this scheduler planned to store (the newest kvact.reset_tracked_chunks),
     all TP ranks; L2 keeps its copies.
@@ -85,7 +91,10 @@ start in wait_for_save (after the forward pass), skipping requests whose
 load failed this step (their new tokens were computed over a wrong prefix),
 and run while vLLM samples and schedules; the next step's handle_preemptions,
 vLLM's first call of a step, before it zeroes, copies or overwrites a block,
-waits for them. build_connector_worker_meta reports the step's loads.
+waits for them. build_connector_worker_meta reports the step's loads. A step
+with no load and at least chunk_tokens tokens to compute is timed from
+bind_connector_metadata to wait_for_save (after a device sync) and reported
+with them: the prefill rate the load plan assumes (the slowest TP rank's).
 """
 from __future__ import annotations
 
@@ -93,6 +102,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -121,6 +131,8 @@ if TYPE_CHECKING:  # the names of the base's annotations, for readers and type c
     from vllm.v1.request import Request
 
 log = logging.getLogger(__name__)
+
+_ENOTSUP = -7  # KVA_ENOTSUP: no load plan or prefill report in a client of kvactd
 
 
 @dataclass
@@ -151,6 +163,7 @@ class KvactConnectorMetadata(KVConnectorMetadata):
 
     loads: list = field(default_factory=list)
     saves: list = field(default_factory=list)
+    compute_tokens: int = 0  # tokens the step computes, all requests together
 
 
 @dataclass
@@ -222,6 +235,8 @@ class KvactConnector(KVConnectorBase_V1):
         if not self._lease_s > 0:
             raise ValueError("kvact.lease_ms must be > 0, got %r" % extra.get("kvact.lease_ms"))
         self._salt = extra.get("kvact.salt", "")
+        self._plan_loads = _flag(extra.get("kvact.plan_loads", True))
+        self._reporting = self._plan_loads  # scheduler: off once kvact refuses (a client)
         self._fmt = extra.get("kvact.kv_format", "flash")
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(events and events.enable_kv_cache_events)
@@ -235,13 +250,17 @@ class KvactConnector(KVConnectorBase_V1):
         self._stored_cap = int(extra.get("kvact.reset_tracked_chunks", 1 << 18))
         self._kv, self._layer_index, self._chunk_bytes = None, {}, 0  # worker side
         self._layout_sent = False
+        self._step_t0 = None  # worker: perf_counter_ns at bind of a step timed as a prefill
+        self._prefill = None  # worker: (tokens, ns) of this step, for the scheduler
         self._tainted = {}  # worker: req id -> the epoch of its last failed load
         self._saving = []   # (SaveSpec, KVOp) started, not yet accounted for
         self._events = []   # events not yet taken (both sides)
         self._stats = KvactConnectorStats()
         self._rank = 0 if self._is_scheduler else _tp_rank()
-        self._leases = LeaseTable(self.storage, self._tp, self._lease_s, _rank_keys,
-                                  lambda: self._stats.add("lease_expiries", 1))
+        self._leases = LeaseTable(
+            self.storage, self._tp, self._lease_s, _rank_keys,
+            lambda: self._stats.add("lease_expiries", 1), plan=self._plan_loads,
+            on_skip=lambda n: self._stats.add("skipped_slow_tokens", n * self._chunk_tokens))
         self._reset_step()
 
     # ---- what vLLM reads of the class ---------------------------------------------------
@@ -306,6 +325,7 @@ class KvactConnector(KVConnectorBase_V1):
         for req_id in getattr(scheduler_output, "finished_req_ids", ()):
             self._tracked.pop(req_id, None)
         scheduled = scheduler_output.num_scheduled_tokens
+        meta.compute_tokens = sum(scheduled.values())
         for new in scheduler_output.scheduled_new_reqs:
             t = self._tracked.get(new.req_id)
             if t is not None:
@@ -334,9 +354,22 @@ class KvactConnector(KVConnectorBase_V1):
                 self._leases.loaded(req_id, workers)
             if done.layout is not None and self._leases.layout is None:
                 self._leases.layout = kvact.MemoryLayoutDesc(*done.layout)
+            if done.prefill is not None and self._reporting:
+                self._report_prefill(*done.prefill)
         events = getattr(connector_output, "kv_cache_events", None)
         if isinstance(events, KvactKVEvents):
             self._events.extend(events.aggregate().get_all_events())
+
+    def _report_prefill(self, tokens, ns):
+        """A step's prefill time, to the rate kvact's load plan assumes for this model.
+        A client of kvactd cannot report (KVA_ENOTSUP: kvactd's configured rate holds)."""
+        try:
+            self.storage.report_prefill(self._model, tokens, ns / 1e9, self._chunk_tokens)
+        except kvact.KvactError as e:
+            if e.status == _ENOTSUP:
+                self._reporting = False  # the workers' next reports are not read
+            else:
+                log.warning("kvact: prefill report refused: %s", e)
 
     def request_finished(self, request: Request, block_ids: list[int]
                          ) -> tuple[bool, dict[str, Any] | None]:
@@ -502,6 +535,10 @@ class KvactConnector(KVConnectorBase_V1):
         self._collect_saves(block=True)
         super().bind_connector_metadata(connector_metadata)
         self._reset_step()
+        meta = connector_metadata
+        if (self._plan_loads and self._kv is not None and not getattr(meta, "loads", True)
+                and getattr(meta, "compute_tokens", 0) >= self._chunk_tokens):
+            self._step_t0 = time.perf_counter_ns()  # a step that only computes: timed
 
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
@@ -542,9 +579,14 @@ class KvactConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         saves = [s for s in meta.saves if s.req_id not in self._failed
                  and self._tainted.get(s.req_id) != s.epoch]
+        if self._step_t0 is not None:  # the forward is done when the device is
+            _sync_device(self._first_layer)
+            self._prefill = (meta.compute_tokens, time.perf_counter_ns() - self._step_t0)
+            self._step_t0 = None
+        elif saves:
+            _sync_device(self._first_layer)
         if not saves:
             return
-        _sync_device(self._first_layer)
         for spec in saves:
             self._saving.append((spec, self._kv.store(self._ranked(spec.keys), spec.slots)))
 
@@ -572,9 +614,10 @@ class KvactConnector(KVConnectorBase_V1):
         if not self._layout_sent and self._kv is not None:
             desc = self._kv.chunk_layout()
             layout, self._layout_sent = (desc.shapes, desc.dtypes), True
-        if not loads and layout is None:
+        prefill, self._prefill = self._prefill, None
+        if not loads and layout is None and prefill is None:
             return None
-        return KvactWorkerMeta({spec.req_id: 1 for spec in loads}, layout)
+        return KvactWorkerMeta({spec.req_id: 1 for spec in loads}, layout, prefill)
 
     def get_finished(self, finished_req_ids: set[str]
                      ) -> tuple[set[str] | None, set[str] | None]:
@@ -617,6 +660,7 @@ class KvactConnector(KVConnectorBase_V1):
             self._runtime_id = None
 
     def _reset_step(self):
+        self._step_t0 = self._prefill = None
         self._loads = []      # (spec, hits, KVOp) started this step
         self._errors = set()  # block ids that failed to load this step
         self._failed = set()  # req ids with a load error this step
@@ -765,6 +809,13 @@ def _tp_rank():
         return get_tensor_model_parallel_rank()
     except (ImportError, AssertionError):  # no vLLM, or no TP group (one rank)
         return 0
+
+
+def _flag(value):
+    """An extra-config boolean: JSON's true/false, or a string ("false", "0", "off", "no")."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "off", "no", "")
+    return bool(value)
 
 
 def _model_name(name):

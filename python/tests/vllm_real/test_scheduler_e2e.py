@@ -36,6 +36,7 @@ import kvact
 import torch
 
 import kvact.integrations.vllm as kvact_vllm
+import vllm_cpu
 
 from engine_sim import Auditor, Engine, prompt
 from fill import fill_l1
@@ -515,6 +516,66 @@ def test_an_l2_tier_failing_costs_its_hits_not_a_request(engines, mode):
     assert e2.lookups["B"][-1] == (0, (0, False)) and e2.load_error_blocks == 0
     e2.check()
     held, wrong = audit(e1, e2)
+    assert not wrong, wrong
+
+
+def _first_chunk_only_in_l1(e, keys):
+    """Every chunk of keys in the slow tier, only the first also in L1 (brought in as
+    planned: the load_or_recompute policy would judge the tier too slow for it)."""
+    e.storage.flush(timeout=10.0)
+    e.storage.clear(force=True)
+    handle = e.storage.submit_prefetch_task(keys[:1], e.conn._leases.layout, as_planned=True)
+    assert handle.wait() == 1
+    e.storage.finish_read_prefetched(keys[:1])
+    assert e.storage.lookup(keys).tiers == {"L1": 1, "slow": len(keys) - 1}
+
+
+@MODES
+def test_a_tier_slower_than_the_prefill_is_not_counted(engines, mode):
+    """A's chunks are in a 0.5 GB/s mock tier, only its first also in L1 (issue 30). With
+    the engine computing faster than the tier delivers, vLLM's Scheduler in another
+    engine is told of the L1 hit only, and B computes the rest; once the engine reports a
+    slow prefill, C (the same prefix, a third engine) waits for the tier's chunk to come
+    into L1 and loads both. (Each engine first runs a request of its own: its worker's
+    first step tells the scheduler side the chunk layout, which the plan needs.)"""
+    main = vllm_cpu.main_suite_conftest()
+    extra = kvact_extra(l2=[main.SLOW_TIER], prefetch_policy="load_or_recompute")
+
+    def engine(seed):
+        e = engines(mode=mode, extra=extra)
+        e.add("W", prompt(40, seed), max_tokens=2)
+        e.run()
+        e.drain()
+        return e
+
+    e1 = engine(90)
+    base = prompt(96, 32)
+    e1.add("A", base, max_tokens=4)
+    e1.run()
+    e1.check()
+    e1.drain()
+    keys = kvact_vllm.block_hash_keys("tiny-llama", e1.requests["A"].block_hashes, CT,
+                                      BLOCK_SIZE)[:2]
+    main.measure_tier(e1.storage, "slow")
+    e2, e3 = engine(91), engine(92)
+    _first_chunk_only_in_l1(e2, keys)
+    main.prefill_rate(e2.storage, "tiny-llama", 1e12, CT)  # computing beats the tier
+    e2.add("B", base[:64] + prompt(100, 33), max_tokens=4)
+    e2.run()
+    assert e2.lookups["B"] == [(0, (CT, False))]  # chunk 0 only: chunk 1 was skipped
+    assert e2.external["B"] == [CT] and e2.loaded_checked["B"] == CT
+    e2.check()
+    e2.drain()
+    _first_chunk_only_in_l1(e3, keys)
+    main.prefill_rate(e3.storage, "tiny-llama", CT / 10.0, CT)  # 10 s a chunk
+    e3.add("C", base[:64] + prompt(100, 34), max_tokens=4)
+    e3.run()
+    assert e3.lookups["C"][0] == (0, (None, False))  # chunk 1 coming into L1
+    assert e3.lookups["C"][-1] == (0, (2 * CT, False))
+    assert e3.external["C"] == [2 * CT] and e3.loaded_checked["C"] == 2 * CT
+    assert e3.load_error_blocks == 0
+    e3.check()
+    held, wrong = audit(e1, e2, e3)
     assert not wrong, wrong
 
 
