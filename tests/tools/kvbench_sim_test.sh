@@ -4,8 +4,8 @@
 # JSON report holds: hits on the repeated system prompts, no wrong bytes,
 # bytes stored = stored chunks x chunk bytes, the L2 tiers' own byte
 # counts add up to the L2 totals, the L2 chunks usable as a prefix are
-# some of those resident (some resident with an L2 tier, none without), and
-# the chart is written.
+# some of those resident (some resident with an L2 tier, none without), the
+# same report is written beside the chart, and the chart is written.
 set -eu
 kvbench=$1
 dir=$(mktemp -d)
@@ -28,7 +28,7 @@ check() { # check NAME CONDITION-DESCRIPTION COMMAND...
 run() { # run NAME [kvbench options...]
   name=$1
   shift
-  out=$dir/$name.json svg=$dir/$name.svg
+  out=$dir/$name.out svg=$dir/$name.svg
   if ! "$kvbench" --model tiny --duration 2 --json --svg "$svg" "$@" > "$out" 2> "$dir/$name.err"; then
     echo "$name: kvbench failed"
     cat "$dir/$name.err"
@@ -51,6 +51,9 @@ run() { # run NAME [kvbench options...]
     awk -v r="$res" -v u="$use" -v w="$want_l2" \
     'BEGIN { exit !(u <= r && (w == "some" ? r > 0 : r == 0)) }'
   check "$name" "no chart at $svg" grep -q '</svg>' "$svg"
+  check "$name" "$dir/$name.json is not the report on stdout" /usr/bin/python3 -c \
+    'import json, sys; sys.exit(json.load(open(sys.argv[1])) != json.load(open(sys.argv[2])))' \
+    "$out" "$dir/$name.json"
   bound=$(field ttft_bound_p50_ms "$out") over=$(field ttft_over_bound "$out")
   check "$name" "ttft_bound_p50_ms '$bound', ttft_over_bound '$over'" \
     awk -v b="$bound" -v o="$over" 'BEGIN { exit !(b > 0 && o > 0) }'

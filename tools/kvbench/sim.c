@@ -272,6 +272,8 @@ static void stats_turn(sim_engine *e, const kva_tier_hits *th, const size_t *spl
   st->sec[sec].hit_chunks += hits;
   st->sec[sec].ttft_sum_s += x->ttft;
   st->sec[sec].ttft_base_sum_s += x->base;
+  st->sec[sec].ttft_bound_sum_s += x->bound;
+  for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) st->sec[sec].tier_hits[t] += split[t];
   pthread_mutex_unlock(&st->mu);
 }
 
@@ -409,16 +411,21 @@ double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st) {
     if (pthread_create(&e[started].th, NULL, engine_run, &e[started])) break;
   }
   int tty = isatty(2);
-  for (double t = 0; ok && started && t < o->duration_s;) {
-    double step = o->duration_s - t < 1 ? o->duration_s - t : 1;
-    sleep_s(step);
-    t = secs(bench_now_ns() - start);
-    if (!o->quiet) sim_progress(o, st, t, tty);
+  /* a tick at each whole second (and at the end) closes the second before
+   * it; an absolute schedule, so the ticks do not drift */
+  for (size_t k = 1; ok && started; k++) {
+    double end = (double)k < o->duration_s ? (double)k : o->duration_s;
+    sleep_s(end - secs(bench_now_ns() - start));
+    sim_tick(o, s, st, k - 1);
+    if (!o->quiet) sim_progress(o, st, k - 1, secs(bench_now_ns() - start), tty);
+    if (end >= o->duration_s) break;
   }
   __atomic_store_n(&stop, 1, __ATOMIC_RELAXED); /* a flag polled between turns: no ordering */
   for (int t = 0; t < started; t++) pthread_join(e[t].th, NULL);
   if (tty && ok && !o->quiet) fputc('\n', stderr);
   double elapsed = secs(bench_now_ns() - start);
+  if (ok && started) /* the turns that finished after the last tick */
+    sim_tick(o, s, st, elapsed > 1 ? (size_t)ceil(elapsed) - 1 : 0);
   if (e) engines_free(e, o->threads);
   free(e);
   free(prompts);

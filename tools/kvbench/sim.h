@@ -40,10 +40,16 @@ typedef struct sim_opts {
   int quiet;          /* no progress line */
 } sim_opts;
 
-/* Per-second series, one point per second of the run. */
+/* Per-second series, one point per second of the run (counted from when
+ * the engines start): a turn counts in the second it finished in; the
+ * tiers' traffic in the second sim_tick closed when it saw it. */
 typedef struct sim_second {
   uint64_t turns, hit_chunks, chunks;
-  double ttft_sum_s, ttft_base_sum_s;
+  uint64_t tier_hits[SIM_MAX_TIERS]; /* as sim_stats.tier_hits */
+  /* bytes: L1 = read by the engines' loads and written by their stores;
+   * an L2 tier = loaded into L1 and stored from it */
+  uint64_t tier_read[SIM_MAX_TIERS], tier_written[SIM_MAX_TIERS];
+  double ttft_sum_s, ttft_base_sum_s, ttft_bound_sum_s;
 } sim_second;
 
 /* Every chunk key the engines used, with the key before it in its chain
@@ -80,6 +86,7 @@ typedef struct sim_stats {
   sim_bw bw;                                                /* set before the engines start */
   size_t nsamples, cap;
   sim_second sec[SIM_MAX_SECONDS];
+  uint64_t ticked_read[SIM_MAX_TIERS], ticked_written[SIM_MAX_TIERS]; /* at the last tick */
   sim_chains chains;
 } sim_stats;
 
@@ -130,9 +137,12 @@ void sim_chains_note(sim_chains *c, const kva_key *keys, size_t n);
 int sim_chains_usable(sim_chains *c, kva_storage *s, const sim_stats *st, sim_prefix_counts *out);
 void sim_chains_free(sim_chains *c);
 /* sim_report.c */
-void sim_progress(const sim_opts *o, sim_stats *st, double t, int tty);
+/* Closes second sec of the series (the tiers' traffic since the last
+ * tick); the progress line, t seconds in, with second sec's figures. */
+void sim_tick(const sim_opts *o, kva_storage *s, sim_stats *st, size_t sec);
+void sim_progress(const sim_opts *o, sim_stats *st, size_t sec, double t, int tty);
 void sim_report_text(const sim_result *r);
-int sim_report_json(const sim_result *r);
+int sim_report_json(const sim_result *r, const char *path);
 int sim_write_svg(const sim_result *r, const char *path);
 double sim_pct(double *v, size_t n, double p); /* sorts v */
 

@@ -28,7 +28,8 @@ void sim_usage(FILE *f) {
              "  -o key=value          config override (repeatable), e.g. -o l2=[]\n"
              "  --json                final report as JSON on stdout\n"
              "  --svg PATH            chart (default kvbench-report.svg in the directory\n"
-             "                        bazel run was called from)\n"
+             "                        bazel run was called from); the JSON report beside\n"
+             "                        it (PATH with .json for .svg)\n"
              "  --clients N           N engine processes against one kvactd (started by\n"
              "                        kvbench on the config, with the whole L1 and disk\n"
              "                        budget), then N embedded instances with 1/N of\n"
@@ -171,19 +172,26 @@ static int sim_parse(int argc, char **argv, sim_opts *o, const char **cfg, char 
   return -1;
 }
 
+/* The JSON report's path: the chart's, .json for .svg (or added). */
+static void json_path(const char *svg, char *out, size_t n) {
+  size_t len = strlen(svg);
+  int ext = len > 4 && strcmp(svg + len - 4, ".svg") == 0;
+  snprintf(out, n, "%.*s.json", (int)(ext ? len - 4 : len), svg);
+}
+
 static int sim_finish(sim_result *r, kva_storage *s) {
+  char json[4096];
   kva_flush(s, 30000);
   kva_storage_get_stats(s, &r->after);
   for (uint32_t t = 1; t < r->st->ntiers; t++) /* the runtime started with the run: no deltas */
     kva_l2_get_tier_stats(s, r->st->tier_name[t], &r->tier[t]);
   if (sim_chains_usable(&r->st->chains, s, r->st, &r->l2) != 0) r->st->errors++;
-  if (r->o->json) {
-    if (sim_report_json(r)) return 1;
-  } else {
-    sim_report_text(r);
-  }
+  if (!r->o->json) sim_report_text(r);
+  json_path(r->o->svg, json, sizeof json);
+  if (sim_report_json(r, json)) return 1;
   int svg = sim_write_svg(r, r->o->svg);
-  fprintf(stderr, "kvbench: chart %s%s\n", r->o->svg, svg ? " (could not be written)" : "");
+  fprintf(stderr, "kvbench: report %s, chart %s%s\n", json, r->o->svg,
+          svg ? " (could not be written)" : "");
   return svg || r->st->wrong_bytes || r->st->errors ? 1 : 0;
 }
 

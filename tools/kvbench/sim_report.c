@@ -1,6 +1,7 @@
 /*
- * sim_report.c — the simulation's progress line, final report (text or
- * JSON) and SVG chart.
+ * sim_report.c — the simulation's per-second ticks and progress line,
+ * final report (text, and JSON to a file and with --json to stdout) and
+ * SVG chart.
  */
 #include <jansson.h>
 #include <math.h>
@@ -26,17 +27,60 @@ static double ratio(uint64_t a, uint64_t b) {
   return b ? (double)a / (double)b : 0;
 }
 
-void sim_progress(const sim_opts *o, sim_stats *st, double t, int tty) {
+/* Each tier's bytes read and written so far: L1's from the engines' counts,
+ * an L2 tier's from kva_l2_get_tier_stats (the last tick's where it cannot
+ * answer, so that no traffic is lost or counted twice). */
+static void tier_totals(const sim_opts *o, kva_storage *s, sim_stats *st, uint64_t *rd,
+                        uint64_t *wr) {
+  kva_layout l = sim_layout(o->model);
+  size_t cb = kva_layout_bytes(&l);
+  char name[SIM_MAX_TIERS][32];
+  pthread_mutex_lock(&st->mu);
+  uint32_t n = st->ntiers;
+  memcpy(name, st->tier_name, sizeof name);
+  memcpy(rd, st->ticked_read, sizeof st->ticked_read);
+  memcpy(wr, st->ticked_written, sizeof st->ticked_written);
+  rd[0] = st->hit_chunks * cb;
+  wr[0] = st->stored_chunks * cb;
+  pthread_mutex_unlock(&st->mu);
+  for (uint32_t t = 1; t < n; t++) {
+    kva_l2_tier_stats ts;
+    if (kva_l2_get_tier_stats(s, name[t], &ts) == KVA_EINVAL) continue;
+    rd[t] = ts.loaded_bytes;
+    wr[t] = ts.stored_bytes;
+  }
+}
+
+void sim_tick(const sim_opts *o, kva_storage *s, sim_stats *st, size_t sec) {
+  uint64_t rd[SIM_MAX_TIERS], wr[SIM_MAX_TIERS];
+  tier_totals(o, s, st, rd, wr);
+  sim_second *p = &st->sec[sec < SIM_MAX_SECONDS ? sec : SIM_MAX_SECONDS - 1];
+  pthread_mutex_lock(&st->mu);
+  for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) {
+    p->tier_read[t] += rd[t] - st->ticked_read[t];
+    p->tier_written[t] += wr[t] - st->ticked_written[t];
+    st->ticked_read[t] = rd[t];
+    st->ticked_written[t] = wr[t];
+  }
+  pthread_mutex_unlock(&st->mu);
+}
+
+void sim_progress(const sim_opts *o, sim_stats *st, size_t sec, double t, int tty) {
   pthread_mutex_lock(&st->mu);
   uint64_t turns = st->turns, hits = st->hit_chunks, chunks = st->chunks, bad = st->wrong_bytes;
+  sim_second p = st->sec[sec < SIM_MAX_SECONDS ? sec : SIM_MAX_SECONDS - 1];
   pthread_mutex_unlock(&st->mu);
   int done = (int)(20 * (t < o->duration_s ? t / o->duration_s : 1));
-  char bar[21];
+  char bar[21], last[96] = "last s: no turn";
   for (int i = 0; i < 20; i++) bar[i] = i < done ? '#' : '.';
   bar[20] = 0;
-  fprintf(stderr, "%s[%s] %5.1f/%.0f s  turns %llu  hit ratio %5.1f%%  wrong bytes %llu%s",
+  if (p.turns)
+    snprintf(last, sizeof last, "last s: hit %5.1f%%  TTFT %6.1f / %6.1f ms with / without",
+             100 * ratio(p.hit_chunks, p.chunks), p.ttft_sum_s / (double)p.turns * 1e3,
+             p.ttft_base_sum_s / (double)p.turns * 1e3);
+  fprintf(stderr, "%s[%s] %5.1f/%.0f s  turns %llu  hit ratio %5.1f%%  %-56s  wrong bytes %llu%s",
           tty ? "\r" : "", bar, t, o->duration_s, (unsigned long long)turns,
-          100 * ratio(hits, chunks), (unsigned long long)bad, tty ? "" : "\n");
+          100 * ratio(hits, chunks), last, (unsigned long long)bad, tty ? "" : "\n");
 }
 
 /* The figures both reports print, from the stats and their deltas. */
@@ -146,25 +190,50 @@ static size_t run_seconds(const sim_result *r) {
   return n > SIM_MAX_SECONDS ? SIM_MAX_SECONDS : n;
 }
 
+/* Second p's entry of each tier: its hits, and its traffic (sim_second). */
+static json_t *second_tiers_json(const sim_stats *st, const sim_second *p) {
+  json_t *a = json_array();
+  for (uint32_t t = 0; a && t < st->ntiers; t++)
+    json_array_append_new(a, json_pack("{s:s,s:I,s:f,s:I,s:I}", "name", st->tier_name[t],
+                                       "hit_chunks", (json_int_t)p->tier_hits[t], "hit_ratio",
+                                       ratio(p->tier_hits[t], p->chunks), "bytes_read",
+                                       (json_int_t)p->tier_read[t], "bytes_written",
+                                       (json_int_t)p->tier_written[t]));
+  return a;
+}
+
+/* A mean in ms of second p's turns, null in a second without one. */
+static json_t *mean_ms(double sum_s, const sim_second *p) {
+  return p->turns ? json_real(sum_s / (double)p->turns * 1e3) : json_null();
+}
+
 /* The per-second series, one entry per second of the run (a second in
- * which no turn finished has turns 0 and null means): what the chart
- * draws. */
+ * which no turn finished has turns 0 and null means): what the charts
+ * draw. */
 static json_t *per_second_json(const sim_result *r) {
   json_t *a = json_array();
   for (size_t i = 0; a && i < run_seconds(r); i++) {
     const sim_second *p = &r->st->sec[i];
-    json_t *ttft = p->turns ? json_real(p->ttft_sum_s / (double)p->turns * 1e3) : json_null();
-    json_t *base = p->turns ? json_real(p->ttft_base_sum_s / (double)p->turns * 1e3) : json_null();
     json_array_append_new(
-        a, json_pack("{s:I,s:I,s:I,s:I,s:f,s:o,s:o}", "second", (json_int_t)i, "turns",
+        a, json_pack("{s:I,s:I,s:I,s:I,s:f,s:o,s:o,s:o,s:o}", "second", (json_int_t)i, "turns",
                      (json_int_t)p->turns, "chunks", (json_int_t)p->chunks, "hit_chunks",
                      (json_int_t)p->hit_chunks, "hit_ratio", ratio(p->hit_chunks, p->chunks),
-                     "ttft_mean_ms", ttft, "ttft_mean_ms_without_kvact", base));
+                     "ttft_mean_ms", mean_ms(p->ttft_sum_s, p), "ttft_mean_ms_without_kvact",
+                     mean_ms(p->ttft_base_sum_s, p), "ttft_mean_ms_bound",
+                     mean_ms(p->ttft_bound_sum_s, p), "tiers", second_tiers_json(r->st, p)));
   }
   return a;
 }
 
-int sim_report_json(const sim_result *r) {
+/* n samples in ms (figs() has sorted them). */
+static json_t *samples_ms(const double *v, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_real(v[i] * 1e3));
+  return a;
+}
+
+/* The JSON report, written to path, and to stdout with --json. */
+int sim_report_json(const sim_result *r, const char *path) {
   sim_stats *st = r->st;
   sim_figs f = figs(r);
   char dev[16] = "host";
@@ -212,9 +281,19 @@ int sim_report_json(const sim_result *r) {
         j, json_pack("{s:f,s:f,s:f,s:o}", "ttft_bound_p50_ms", f.ttft_bound * 1e3,
                      "ttft_over_bound", f.ttft_bound > 0 ? f.ttft / f.ttft_bound : 0,
                      "ttft_bound_target", SIM_BOUND_TARGET, "bound_bandwidths", bw));
+  if (j) /* every turn's, sorted: the distributions' charts */
+    json_object_set_new(j, "ttft_samples_ms",
+                        json_pack("{s:o,s:o,s:o}", "with_kvact",
+                                  samples_ms(st->ttft_s, st->nsamples), "without_kvact",
+                                  samples_ms(st->ttft_base_s, st->nsamples), "bound",
+                                  samples_ms(st->ttft_bound_s, st->nsamples)));
   if (!j) return -1;
-  int rc = json_dumpf(j, stdout, JSON_INDENT(2));
-  fputc('\n', stdout);
+  int rc = json_dump_file(j, path, JSON_INDENT(2));
+  if (rc) fprintf(stderr, "kvbench: %s could not be written\n", path);
+  if (!rc && r->o->json) {
+    rc = json_dumpf(j, stdout, JSON_INDENT(2));
+    fputc('\n', stdout);
+  }
   json_decref(j);
   return rc;
 }
