@@ -34,6 +34,7 @@ typedef struct sim_opts {
   double prefill_tps, duration_s;
   int json;
   const char *svg;    /* the chart's path */
+  int simple_chart;   /* KVBENCH_CHART=simple: sim_write_svg's, not report.py's */
   int clients;        /* --clients: engine processes (0 = this process alone) */
   const char *socket; /* --socket: a running kvactd's (NULL: --clients starts one) */
   int proc;           /* this engine process's index: its conversations' seeds */
@@ -143,6 +144,9 @@ void sim_tick(const sim_opts *o, kva_storage *s, sim_stats *st, size_t sec);
 void sim_progress(const sim_opts *o, sim_stats *st, size_t sec, double t, int tty);
 void sim_report_text(const sim_result *r);
 int sim_report_json(const sim_result *r, const char *path);
+/* The chart at r->o->svg from the JSON report at json: report.py's, or
+ * sim_write_svg's when matplotlib is missing; says which; 0 or -1. */
+int sim_write_chart(const sim_result *r, const char *json);
 int sim_write_svg(const sim_result *r, const char *path);
 double sim_pct(double *v, size_t n, double p); /* sorts v */
 

@@ -28,8 +28,10 @@ void sim_usage(FILE *f) {
              "  -o key=value          config override (repeatable), e.g. -o l2=[]\n"
              "  --json                final report as JSON on stdout\n"
              "  --svg PATH            chart (default kvbench-report.svg in the directory\n"
-             "                        bazel run was called from); the JSON report beside\n"
-             "                        it (PATH with .json for .svg)\n"
+             "                        bazel run was called from): report.py's, drawn with\n"
+             "                        Debian's python3-matplotlib (KVBENCH_CHART=simple:\n"
+             "                        kvbench's own one panel); the JSON report beside it\n"
+             "                        (PATH with .json for .svg)\n"
              "  --clients N           N engine processes against one kvactd (started by\n"
              "                        kvbench on the config, with the whole L1 and disk\n"
              "                        budget), then N embedded instances with 1/N of\n"
@@ -189,9 +191,7 @@ static int sim_finish(sim_result *r, kva_storage *s) {
   if (!r->o->json) sim_report_text(r);
   json_path(r->o->svg, json, sizeof json);
   if (sim_report_json(r, json)) return 1;
-  int svg = sim_write_svg(r, r->o->svg);
-  fprintf(stderr, "kvbench: report %s, chart %s%s\n", json, r->o->svg,
-          svg ? " (could not be written)" : "");
+  int svg = sim_write_chart(r, json);
   return svg || r->st->wrong_bytes || r->st->errors ? 1 : 0;
 }
 
@@ -203,7 +203,9 @@ int sim_main(int argc, char **argv) {
                 .seed = 1,
                 .prefill_tps = 10000,
                 .duration_s = 10,
-                .svg = default_svg()};
+                .svg = default_svg(),
+                .simple_chart =
+                    getenv("KVBENCH_CHART") && !strcmp(getenv("KVBENCH_CHART"), "simple")};
   const char *file = NULL;
   char **sets = calloc((size_t)argc + 1, sizeof(char *));
   int nsets = 0, rc = sets ? sim_parse(argc, argv, &o, &file, sets, &nsets) : 1;

@@ -1,15 +1,27 @@
 /*
  * sim_report.c — the simulation's per-second ticks and progress line,
  * final report (text, and JSON to a file and with --json to stdout) and
- * SVG chart.
+ * chart: tools/kvbench/report.py's (matplotlib) over the JSON report, or
+ * a one-panel SVG drawn here when Debian's python3 has no matplotlib.
  */
+#include <errno.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/sim.h"
+
+#define SIM_PYTHON "/usr/bin/python3" /* Debian's: the one python3-matplotlib is for */
+#define SIM_REPORT_PY "tools/kvbench/report.py"
+#define SIM_NO_MATPLOTLIB 3 /* report.py's exit status when matplotlib does not import */
+
+extern char **environ;
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -296,6 +308,70 @@ int sim_report_json(const sim_result *r, const char *path) {
   }
   json_decref(j);
   return rc;
+}
+
+/* report.py: beside the binary (bazel-bin/tools/kvbench_report.py, a
+ * copy), else in the runfiles tree bazel run and bazel test start in, else
+ * in a source tree kvbench runs from; 0 or -1. */
+static int report_py(char *out, size_t n) {
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[len > 0 ? len : 0] = 0;
+  snprintf(out, n, "%s/kvbench_report.py", dirname(self));
+  if (len > 0 && access(out, R_OK) == 0) return 0;
+  const char *rel[] = {"tools/kvbench_report.py", SIM_REPORT_PY};
+  for (int i = 0; i < 2; i++)
+    if (access(rel[i], R_OK) == 0) return snprintf(out, n, "%s", rel[i]) < 0 ? -1 : 0;
+  return -1;
+}
+
+/* Runs SIM_PYTHON report.py JSON SVG; its exit status (SIM_NO_MATPLOTLIB
+ * too when python3 cannot start). Its output goes to a temporary file
+ * (stdout carries the JSON report with --json), passed on to stderr
+ * unless matplotlib was missing: kvbench says that in its own words. */
+static int run_report_py(const char *py, const char *json, const char *svg) {
+  FILE *log = tmpfile();
+  if (!log) return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fileno(log), 1);
+  posix_spawn_file_actions_adddup2(&fa, fileno(log), 2);
+  char *argv[] = {SIM_PYTHON, (char *)py, (char *)json, (char *)svg, NULL};
+  pid_t pid;
+  int status = 0, rc = posix_spawn(&pid, SIM_PYTHON, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  while (rc == 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  rc = rc ? SIM_NO_MATPLOTLIB : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  char buf[4096];
+  size_t got;
+  rewind(log);
+  while (rc != SIM_NO_MATPLOTLIB && (got = fread(buf, 1, sizeof buf, log)) > 0)
+    fwrite(buf, 1, got, stderr);
+  fclose(log);
+  return rc;
+}
+
+int sim_write_chart(const sim_result *r, const char *json) {
+  const char *svg = r->o->svg;
+  char py[4096];
+  int found = !r->o->simple_chart && report_py(py, sizeof py) == 0;
+  int rc = found ? run_report_py(py, json, svg) : -1;
+  if (rc == 0) {
+    fprintf(stderr, "kvbench: report %s, chart %s (matplotlib)\n", json, svg);
+    return 0;
+  }
+  char why[160] = "KVBENCH_CHART=simple";
+  if (!r->o->simple_chart && !found)
+    snprintf(why, sizeof why, "kvbench_report.py not found beside kvbench, nor %s", SIM_REPORT_PY);
+  else if (rc == SIM_NO_MATPLOTLIB)
+    snprintf(why, sizeof why, "`apt-get install python3-matplotlib` would give the full report");
+  else if (!r->o->simple_chart)
+    snprintf(why, sizeof why, "report.py failed with status %d, its output above", rc);
+  int bad = sim_write_svg(r, svg);
+  fprintf(stderr, "kvbench: report %s, chart %s %s (%s)\n", json, svg,
+          bad ? "could not be written" : "hand-drawn", why);
+  return bad ? -1 : 0;
 }
 
 /* Hit ratio (left axis, 0..100%) and mean TTFT with and without kvact
