@@ -56,8 +56,9 @@ static void tier_totals(const sim_opts *o, kva_storage *s, sim_stats *st, uint64
   wr[0] = st->stored_chunks * cb;
   pthread_mutex_unlock(&st->mu);
   for (uint32_t t = 1; t < n; t++) {
-    kva_l2_tier_stats ts;
-    if (kva_l2_get_tier_stats(s, name[t], &ts) == KVA_EINVAL) continue;
+    kva_l2_tier_stats ts = {0};
+    int rc = kva_l2_get_tier_stats(s, name[t], &ts);
+    if (rc != KVA_OK && rc != KVA_EIO) continue; /* KVA_EIO: all but the adapter's part */
     rd[t] = ts.loaded_bytes;
     wr[t] = ts.stored_bytes;
   }
