@@ -76,7 +76,10 @@ def xs(r):
 
 
 def time_axis(ax, r):
-    ax.set_xlabel("seconds since the engines started")
+    sec = seconds(r)
+    last = second_len(r, sec[-1]) if sec else 1
+    ax.set_xlabel("seconds since the engines started" +
+                  (" (the last point: %.2f s)" % last if last < 0.995 else ""))
     ax.set_xlim(0, max(1, len(seconds(r))))
     ax.grid(alpha=0.3)
 
