@@ -81,15 +81,22 @@ if tiers[:1] != ["L1"] or len(tiers) < 2:
     problems.append("tiers %s, want L1 and the default config's disk tier" % tiers)
 tier = lambda s, name: next(t for t in s["tiers"] if t["name"] == name)
 length = lambda s: min(1.0, r["elapsed_s"] - s["second"])
-want_line("hit_ratio", lambda x: x == "all tiers (found)", "all tiers",
+want_line("hit_ratio", lambda x: x == "all tiers (used)", "all tiers",
           [s["hit_ratio"] for s in sec])
+if any("found_chunks" in s for s in sec):  # the load plan's: found, some not used
+    want_line("hit_ratio", lambda x: x == "all tiers (found)", "all tiers found",
+              [s["found_chunks"] / s["chunks"] if s["chunks"] else 0 for s in sec])
 for label, key in (("with kvact", "ttft_mean_ms"), ("without kvact", "ttft_mean_ms_without_kvact"),
                    ("bound", "ttft_mean_ms_bound")):
     want_line("ttft", lambda x: x == label, label, [num(s[key]) for s in sec])
 probe = {b["tier"]: b["gb_per_s"] for b in r["bound_bandwidths"]}
 for name in tiers:
-    want_line("hit_ratio", lambda x: x == name + " (found)", name,
+    want_line("hit_ratio", lambda x: x == name + " (used)", name,
               [tier(s, name)["hit_ratio"] for s in sec])
+    if any("found_chunks" in tier(s, name) for s in sec):
+        want_line("hit_ratio", lambda x: x == name + " (found)", name + " found",
+                  [tier(s, name)["found_chunks"] / s["chunks"] if s["chunks"] else 0
+                   for s in sec])
     p = "traffic:" + name
     rd = [tier(s, name)["bytes_read"] / length(s) / 1e9 for s in sec]
     wr = [tier(s, name)["bytes_written"] / length(s) / 1e9 for s in sec]

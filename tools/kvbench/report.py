@@ -6,8 +6,10 @@
 Reads the JSON report kvbench writes beside its chart (kvbench-report.json)
 and draws, one panel each, with axes, units and a legend:
 
-  a. the hit ratio per second, of all tiers and of each tier ("found": the
-     chunks a turn loaded; "used" too when the JSON has `used_ratio`);
+  a. the hit ratio per second, of all tiers and of each tier: "used"
+     (`hit_ratio`, the chunks a turn loaded) and, when the JSON has it,
+     "found" (`found_ratio` or `found_chunks`: found by the lookup, some
+     perhaps recomputed rather than loaded, as the load plan decides);
   b. the mean TTFT per second with kvact, without it and its bound;
   c. the TTFT distribution (ECDF of every turn) of the three, p50 and p99
      marked;
@@ -18,7 +20,7 @@ and draws, one panel each, with axes, units and a legend:
 A per-second point sits at the middle of its second (x = second + 0.5);
 a rate divides by the second's length (the last one is partial). Missing
 keys draw nothing (a null is a gap): the JSON may gain fields (the load
-plan's `used_ratio`, per second and per tier) or lack them.
+plan's `found_chunks`, per second and per tier) or lack them.
 
 --dump prints every line drawn, one JSON object a line: the panel (the
 axes' label), the line's label and its x and y, read back from the
@@ -84,20 +86,32 @@ def time_axis(ax, r):
     ax.grid(alpha=0.3)
 
 
+def found_ratio(d, chunks):
+    """The ratio of chunks found (the load plan's found_chunks) in entry d
+    of a second of `chunks` chunks, None when the JSON has none."""
+    if "found_ratio" in d:
+        return num(d["found_ratio"])
+    if "found_chunks" in d:
+        return d["found_chunks"] / chunks if chunks else 0.0
+    return None
+
+
 def panel_hits(ax, r):
-    """a. The hit ratio per second, of all tiers and of each one."""
+    """a. The hit ratio per second, of all tiers and of each one: used
+    (hit_ratio: the chunks loaded) and, when the JSON has it, found."""
     ax.set_label("hit_ratio")
     sec = seconds(r)
-    for kind, key, style in (("found", "hit_ratio", "-"), ("used", "used_ratio", "--")):
-        if any(key in s for s in sec):
-            ax.plot(xs(r), [num(s.get(key)) for s in sec], style, color="black", lw=4, alpha=0.35,
-                    label="all tiers (%s)" % kind)
-        for i, name in enumerate(tier_names(r)):
-            ys = [num(tier_of(s, name).get(key)) for s in sec]
-            if any(key in tier_of(s, name) for s in sec):
-                ax.plot(xs(r), ys, style, color="C%d" % (i + 1), label="%s (%s)" % (name, kind))
+    used = [("all tiers", lambda s: s)] + [(n, lambda s, n=n: tier_of(s, n)) for n in tier_names(r)]
+    for i, (name, entry) in enumerate(used):
+        style = dict(color="black", lw=4, alpha=0.35) if i == 0 else dict(color="C%d" % i)
+        if any("hit_ratio" in entry(s) for s in sec):
+            ax.plot(xs(r), [num(entry(s).get("hit_ratio")) for s in sec], ls="-",
+                    label="%s (used)" % name, **style)
+        found = [found_ratio(entry(s), s.get("chunks", 0)) for s in sec]
+        if any(f is not None for f in found):
+            ax.plot(xs(r), [num(f) for f in found], ls="--", label="%s (found)" % name, **style)
     ax.set_title("a. Hit ratio per second, by tier")
-    ax.set_ylabel("chunks of the turns served (%)")
+    ax.set_ylabel("chunks of the turns (%)")
     ax.yaxis.set_major_formatter(PercentFormatter(xmax=1))
     ax.set_ylim(0, 1.02)
     time_axis(ax, r)
