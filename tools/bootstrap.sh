@@ -25,6 +25,7 @@ packages=(
   curl              # kvactd tests scrape the metrics endpoint
   python3-pytest python3-numpy python3-torch  # the Python package (issue 17)
   python3-pip python3-venv python3-setuptools # pip install ./python (offline)
+  python3-matplotlib # kvbench's chart (tools/kvbench/report.py, /usr/bin/python3)
 )
 
 missing=()

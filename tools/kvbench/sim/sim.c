@@ -313,6 +313,10 @@ static void stats_turn(sim_engine *e, const kva_tier_hits *th, const sim_turn_ti
   st->sec[sec].ttft_sum_s += x->ttft;
   st->sec[sec].ttft_base_sum_s += x->base;
   st->sec[sec].ttft_bound_sum_s += x->bound;
+  for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) {
+    st->sec[sec].tier_hits[t] += tt->used[t];
+    st->sec[sec].tier_found[t] += tt->found[t];
+  }
   pthread_mutex_unlock(&st->mu);
 }
 
@@ -366,8 +370,11 @@ static void engine_turn(sim_engine *e, sim_conv *c) {
   for (uint32_t t = 1; t < p.found.ntiers && t < SIM_MAX_TIERS; t++) tt.skipped[t] = p.skipped[t];
   tt.nfound = found;
   tt.split = split;
+  pthread_mutex_lock(&e->st->mu); /* the progress loop refreshes a metered rate */
+  sim_bw bw = e->st->bw;
+  pthread_mutex_unlock(&e->st->mu);
   sim_sample x = {.pf = f.pf,
-                  .bound = sim_bound_best(&e->st->bw, &p.found, e->chunk_bytes, chunk_s,
+                  .bound = sim_bound_best(&bw, &p.found, e->chunk_bytes, chunk_s,
                                           (double)(c->n - found * SIM_CHUNK) / tps, layers),
                   .base = (double)c->n / tps};
   if (split) {
@@ -429,7 +436,7 @@ const sim_model *sim_model_find(const char *name) {
 /* Each engine's cache on st->device; when the first one cannot be
  * registered on a CUDA device, every engine's goes to the host device. */
 static int engines_init(const sim_opts *o, kva_storage *s, sim_stats *st, sim_engine *e,
-                        const int32_t *prompts, volatile int *stop, uint64_t start) {
+                        const int32_t *prompts, volatile int *stop) {
   kva_layout l = sim_layout(o->model);
   size_t bytes = kva_layout_bytes(&l);
   for (int t = 0; t < o->threads; t++) {
@@ -439,7 +446,6 @@ static int engines_init(const sim_opts *o, kva_storage *s, sim_stats *st, sim_en
                         .layout = l,
                         .chunk_bytes = bytes,
                         .rng = o->seed * 1000003 + ((uint64_t)o->proc << 32) + (uint64_t)t + 1,
-                        .start_ns = start,
                         .prompts = prompts,
                         .stop = stop};
     /* the simulated engine knows its prefill rate exactly; a client of
@@ -484,25 +490,34 @@ double sim_run(const sim_opts *o, kva_storage *s, sim_stats *st) {
   int32_t *prompts = malloc((size_t)o->prompts * SIM_PROMPT * sizeof(int32_t));
   sim_engine *e = calloc((size_t)o->threads, sizeof(sim_engine));
   volatile int stop = 0;
-  uint64_t start = bench_now_ns();
   for (size_t i = 0; prompts && i < (size_t)o->prompts * SIM_PROMPT; i++)
     prompts[i] = (int32_t)(sim_rng_next(&seed) % 128000);
-  int ok = prompts && e && engines_init(o, s, st, e, prompts, &stop, start) == 0;
+  int ok = prompts && e && engines_init(o, s, st, e, prompts, &stop) == 0;
   int started = 0;
   st->conversations = (uint64_t)o->conversations;
-  for (; ok && started < o->threads; started++)
+  /* the run starts once the engines' caches are ready: prefaulting and
+   * registering them (seconds for a large model) is no second of it */
+  uint64_t start = bench_now_ns();
+  for (; ok && started < o->threads; started++) {
+    e[started].start_ns = start;
     if (pthread_create(&e[started].th, NULL, engine_run, &e[started])) break;
+  }
   int tty = isatty(2);
-  for (double t = 0; ok && started && t < o->duration_s;) {
-    double step = o->duration_s - t < 1 ? o->duration_s - t : 1;
-    sleep_s(step);
-    t = secs(bench_now_ns() - start);
-    if (!o->quiet) sim_progress(o, st, t, tty);
+  /* a tick at each whole second (and at the end) closes the second before
+   * it; an absolute schedule, so the ticks do not drift */
+  for (size_t k = 1; ok && started; k++) {
+    double end = (double)k < o->duration_s ? (double)k : o->duration_s;
+    sleep_s(end - secs(bench_now_ns() - start));
+    sim_tick(o, s, st, k - 1);
+    if (!o->quiet) sim_progress(o, st, k - 1, secs(bench_now_ns() - start), tty);
+    if (end >= o->duration_s) break;
   }
   __atomic_store_n(&stop, 1, __ATOMIC_RELAXED); /* a flag polled between turns: no ordering */
   for (int t = 0; t < started; t++) pthread_join(e[t].th, NULL);
   if (tty && ok && !o->quiet) fputc('\n', stderr);
   double elapsed = secs(bench_now_ns() - start);
+  if (ok && started) /* the turns that finished after the last tick */
+    sim_tick(o, s, st, elapsed > 1 ? (size_t)ceil(elapsed) - 1 : 0);
   if (e) engines_free(e, o->threads);
   free(e);
   free(prompts);

@@ -44,15 +44,23 @@ typedef struct sim_opts {
   double prefill_tps, duration_s;
   int json;
   const char *svg;    /* the chart's path (NULL: the default) */
+  int simple_chart;   /* KVBENCH_CHART=simple: sim_write_svg's, not report.py's */
   int clients;        /* --clients: engine processes (0 = this process alone) */
   const char *socket; /* --socket: a running kvactd's (NULL: --clients starts one) */
   int proc;           /* this engine process's index: its conversations' seeds */
   int quiet;          /* no progress line */
 } sim_opts;
 
-/* Per-second series, one point per second of the run. */
+/* Per-second series, one point per second of the run (counted from when
+ * the engines start): a turn counts in the second it finished in; the
+ * tiers' traffic in the second sim_tick closed when it saw it. */
 typedef struct sim_second {
   uint64_t turns, hit_chunks, found_chunks, chunks;
+  uint64_t tier_hits[SIM_MAX_TIERS];  /* used, as sim_stats.tier_hits */
+  uint64_t tier_found[SIM_MAX_TIERS]; /* found, as sim_stats.tier_found */
+  /* bytes: L1 = read by the engines' loads and written by their stores;
+   * an L2 tier = loaded into L1 and stored from it */
+  uint64_t tier_read[SIM_MAX_TIERS], tier_written[SIM_MAX_TIERS];
   double ttft_sum_s, ttft_base_sum_s, ttft_bound_sum_s;
 } sim_second;
 
@@ -92,6 +100,7 @@ typedef struct sim_stats {
   sim_bw bw;                                                /* set before the engines start */
   size_t nsamples, cap;
   sim_second sec[SIM_MAX_SECONDS];
+  uint64_t ticked_read[SIM_MAX_TIERS], ticked_written[SIM_MAX_TIERS]; /* at the last tick */
   sim_chains chains;
 } sim_stats;
 
@@ -150,9 +159,15 @@ void sim_chains_note(sim_chains *c, const kva_key *keys, size_t n);
 int sim_chains_usable(sim_chains *c, kva_storage *s, const sim_stats *st, sim_prefix_counts *out);
 void sim_chains_free(sim_chains *c);
 /* sim_report.c */
-void sim_progress(const sim_opts *o, sim_stats *st, double t, int tty);
+/* Closes second sec of the series (the tiers' traffic since the last
+ * tick); the progress line, t seconds in, with second sec's figures. */
+void sim_tick(const sim_opts *o, kva_storage *s, sim_stats *st, size_t sec);
+void sim_progress(const sim_opts *o, sim_stats *st, size_t sec, double t, int tty);
 void sim_report_text(const sim_result *r);
-int sim_report_json(const sim_result *r);
+int sim_report_json(const sim_result *r, const char *path);
+/* The chart at r->o->svg from the JSON report at json: report.py's, or
+ * sim_write_svg's when matplotlib is missing; says which; 0 or -1. */
+int sim_write_chart(const sim_result *r, const char *json);
 int sim_write_svg(const sim_result *r, const char *path);
 double sim_pct(double *v, size_t n, double p); /* sorts v */
 

@@ -96,25 +96,31 @@ static int sim_check(sim_opts *o, const char *model) {
   return -1;
 }
 
+/* The JSON report's path: the chart's, .json for .svg (or added). */
+static void json_path(const char *svg, char *out, size_t n) {
+  size_t len = strlen(svg);
+  int ext = len > 4 && strcmp(svg + len - 4, ".svg") == 0;
+  snprintf(out, n, "%.*s.json", (int)(ext ? len - 4 : len), svg);
+}
+
 static int sim_finish(sim_result *r, kva_storage *s) {
+  char json[4096];
   kva_flush(s, 30000);
   kva_storage_get_stats(s, &r->after);
   for (uint32_t t = 1; t < r->st->ntiers; t++) /* the runtime started with the run: no deltas */
     kva_l2_get_tier_stats(s, r->st->tier_name[t], &r->tier[t]);
   if (sim_chains_usable(&r->st->chains, s, r->st, &r->l2) != 0) r->st->errors++;
-  if (r->o->json) {
-    if (sim_report_json(r)) return 1;
-  } else {
-    sim_report_text(r);
-  }
-  int svg = sim_write_svg(r, r->o->svg);
-  fprintf(stderr, "kvbench: chart %s%s\n", r->o->svg, svg ? " (could not be written)" : "");
+  if (!r->o->json) sim_report_text(r);
+  json_path(r->o->svg, json, sizeof json);
+  if (sim_report_json(r, json)) return 1;
+  int svg = sim_write_chart(r, json);
   return svg || r->st->wrong_bytes || r->st->errors ? 1 : 0;
 }
 
 int sim_main(const sim_opts *opts, const char *model, const char *file, char **sets, int nsets) {
   sim_opts o = *opts;
   if (!o.svg) o.svg = default_svg();
+  o.simple_chart = getenv("KVBENCH_CHART") && !strcmp(getenv("KVBENCH_CHART"), "simple");
   int rc = sim_check(&o, model);
   if (rc >= 0) return rc;
   if (o.clients) /* before any thread of this process */
