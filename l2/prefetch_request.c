@@ -108,9 +108,10 @@ void pf_start(prefetch_controller *c, prefetch_req *req) {
  * left to pay: the load. */
 static size_t worth_loading(prefetch_controller *c, prefetch_req *req) {
   load_plan_tier views[L2_MAX_TIERS];
+  uint64_t now = pf_now(c);
   for (uint32_t t = 0; t < c->tiers->n; t++) {
     l2_meter_view v;
-    l2_meter_read(&c->tiers->t[t].meter, &v);
+    l2_meter_plan(&c->tiers->t[t].meter, now, &v);
     views[t] = (load_plan_tier){v.bytes_per_s, v.latency_s, v.queued_bytes};
   }
   load_plan_in in = {.n = req->base + req->nplanned,
@@ -189,7 +190,7 @@ static void start_loads(prefetch_controller *c, prefetch_req *req) {
     kva_l2_req *r = &req->load[t];
     if (kva_send(c->tiers->t[t].actor, KVA_L2_LOAD, &r, sizeof(r), c->self, pf_tag(c, req)) ==
         KVA_OK) {
-      l2_meter_sent(&c->tiers->t[t].meter, r->n * key_bytes, now);
+      l2_meter_sent(&c->tiers->t[t].meter, 1, r->n * key_bytes, now);
       req->waiting++;
     }
   }
@@ -363,7 +364,7 @@ void pf_on_l2(prefetch_controller *c, prefetch_req *req, const kva_l2_req *r) {
           moved++;
         }
       size_t key_bytes = kva_layout_bytes(req->user->layout);
-      l2_meter_done(m, r->n * key_bytes, moved * key_bytes, now);
+      l2_meter_done(m, 1, r->n * key_bytes, moved * key_bytes, now);
     }
     req->waiting--;
   }

@@ -321,7 +321,7 @@ static void on_reserved(store_controller *c, store_task *t) {
   kva_l2_req *r = &t->l2;
   int rc = kva_send(c->tiers->t[t->tier].actor, KVA_L2_STORE, &r, sizeof(r), c->self, tag_of(c, t));
   if (rc == KVA_OK)
-    l2_meter_sent(&c->tiers->t[t->tier].meter, t->n * kva_layout_bytes(&t->layout), now_ns(c));
+    l2_meter_sent(&c->tiers->t[t->tier].meter, 0, t->n * kva_layout_bytes(&t->layout), now_ns(c));
   if (rc != KVA_OK) { /* the tier is gone: release what we hold */
     t->stored = rc;
     release(c, t);
@@ -331,7 +331,7 @@ static void on_reserved(store_controller *c, store_task *t) {
 static void on_stored(store_controller *c, store_task *t) {
   t->stored = t->l2.result;
   uint64_t bytes = t->n * kva_layout_bytes(&t->layout);
-  l2_meter_done(&c->tiers->t[t->tier].meter, bytes, t->stored == KVA_OK ? bytes : 0, now_ns(c));
+  l2_meter_done(&c->tiers->t[t->tier].meter, 0, bytes, t->stored == KVA_OK ? bytes : 0, now_ns(c));
   l2_health(c->tiers, t->tier, t->stored);
   l2_count(&c->tiers->store_tasks, 1);
   if (t->stored == KVA_OK) {

@@ -102,9 +102,10 @@ static int plan_found(kva_storage *s, const kva_key *k, const kva_layout *l, kva
   for (uint32_t j = 1; j < f->ntiers; j++)
     for (size_t i = 0; i < f->tier[j].hits; i++, n++) tier[n - h] = (int8_t)(j - 1);
   load_plan_tier views[L2_MAX_TIERS];
+  uint64_t now = kva_runtime_now_ns(s->rt);
   for (uint32_t t = 0; t < s->tiers.n; t++) {
     l2_meter_view v;
-    l2_meter_read(&s->tiers.t[t].meter, &v);
+    l2_meter_plan(&s->tiers.t[t].meter, now, &v);
     views[t] = (load_plan_tier){v.bytes_per_s, v.latency_s, v.queued_bytes};
   }
   load_plan_in in = {.n = n,
