@@ -455,18 +455,25 @@ KVA_API int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_
  * of found.tier[i] past worth. The times are predictions for the found
  * prefix: loading [0, worth), computing it all, and the split (compute
  * [0, split_at) while loading [split_at, found.total) from the back, for
- * an engine that controls its compute order). pin as kva_lookup's (the L1
- * hits). Not in a client of kvactd (KVA_ENOTSUP): its prefetch policy
- * decides there. */
+ * an engine that controls its compute order). A tier whose lookup could
+ * not pay for itself (too slow for any chunk, or a round trip longer
+ * than all it could save) is not asked: its bit in not_asked is set and
+ * it counts hits 0. flags: KVA_PLAN_PIN pins the L1 hits as kva_lookup's
+ * pin; KVA_PLAN_SPLIT says the caller can split (a tier slower than the
+ * compute is still worth asking then). Not in a client of kvactd
+ * (KVA_ENOTSUP): its prefetch policy decides there. */
+#define KVA_PLAN_PIN 1u
+#define KVA_PLAN_SPLIT 2u
 typedef struct kva_load_plan {
   kva_tier_hits found;
   size_t worth;
   size_t skipped[8];
   double load_s, recompute_s, split_s;
   size_t split_at;
+  uint32_t not_asked; /* bit i: found.tier[i] was not asked */
 } kva_load_plan;
-KVA_API int kva_plan_load(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l, int pin,
-                          kva_load_plan *out);
+KVA_API int kva_plan_load(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
+                          unsigned flags, kva_load_plan *out);
 /* An engine of model computed a prefill of tokens in ns (chunk_tokens per
  * chunk object; 0 = as configured): refines the rate the load plan
  * assumes for that model (an average over reports). KVA_EINVAL for a bad
@@ -602,10 +609,12 @@ typedef struct kva_l2_tier_stats {
   kva_l2_stats adapter; /* objects and bytes held now, locks, its own counters */
   /* The load plan's view of the tier (docs/load-plan.md): keys found here
    * and left to recompute, the bytes sent to it and not yet answered, its
-   * throughput while busy (bytes/s, loads and stores; 0 = not measured yet)
-   * and its lookup round trip (s) */
+   * throughput while busy (bytes/s: of loads once one was measured, else
+   * of loads and stores; 0 = not measured yet), its lookup round trip (s),
+   * and the prefetches that did not ask it, as its lookup could not pay */
   uint64_t skipped_slow_keys, queued_bytes;
   double bytes_per_s, latency_s;
+  uint64_t lookups_skipped;
 } kva_l2_tier_stats;
 KVA_API int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out);
 typedef struct kva_l2_req {

@@ -105,3 +105,14 @@ int load_plan(const load_plan_in *in, load_plan_out *out) {
   *out = o;
   return KVA_OK;
 }
+
+int load_plan_worth_asking(const load_plan_tier *t, double chunk_bytes, double chunk_compute_s,
+                           size_t chunks, double margin, int can_split) {
+  if (!t || t->bytes_per_s <= 0 || chunk_compute_s <= 0 || chunks == 0 || !(margin >= 0) ||
+      !(margin < 1))
+    return 1;
+  double keep = 1 - margin, c = chunk_compute_s;
+  double s = chunk_bytes / (keep * t->bytes_per_s), lookup = t->latency_s / keep;
+  if (can_split) return lookup < (double)chunks * c * c / (c + s);
+  return s < c && lookup < (double)chunks * (c - s);
+}

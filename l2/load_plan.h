@@ -71,4 +71,19 @@ typedef struct load_plan_out {
  * [0, 1)); *out is then untouched. */
 int load_plan(const load_plan_in *in, load_plan_out *out);
 
+/* Whether a lookup of up to `chunks` keys on tier t is worth its round
+ * trip, before it is sent: 0 when nothing the tier could hold would be
+ * loaded, or when the round trip alone costs more than the most the tier
+ * could save (every key found there):
+ *   prefix engine: s = B/((1-mu)R_t) >= C (no chunk of the tier arrives
+ *                  before it could be computed, load_plan never loads it),
+ *                  or L_t/(1-mu) >= chunks·(C - s);
+ *   split engine:  L_t/(1-mu) >= chunks·C·C/(C + s) (the split's saving
+ *                  over recomputing, for one tier with nothing queued).
+ * 1 for an unmeasured tier (R_t = 0), an unknown prefill rate (C = 0) or no
+ * chunks. The tier's queue does not count here: it may drain by the load,
+ * and load_plan weighs it once the tier has answered. */
+int load_plan_worth_asking(const load_plan_tier *t, double chunk_bytes, double chunk_compute_s,
+                           size_t chunks, double margin, int can_split);
+
 #endif

@@ -59,9 +59,13 @@ void l2_meter_done(l2_meter *m, int load, uint64_t bytes, uint64_t moved, uint64
   pthread_mutex_unlock(&m->mu);
 }
 
-void l2_meter_lookup(l2_meter *m, uint64_t ns) {
+void l2_meter_lookup(l2_meter *m, uint64_t ns, uint64_t now) {
   pthread_mutex_lock(&m->mu);
-  m->latency_s = ewma(m->latency_s, (double)ns * 1e-9);
+  /* up fast, down slowly: a round trip that just waited behind a burst
+   * of stores is the one to expect next, until a run of quick ones */
+  double x = (double)ns * 1e-9, w = x > m->latency_s ? 0.5 : 0.1;
+  m->latency_s = m->latency_s == 0 ? x : m->latency_s + w * (x - m->latency_s);
+  m->last_lookup_ns = now;
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -78,8 +82,16 @@ void l2_meter_plan(l2_meter *m, uint64_t now, l2_meter_view *out) {
   *out = (l2_meter_view){g->bytes_per_s, m->latency_s, (double)g->inflight_bytes};
   if (m->loads.bytes_per_s > 0 && m->loads.inflight == 0 &&
       now - m->loads.last_ns > METER_STALE_NS && now - m->explored_ns > METER_STALE_NS) {
+    /* judged on all traffic instead: what a load would wait behind */
     m->explored_ns = now;
-    out->bytes_per_s = 0;
+    *out = (l2_meter_view){m->all.bytes_per_s, m->latency_s, (double)m->all.inflight_bytes};
   }
   pthread_mutex_unlock(&m->mu);
+}
+
+int l2_meter_lookup_stale(l2_meter *m, uint64_t now) {
+  pthread_mutex_lock(&m->mu);
+  int stale = m->latency_s > 0 && now - m->last_lookup_ns > METER_STALE_NS;
+  pthread_mutex_unlock(&m->mu);
+  return stale;
 }

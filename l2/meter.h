@@ -18,7 +18,10 @@
  * (l2_meter_plan).
  *
  * Each rate is folded into an exponential average (weight METER_ALPHA)
- * once at least METER_WINDOW_NS of busy time has gathered. Clock:
+ * once at least METER_WINDOW_NS of busy time has gathered. The round trip
+ * is an exponential average that rises fast (0.5) and falls slowly (0.1):
+ * a lookup that waited behind a burst of stores is what the next one
+ * should expect. Clock:
  * kva_runtime_now_ns (virtual in deterministic mode, so tests see exact
  * rates). One small mutex per tier: the prefetch and store controllers may
  * run on two threads at once, and a planner reads all fields together.
@@ -33,7 +36,7 @@
 
 #define METER_WINDOW_NS 20000000ull /* 20 ms of busy time per rate sample */
 #define METER_ALPHA 0.3
-#define METER_STALE_NS 2000000000ull /* a load rate this old is measured again */
+#define METER_STALE_NS 5000000000ull /* a rate or round trip this old is measured again */
 
 /* Requests of one kind in flight and their busy-time throughput. */
 typedef struct l2_gauge {
@@ -48,8 +51,9 @@ typedef struct l2_gauge {
 typedef struct l2_meter {
   pthread_mutex_t mu;
   l2_gauge all, loads;
-  double latency_s;     /* lookup round trip; 0 = not measured yet */
-  uint64_t explored_ns; /* the last plan let through to measure again */
+  double latency_s;        /* lookup round trip; 0 = not measured yet */
+  uint64_t last_lookup_ns; /* when the last one was answered */
+  uint64_t explored_ns;    /* the last plan let through to measure again */
 } l2_meter;
 
 /* What a planner reads, at one instant: the loads' rate and queue once
@@ -65,13 +69,19 @@ void l2_meter_sent(l2_meter *m, int load, uint64_t bytes, uint64_t now);
 /* That request was answered at now: `bytes` as sent, `moved` of them
  * actually stored or loaded (a failed request moves none). */
 void l2_meter_done(l2_meter *m, int load, uint64_t bytes, uint64_t moved, uint64_t now);
-/* A lookup's round trip. */
-void l2_meter_lookup(l2_meter *m, uint64_t ns);
+/* A lookup's round trip, answered at now. */
+void l2_meter_lookup(l2_meter *m, uint64_t ns, uint64_t now);
 void l2_meter_read(l2_meter *m, l2_meter_view *out);
-/* l2_meter_read for a plan at now. A tier the plans have kept from loading
- * for METER_STALE_NS (its last load rate too slow) would never be measured
- * again: once per METER_STALE_NS, one plan sees it unmeasured (rate 0:
- * load), and its load measures the tier anew. */
+/* 1 when the round trip was measured but not for METER_STALE_NS: the
+ * prober measures it again, off every request's path (prober.c). */
+int l2_meter_lookup_stale(l2_meter *m, uint64_t now);
+/* l2_meter_read for a plan at now. A tier the plans have kept from
+ * loading for METER_STALE_NS (its last load rate too slow) would never be
+ * measured again: once per METER_STALE_NS, one plan sees the gauge of all
+ * traffic instead of the loads' (its rate, and everything queued, stores
+ * included, which a load might wait behind); if that plan loads, the load
+ * measures the tier anew. (The round trip of a tier the plans stopped
+ * asking is kept fresh by the prober.) */
 void l2_meter_plan(l2_meter *m, uint64_t now, l2_meter_view *out);
 
 #endif

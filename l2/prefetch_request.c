@@ -80,6 +80,25 @@ static void unlock_planned(prefetch_controller *c, prefetch_req *req) {
     if (req->asked >> t & 1) unlock_where(c, req, t, true);
 }
 
+/* Whether tier t is worth a lookup for this prefetch
+ * (load_plan_worth_asking): with load_or_recompute, not when its lookup
+ * cannot pay for itself (too slow for any chunk, or a round trip longer
+ * than all it could save); for a prefetch the caller planned
+ * (KVA_PREFETCH_AS_PLANNED, under any policy) only the round trip is
+ * weighed, against the most any engine could save (the split's): the
+ * caller chose these keys, but a lookup queued behind a backlog of stores
+ * costs more than it could bring. */
+static int worth_asking(prefetch_controller *c, prefetch_req *req, uint32_t t) {
+  int planned = req->user->as_planned;
+  if (!c->o.plan_loads && !planned) return 1;
+  l2_meter_view v;
+  l2_meter_plan(&c->tiers->t[t].meter, pf_now(c), &v);
+  load_plan_tier lt = {v.bytes_per_s, v.latency_s, v.queued_bytes};
+  return load_plan_worth_asking(&lt, (double)kva_layout_bytes(req->user->layout),
+                                prefill_chunk_s(c->o.prefill, req->keys[0].model), req->n,
+                                c->o.margin, planned);
+}
+
 void pf_start(prefetch_controller *c, prefetch_req *req) {
   req->state = PF_LOOKUP;
   req->asked = 0;
@@ -88,6 +107,10 @@ void pf_start(prefetch_controller *c, prefetch_req *req) {
   for (uint32_t t = 0; t < c->tiers->n; t++) {
     memset(req->found[t], 0, (req->n + 7) / 8);
     if (!l2_usable(c->tiers, t)) continue;
+    if (!worth_asking(c, req, t)) {
+      l2_count(&c->tiers->t[t].lookups_skipped, 1);
+      continue;
+    }
     req->look[t] = (kva_l2_req){.keys = req->keys,
                                 .n = req->n,
                                 .bits = req->found[t],
@@ -355,7 +378,7 @@ void pf_on_l2(prefetch_controller *c, prefetch_req *req, const kva_l2_req *r) {
     l2_meter *m = &c->tiers->t[t].meter;
     uint64_t now = pf_now(c);
     if (req->state == PF_LOOKUP) {
-      if (r->result >= 0) l2_meter_lookup(m, now - req->sent_ns);
+      if (r->result >= 0) l2_meter_lookup(m, now - req->sent_ns, now);
     } else {
       size_t moved = 0;
       for (size_t j = 0; j < r->n; j++)

@@ -1,20 +1,26 @@
 /*
- * prober.c — health probes of automatically bypassed tiers (prober.h).
+ * prober.c — health probes of automatically bypassed tiers, and round-trip
+ * probes of tiers the load plan stopped asking (prober.h).
  *
  * One probe per tier at a time: a LOOKUP_AND_LOCK of a key no client
  * writes (model "kvact.probe"). A tier that answers with KVA_OK is back;
  * should it report the key as found and locked, the lock is given back.
- * Manual bypasses are never cleared here.
+ * Manual bypasses are never cleared here. A usable tier whose measured
+ * lookup round trip is older than METER_STALE_NS (the plans stopped
+ * asking it: its round trip was too long to pay) gets the same probe, off
+ * every request's path, and its answer's round trip refreshes the tier
+ * meter (meter.h).
  *
  * Accepts                              | Sends
  * -------------------------------------+-----------------------------------
  * PROBE_START (the facade, once)       | (arms the probe interval timer)
  * KVA_MSG_TIMER (probe interval)       | KVA_L2_LOOKUP_AND_LOCK of the probe
- *                                      |   key to each bypassed tier not
- *                                      |   already being probed
+ *                                      |   key to each bypassed tier, and
+ *                                      |   each tier whose round trip is
+ *                                      |   stale, not already being probed
  * KVA_L2_DONE (a probe's answer)       | KVA_L2_UNLOCK of the probe key when
  *                                      |   the tier found it; the tier's
- *                                      |   health updated
+ *                                      |   health and round trip updated
  *
  * Invariants: one probe per tier in flight; a probe's lock is always given
  * back; only automatic bypasses change here.
@@ -34,11 +40,21 @@ typedef struct prober {
   uint8_t bits[L2_MAX_TIERS];
   kva_l2_req req[L2_MAX_TIERS];
   bool busy[L2_MAX_TIERS];
+  uint64_t sent_ns[L2_MAX_TIERS];
 } prober;
 
+static uint64_t now_ns(const prober *p) {
+  return kva_runtime_now_ns(kva_actor_runtime(p->self));
+}
+
 static void tick(prober *p) {
+  uint64_t now = now_ns(p);
   for (uint32_t t = 0; t < p->tiers->n; t++) {
-    if (p->busy[t] || !__atomic_load_n(&p->tiers->t[t].bypass_auto, __ATOMIC_RELAXED)) continue;
+    if (p->busy[t]) continue;
+    bool health = __atomic_load_n(&p->tiers->t[t].bypass_auto, __ATOMIC_RELAXED);
+    if (!health && !(l2_usable(p->tiers, t) && l2_meter_lookup_stale(&p->tiers->t[t].meter, now)))
+      continue;
+    p->sent_ns[t] = now;
     p->bits[t] = 0;
     p->req[t] = (kva_l2_req){.keys = &p->key, .n = 1, .bits = &p->bits[t]};
     kva_l2_req *r = &p->req[t];
@@ -55,7 +71,11 @@ static void on_answer(prober *p, const kva_msg *msg) {
   p->busy[t] = false;
   if (p->bits[t])
     kva_send(p->tiers->t[t].actor, KVA_L2_UNLOCK, &p->key, sizeof(p->key), p->self, 0);
-  if (p->req[t].result == KVA_OK) l2_recovered(p->tiers, (uint32_t)t);
+  if (p->req[t].result == KVA_OK) {
+    uint64_t now = now_ns(p);
+    l2_meter_lookup(&p->tiers->t[t].meter, now - p->sent_ns[t], now);
+    l2_recovered(p->tiers, (uint32_t)t);
+  }
 }
 
 static void prober_receive(kva_actor *self, void *state, const kva_msg *msg) {

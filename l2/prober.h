@@ -1,7 +1,9 @@
 /*
  * prober.h — the prober actor (prober.c): every l2_probe_interval_ms it
- * asks each automatically bypassed tier to look up a key kvact never
- * stores; the first answer without error clears that tier's bypass.
+ * asks each automatically bypassed tier, and each tier whose lookup round
+ * trip the load plan has not measured for a while, to look up a key kvact
+ * never stores; the first answer without error clears that tier's bypass,
+ * and every answer measures the tier's round trip.
  */
 #ifndef KVA_L2_PROBER_H
 #define KVA_L2_PROBER_H

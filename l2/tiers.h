@@ -27,6 +27,7 @@ typedef struct l2_tier {
   /* counters (atomic): what the controllers moved through this tier */
   uint64_t stored_keys, stored_bytes, loaded_keys, loaded_bytes;
   uint64_t skipped_slow_keys; /* found, left to the engine to recompute (load_plan.h) */
+  uint64_t lookups_skipped;   /* prefetches that did not ask it: the lookup could not pay */
   l2_meter meter;             /* its queue, rate and round trip (meter.h) */
 } l2_tier;
 

@@ -187,7 +187,11 @@ static const tier_field tier_fields[] = {
     TIER("skipped_slow_keys_total", "counter", skipped_slow_keys,
          "Keys found in the tier but left to the engine to recompute, as slower to load.", 0),
     TIER("queued_bytes", "gauge", queued_bytes,
-         "Bytes sent to the tier (loads and stores) and not yet answered.", 0),
+         "Bytes the load plan sees queued on the tier (loads, or loads and stores before a load "
+         "was measured), not yet answered.",
+         0),
+    TIER("lookups_skipped_total", "counter", lookups_skipped,
+         "Prefetches and plans that did not ask the tier, as its lookup could not pay.", 0),
 };
 
 /* The meter's measurements (doubles), as the load plan sees them. */

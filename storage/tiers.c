@@ -21,9 +21,14 @@ static int tier_prefix(kva_storage *s, session *ss, uint32_t t, const kva_key *k
                        uint8_t *bits, size_t *prefix) {
   memset(bits, 0, (n + 7) / 8);
   kva_l2_req r = {.keys = k, .n = n, .bits = bits};
+  uint64_t t0 = kva_runtime_now_ns(s->rt);
   int rc = session_ask(ss, s->tiers.t[t].actor, KVA_L2_LOOKUP_AND_LOCK, &r, -1);
   if (rc != KVA_OK) return rc;
   l2_health(&s->tiers, t, r.result);
+  if (r.result >= 0) { /* the meter's round trip (meter.h) */
+    uint64_t now = kva_runtime_now_ns(s->rt);
+    l2_meter_lookup(&s->tiers.t[t].meter, now - t0, now);
+  }
   size_t found = 0;
   *prefix = 0;
   while (*prefix < n && kva_bit_get(bits, *prefix)) (*prefix)++;
@@ -45,7 +50,22 @@ typedef struct lookup_args {
   size_t n;
   int pin;
   kva_tier_hits *out;
+  /* kva_plan_load: tiers whose lookup cannot pay are not asked */
+  const kva_layout *plan;
+  int can_split;
+  uint32_t not_asked; /* out: bit i for out->tier[i] */
 } lookup_args;
+
+/* kva_plan_load's gate: whether tier t is worth a lookup of the keys left
+ * (load_plan_worth_asking). */
+static int worth_asking(kva_storage *s, const lookup_args *a, uint32_t t, size_t left) {
+  l2_meter_view v;
+  l2_meter_plan(&s->tiers.t[t].meter, kva_runtime_now_ns(s->rt), &v);
+  load_plan_tier lt = {v.bytes_per_s, v.latency_s, v.queued_bytes};
+  return load_plan_worth_asking(&lt, (double)kva_layout_bytes(a->plan),
+                                prefill_chunk_s(&s->prefill, a->k[0].model), left, s->plan_margin,
+                                a->can_split);
+}
 
 static int do_lookup(kva_storage *s, session *ss, void *arg) {
   lookup_args *a = arg;
@@ -67,8 +87,13 @@ static int do_lookup(kva_storage *s, session *ss, void *arg) {
   const uint32_t room = (uint32_t)(sizeof(out->tier) / sizeof(out->tier[0]));
   for (uint32_t t = 0; t < s->tiers.n; t++) {
     size_t hits = 0;
-    if (out->total < a->n && !l2_frozen(&s->tiers) && l2_usable(&s->tiers, t) &&
-        tier_prefix(s, ss, t, a->k + out->total, a->n - out->total, bits, &hits) != KVA_OK)
+    int ask = out->total < a->n && !l2_frozen(&s->tiers) && l2_usable(&s->tiers, t);
+    if (ask && a->plan && !worth_asking(s, a, t, a->n - out->total)) {
+      ask = 0;
+      l2_count(&s->tiers.t[t].lookups_skipped, 1);
+      if (out->ntiers < room) a->not_asked |= 1u << out->ntiers;
+    }
+    if (ask && tier_prefix(s, ss, t, a->k + out->total, a->n - out->total, bits, &hits) != KVA_OK)
       hits = 0; /* a failing tier holds nothing, for this lookup */
     out->total += hits;
     if (out->ntiers == room) continue;
@@ -88,7 +113,7 @@ int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hit
                      .lookup = out};
     return n > PROTO_MAX_KEYS ? KVA_EINVAL : storage_remote(s, &c);
   }
-  lookup_args a = {k, n, pin != 0, out};
+  lookup_args a = {.k = k, .n = n, .pin = pin != 0, .out = out};
   return storage_with_session(s, do_lookup, &a);
 }
 
@@ -133,16 +158,24 @@ static int plan_found(kva_storage *s, const kva_key *k, const kva_layout *l, kva
   return KVA_OK;
 }
 
-int kva_plan_load(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l, int pin,
+int kva_plan_load(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l, unsigned flags,
                   kva_load_plan *out) {
   int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
-  if (!out || !l || kva_layout_bytes(l) == 0) return KVA_EINVAL;
+  if (!out || !l || kva_layout_bytes(l) == 0 || (flags & ~(KVA_PLAN_PIN | KVA_PLAN_SPLIT)))
+    return KVA_EINVAL;
   if (s->client) return KVA_ENOTSUP;
   memset(out, 0, sizeof(*out));
-  lookup_args a = {k, n, pin != 0, &out->found};
+  int pin = (flags & KVA_PLAN_PIN) != 0;
+  lookup_args a = {.k = k,
+                   .n = n,
+                   .pin = pin,
+                   .out = &out->found,
+                   .plan = l,
+                   .can_split = (flags & KVA_PLAN_SPLIT) != 0};
   rc = storage_with_session(s, do_lookup, &a);
   if (rc != KVA_OK) return rc;
+  out->not_asked = a.not_asked;
   rc = plan_found(s, k, l, out);
   if (rc != KVA_OK && pin) kva_unpin(s, k, out->found.tier[0].hits);
   return rc;
@@ -255,13 +288,14 @@ int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *o
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !out) return KVA_EINVAL;
   const l2_tier *lt = &s->tiers.t[t];
-  *out = (kva_l2_tier_stats){.stored_keys = __atomic_load_n(&lt->stored_keys, __ATOMIC_RELAXED),
-                             .stored_bytes = __atomic_load_n(&lt->stored_bytes, __ATOMIC_RELAXED),
-                             .loaded_keys = __atomic_load_n(&lt->loaded_keys, __ATOMIC_RELAXED),
-                             .loaded_bytes = __atomic_load_n(&lt->loaded_bytes, __ATOMIC_RELAXED),
-                             .bypassed = !l2_usable(&s->tiers, (uint32_t)t),
-                             .skipped_slow_keys =
-                                 __atomic_load_n(&lt->skipped_slow_keys, __ATOMIC_RELAXED)};
+  *out = (kva_l2_tier_stats){
+      .stored_keys = __atomic_load_n(&lt->stored_keys, __ATOMIC_RELAXED),
+      .stored_bytes = __atomic_load_n(&lt->stored_bytes, __ATOMIC_RELAXED),
+      .loaded_keys = __atomic_load_n(&lt->loaded_keys, __ATOMIC_RELAXED),
+      .loaded_bytes = __atomic_load_n(&lt->loaded_bytes, __ATOMIC_RELAXED),
+      .bypassed = !l2_usable(&s->tiers, (uint32_t)t),
+      .skipped_slow_keys = __atomic_load_n(&lt->skipped_slow_keys, __ATOMIC_RELAXED),
+      .lookups_skipped = __atomic_load_n(&lt->lookups_skipped, __ATOMIC_RELAXED)};
   l2_meter_view v;
   l2_meter_read(&s->tiers.t[t].meter, &v);
   out->queued_bytes = (uint64_t)v.queued_bytes;

@@ -65,7 +65,8 @@
  *                     loaded_bytes, i32 bypassed, then the 10 u64 of
  *                     kva_l2_stats in declaration order, u64
  *                     skipped_slow_keys, queued_bytes, then the bits of
- *                     the doubles bytes_per_s, latency_s
+ *                     the doubles bytes_per_s, latency_s, u64
+ *                     lookups_skipped
  *   every other reply: nothing more
  * A span is u64 offset, u64 len: where the object's bytes are in the pool
  * (offset 0, len 0 for a key without bytes).

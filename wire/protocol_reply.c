@@ -33,7 +33,8 @@ _Static_assert(sizeof(((kva_tier_hits *)0)->tier) / sizeof(((kva_tier_hits *)0)-
 #define TIER_STATS_U64 4u
 #define L2_STATS_U64 10u
 #define MEMCHECK_U64 5u
-#define TIER_PLAN_U64 4u /* skipped_slow_keys, queued_bytes, bytes_per_s, latency_s */
+#define TIER_PLAN_U64                                                                              \
+  5u /* skipped_slow_keys, queued_bytes, bytes_per_s, latency_s, lookups_skipped */
 #define STATS_BYTES (STATS_U64 * 8u + 4u + 4u + 8u)
 #define TIER_STATS_BYTES (TIER_STATS_U64 * 8u + 4u + L2_STATS_U64 * 8u + TIER_PLAN_U64 * 8u)
 _Static_assert(offsetof(kva_storage_stats, l1_pinned) == STATS_U64 * 8 &&
@@ -47,9 +48,13 @@ _Static_assert(offsetof(kva_l2_tier_stats, bypassed) == TIER_STATS_U64 * 8 &&
                    sizeof(kva_l2_stats) == L2_STATS_U64 * 8 &&
                    offsetof(kva_l2_tier_stats, latency_s) ==
                        offsetof(kva_l2_tier_stats, skipped_slow_keys) + 3 * 8 &&
+                   offsetof(kva_l2_tier_stats, lookups_skipped) ==
+                       offsetof(kva_l2_tier_stats, skipped_slow_keys) + 4 * 8 &&
+                   sizeof(kva_l2_tier_stats) ==
+                       offsetof(kva_l2_tier_stats, skipped_slow_keys) + TIER_PLAN_U64 * 8 &&
                    sizeof(double) == 8,
-               "kva_l2_tier_stats is 4 u64, bypassed, kva_l2_stats' 10 u64, then 2 u64 and 2 "
-               "doubles sent as their bits (TIER_STATS)");
+               "kva_l2_tier_stats is 4 u64, bypassed, kva_l2_stats' 10 u64, then 2 u64, 2 "
+               "doubles sent as their bits and a u64 (TIER_STATS)");
 _Static_assert(sizeof(kva_memcheck_report) == MEMCHECK_U64 * 8,
                "kva_memcheck_report is 5 u64 (protocol.h MEMCHECK)");
 _Static_assert(SIZE_MAX >= UINT64_MAX, "LOOKUP's u64 counts are size_t in kva_tier_hits");

@@ -11,7 +11,7 @@ kva_wait_prefetch lets the others run, and many threads may call at once
 import ctypes
 import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32,
-                    c_int64, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p)
+                    c_int64, c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -86,13 +86,14 @@ class L2TierStats(Structure):
     _fields_ = [("stored_keys", c_uint64), ("stored_bytes", c_uint64), ("loaded_keys", c_uint64),
                 ("loaded_bytes", c_uint64), ("bypassed", c_int), ("adapter", L2Stats),
                 ("skipped_slow_keys", c_uint64), ("queued_bytes", c_uint64),
-                ("bytes_per_s", c_double), ("latency_s", c_double)]
+                ("bytes_per_s", c_double), ("latency_s", c_double),
+                ("lookups_skipped", c_uint64)]
 
 
 class LoadPlan(Structure):
     _fields_ = [("found", TierHits), ("worth", c_size_t), ("skipped", c_size_t * 8),
                 ("load_s", c_double), ("recompute_s", c_double), ("split_s", c_double),
-                ("split_at", c_size_t)]
+                ("split_at", c_size_t), ("not_asked", c_uint32)]
 
 
 class PrefetchOpts(Structure):
@@ -160,7 +161,7 @@ _PROTOTYPES = {
     "kva_storage_get_stats": (c_int, [_P, POINTER(StorageStats)]),
     "kva_flush": (c_int, [_P, c_int]),
     "kva_lookup": (c_int, [_P, _KS, c_size_t, c_int, POINTER(TierHits)]),
-    "kva_plan_load": (c_int, [_P, _KS, c_size_t, _L, c_int, POINTER(LoadPlan)]),
+    "kva_plan_load": (c_int, [_P, _KS, c_size_t, _L, c_uint, POINTER(LoadPlan)]),
     "kva_report_prefill": (c_int, [_P, c_char_p, c_uint32, c_uint64, c_uint64]),
     "kva_unpin": (c_int, [_P, _KS, c_size_t]),
     "kva_set_freeze": (c_int, [_P, c_int]),

@@ -46,6 +46,7 @@ class LoadPlanResult:
     recompute_s: float
     split_at: int
     split_s: float
+    not_asked: list = ()
 
 
 _TIER0, _TIER_SIZE, _NAME_LEN = TierHits.tier.offset, ctypes.sizeof(TierHit), TierHit.hits.offset
@@ -261,17 +262,21 @@ class StorageManager:
         check(lib.kva_lookup(self._ptr, key_array(keys), len(keys), int(pin), ctypes.byref(out)))
         return LookupResult(out.total, _tier_hits(bytes(out), out.ntiers))
 
-    def plan_load(self, keys, layout, pin=False):
+    def plan_load(self, keys, layout, pin=False, can_split=False):
         """kva_lookup, then how much of the found prefix is worth loading rather than
-        recomputing (a LoadPlanResult); pin as lookup's. In-process storages only."""
+        recomputing (a LoadPlanResult); pin as lookup's; can_split: the engine can compute
+        the front while the back loads (KVA_PLAN_SPLIT). A tier whose lookup cannot pay is
+        not asked (in not_asked). In-process storages only."""
         keys = keys if isinstance(keys, list) else list(keys)
         out = LoadPlan()
-        check(lib.kva_plan_load(self._ptr, key_array(keys), len(keys), _layout(layout), int(pin),
+        flags = (1 if pin else 0) | (2 if can_split else 0)
+        check(lib.kva_plan_load(self._ptr, key_array(keys), len(keys), _layout(layout), flags,
                                 ctypes.byref(out)))
         tiers = _tier_hits(bytes(out.found), out.found.ntiers)
         skipped = {name: out.skipped[i] for i, name in enumerate(tiers) if i > 0}
+        not_asked = [name for i, name in enumerate(tiers) if out.not_asked >> i & 1]
         return LoadPlanResult(LookupResult(out.found.total, tiers), out.worth, skipped,
-                              out.load_s, out.recompute_s, out.split_at, out.split_s)
+                              out.load_s, out.recompute_s, out.split_at, out.split_s, not_asked)
 
     def report_prefill(self, model, tokens, seconds, chunk_tokens=0):
         """An engine of `model` computed a prefill of `tokens` in `seconds`: refines the

@@ -36,6 +36,7 @@ int main(void) {
   OFF(kva_l2_tier_stats, adapter);
   OFF(kva_l2_tier_stats, adapter.evictions);
   OFF(kva_l2_tier_stats, skipped_slow_keys);
+  OFF(kva_l2_tier_stats, lookups_skipped);
   OFF(kva_l2_tier_stats, latency_s);
   SIZE(kva_load_plan);
   OFF(kva_load_plan, worth);
@@ -43,6 +44,7 @@ int main(void) {
   OFF(kva_load_plan, load_s);
   OFF(kva_load_plan, split_s);
   OFF(kva_load_plan, split_at);
+  OFF(kva_load_plan, not_asked);
   SIZE(kva_prefetch_opts);
   OFF(kva_prefetch_opts, flags);
   SIZE(kva_memcheck_opts);

@@ -51,9 +51,15 @@ def test_a_measured_slow_tier_is_skipped_for_a_fast_engine_and_l1_hits_are_pinne
     assert h.wait() == 1
     slow.finish_read_prefetched(keys[:1])
     prefill_rate(slow, MODEL, 1e12, CHUNK)
-    plan = slow.plan_load(keys, LAYOUT, pin=True)
-    assert plan.found.tiers == {"L1": 1, "slow": N - 1}
-    assert plan.worth == 1 and plan.skipped == {"slow": N - 1}
+    asked = slow.tier_stats("slow")["lookups_skipped"]
+    # a prefix engine does not even ask it: nothing there could be worth loading
+    plan = slow.plan_load(keys, LAYOUT)
+    assert plan.found.tiers == {"L1": 1, "slow": 0} and plan.not_asked == ["slow"]
+    assert slow.tier_stats("slow")["lookups_skipped"] == asked + 1
+    # with a prefill this fast not even a split could gain from it
+    plan = slow.plan_load(keys, LAYOUT, pin=True, can_split=True)
+    assert plan.found.tiers == {"L1": 1, "slow": 0} and plan.not_asked == ["slow"]
+    assert plan.worth == 1 and plan.skipped == {"slow": 0}
     assert slow.memcheck_details()[1]["caller_pinned"] == 1
     assert slow.unpin(keys[:1]) == 1
     assert slow.memcheck(wait_stores=10.0), slow.memcheck_report()
@@ -87,10 +93,10 @@ def test_a_prefetch_as_planned_is_not_judged_again_by_the_policy(slow):
     in_l2_only(slow, keys)
     measure_tier(slow, "slow")
     prefill_rate(slow, MODEL, 1e12, CHUNK)
-    assert slow.submit_prefetch_task(keys, LAYOUT).wait() == 0  # judged: too slow
-    assert slow.stats()["l2_skipped_slow_keys"] == N
+    assert slow.submit_prefetch_task(keys, LAYOUT).wait() == 0  # judged: too slow to ask
+    assert slow.tier_stats("slow")["lookups_skipped"] == 1
     assert slow.submit_prefetch_task(keys, LAYOUT, as_planned=True).wait() == N
-    assert slow.stats()["l2_skipped_slow_keys"] == N
+    assert slow.tier_stats("slow")["lookups_skipped"] == 1
     assert slow.finish_read_prefetched(keys) == N
     assert slow.memcheck(wait_stores=10.0), slow.memcheck_report()
 

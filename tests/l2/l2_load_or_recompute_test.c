@@ -2,16 +2,19 @@
  * l2_load_or_recompute_test.c — the load_or_recompute prefetch policy and
  * kva_plan_load through real mock tiers on virtual time (issue 30;
  * docs/load-plan.md): the tier meter measures the mock's configured
- * bandwidth exactly, a tier too slow for any chunk is skipped (counted
- * per tier in kva_l2_tier_stats and kva_storage_stats), a fast one is
- * loaded in full, a prefetch marked KVA_PREFETCH_AS_PLANNED is not judged
- * again, a slower reported prefill makes the slow tier worth it, and the
- * default policy still loads everything found.
+ * bandwidth exactly, a tier too slow for any chunk is not asked
+ * (lookups_skipped), keys found on a tier with too much queued are
+ * skipped and counted (per tier in kva_l2_tier_stats and in
+ * kva_storage_stats), a fast tier is loaded in full, a prefetch marked
+ * KVA_PREFETCH_AS_PLANNED is not judged again, kva_plan_load asks a slow
+ * tier only for an engine that can split and a slower reported prefill
+ * makes it worth loading, and the default policy still loads everything.
  *
  * Numbers: chunks of 1 MiB; prefill 320000 tokens/s and 256 tokens per
  * chunk, so C = 0.8 ms; 16 chunks (16 MiB, 33.5 ms at the slow rate: one
- * rate sample of the meter, METER_WINDOW_NS = 20 ms). The slow tier (0.5 GB/s) delivers a chunk in
- * 2.1 ms; the fast one (10 GB/s) in 0.105 ms.
+ * rate sample of the meter, METER_WINDOW_NS = 20 ms). The slow tier
+ * (0.5 GB/s) delivers a chunk in 2.1 ms; the fast one (10 GB/s) in
+ * 0.105 ms.
  */
 #include <check.h>
 #include <math.h>
@@ -19,6 +22,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "l2/meter.h"
+#include "storage/storage_internal.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
 
@@ -44,6 +49,17 @@ static void stored_in_l2_only(kva_storage *s, const kva_layout *l) {
   ck_assert_int_eq(kva_clear(s, 0), N);
 }
 
+/* At 10 GB/s, 16 MiB of stores take 1.7 ms, under the meter's 20 ms
+ * window: the fast tier would stay unmeasured (and be loaded for that).
+ * Tests of a measured fast tier give its loads' gauge one window at the
+ * tier's rate: 200 MiB in 20.97 ms. */
+static void measured_fast(kva_runtime *rt) {
+  l2_meter *m = &kva_storage_of(rt)->tiers.t[0].meter;
+  uint64_t now = kva_runtime_now_ns(rt), bytes = 200ull << 20;
+  l2_meter_sent(m, 1, bytes, now);
+  l2_meter_done(m, 1, bytes, bytes, now + bytes / 10); /* 10 bytes per ns */
+}
+
 static kva_l2_tier_stats tier_stats(kva_storage *s) {
   kva_l2_tier_stats ts;
   ck_assert_int_eq(kva_l2_get_tier_stats(s, "t", &ts), KVA_OK);
@@ -62,18 +78,48 @@ START_TEST(the_meter_measures_the_mock_bandwidth) {
 }
 END_TEST
 
-START_TEST(a_tier_too_slow_for_any_chunk_is_skipped_and_counted) {
+/* No chunk of it would be loaded: the prefetch does not even ask it. */
+START_TEST(a_tier_too_slow_for_any_chunk_is_not_asked) {
   kva_runtime *rt = start("500000000", "load_or_recompute");
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(MIB);
   stored_in_l2_only(s, &l);
+  uint64_t lookups = l2_stats(s, 0).lookups;
   ck_assert_uint_eq(l2_prefetch_range(s, 0, N, &l), 0);
   kva_l2_tier_stats ts = tier_stats(s);
-  ck_assert_uint_eq(ts.skipped_slow_keys, N);
+  ck_assert_uint_eq(ts.lookups_skipped, 1);
+  ck_assert_uint_eq(ts.adapter.lookups, lookups);
   ck_assert_uint_eq(ts.loaded_keys, 0);
+  l2_finish(rt);
+}
+END_TEST
+
+/* A fast tier is asked, but a 1 GiB load queued on it (faked in its meter: 107 ms
+ * at 10 GB/s, against 16 x 0.69 ms saved) makes every key found not worth
+ * loading: skipped and counted, per tier and in all. Once the queue is
+ * gone, they load. */
+START_TEST(a_queue_makes_found_keys_skipped_and_counted) {
+  kva_runtime *rt = start("10000000000", "load_or_recompute");
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(MIB);
+  stored_in_l2_only(s, &l);
+  measured_fast(rt);
+  ck_assert_msg(fabs(tier_stats(s).bytes_per_s / 1e10 - 1) < 0.01, "rate %g",
+                tier_stats(s).bytes_per_s);
+  l2_meter *m = &s->tiers.t[0].meter;
+  l2_meter_sent(m, 1, 1ull << 30, kva_runtime_now_ns(rt)); /* another engine's load */
+  ck_assert_uint_eq(l2_prefetch_range(s, 0, N, &l), 0);
+  kva_l2_tier_stats ts = tier_stats(s);
+  ck_assert_uint_eq(ts.lookups_skipped, 0);
+  ck_assert_uint_eq(ts.skipped_slow_keys, N);
+  ck_assert_uint_eq(ts.queued_bytes, 1ull << 30);
   kva_storage_stats st;
   ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
   ck_assert_uint_eq(st.l2_skipped_slow_keys, N);
+  l2_meter_done(m, 1, 1ull << 30, 0, kva_runtime_now_ns(rt));
+  ck_assert_uint_eq(l2_prefetch_range(s, 0, N, &l), N);
+  l2_read_release_range(s, 0, N, 0);
+  ck_assert_uint_eq(tier_stats(s).skipped_slow_keys, N);
   l2_finish(rt);
 }
 END_TEST
@@ -104,6 +150,7 @@ START_TEST(a_fast_tier_is_loaded_in_full) {
   kva_storage *s = kva_storage_of(rt);
   kva_layout l = fixture_layout_bytes(MIB);
   stored_in_l2_only(s, &l);
+  measured_fast(rt);
   ck_assert_uint_eq(l2_prefetch_range(s, 0, N, &l), N);
   l2_read_release_range(s, 0, N, 0);
   ck_assert_uint_eq(tier_stats(s).skipped_slow_keys, 0);
@@ -123,8 +170,10 @@ START_TEST(the_default_policy_loads_a_slow_tier_all_the_same) {
 }
 END_TEST
 
-/* kva_plan_load: the L1 hits are always worth it, the slow tier's keys
- * are skipped, and a slower reported prefill (1000 tokens/s: C = 256 ms)
+/* kva_plan_load: the L1 hits are always worth it; the slow tier is not
+ * asked by a prefix engine (it holds nothing worth loading), is asked by
+ * one that can split (which would gain from it) but its keys are skipped
+ * for a prefix; a slower reported prefill (1000 tokens/s: C = 256 ms)
  * makes them worth loading. */
 START_TEST(plan_load_reports_what_is_worth_loading) {
   kva_runtime *rt = start("500000000", "load_or_recompute");
@@ -136,11 +185,18 @@ START_TEST(plan_load_reports_what_is_worth_loading) {
   for (size_t i = 0; i < N; i++) k[i] = fixture_key(i);
   kva_load_plan p;
   ck_assert_int_eq(kva_plan_load(s, k, N, &l, 0, &p), KVA_OK);
+  ck_assert_uint_eq(p.found.total, 2);
+  ck_assert_uint_eq(p.worth, 2);
+  ck_assert_uint_eq(p.not_asked, 1u << 1);
+  ck_assert_uint_eq(tier_stats(s).lookups_skipped, 1);
+  ck_assert_int_eq(kva_plan_load(s, k, N, &l, KVA_PLAN_SPLIT, &p), KVA_OK);
+  ck_assert_uint_eq(p.not_asked, 0);
   ck_assert_uint_eq(p.found.total, N);
   ck_assert_uint_eq(p.found.tier[0].hits, 2);
   ck_assert_uint_eq(p.worth, 2);
   ck_assert_uint_eq(p.skipped[0], 0);
   ck_assert_uint_eq(p.skipped[1], N - 2);
+  ck_assert_msg(p.split_s < p.recompute_s, "split %g, recompute %g", p.split_s, p.recompute_s);
   ck_assert_msg(p.recompute_s <= p.load_s + 1e-12, "recompute %g > load %g", p.recompute_s,
                 p.load_s);
   ck_assert_int_eq(kva_report_prefill(s, fixture_key(0).model, 256, 1000, 1000000000ull), KVA_OK);
@@ -150,6 +206,7 @@ START_TEST(plan_load_reports_what_is_worth_loading) {
   /* bad input */
   ck_assert_int_eq(kva_plan_load(s, k, N, NULL, 0, &p), KVA_EINVAL);
   ck_assert_int_eq(kva_plan_load(s, k, N, &l, 0, NULL), KVA_EINVAL);
+  ck_assert_int_eq(kva_plan_load(s, k, N, &l, 4, &p), KVA_EINVAL); /* no such flag */
   ck_assert_int_eq(kva_report_prefill(s, "", 256, 1, 1), KVA_EINVAL);
   ck_assert_int_eq(kva_report_prefill(s, "m", 256, 0, 1), KVA_EINVAL);
   ck_assert_int_eq(kva_report_prefill(s, "m", 256, 1, 0), KVA_EINVAL);
@@ -183,7 +240,8 @@ Suite *kva_test_suite(void) {
   TCase *tc = tcase_create("policy");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, the_meter_measures_the_mock_bandwidth);
-  tcase_add_test(tc, a_tier_too_slow_for_any_chunk_is_skipped_and_counted);
+  tcase_add_test(tc, a_tier_too_slow_for_any_chunk_is_not_asked);
+  tcase_add_test(tc, a_queue_makes_found_keys_skipped_and_counted);
   tcase_add_test(tc, a_prefetch_as_planned_is_not_judged_again);
   tcase_add_test(tc, a_fast_tier_is_loaded_in_full);
   tcase_add_test(tc, the_default_policy_loads_a_slow_tier_all_the_same);

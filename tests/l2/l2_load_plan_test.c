@@ -179,6 +179,39 @@ START_TEST(bad_input_is_refused_and_leaves_the_output_alone) {
 }
 END_TEST
 
+/* Whether a lookup is worth asking (B = 32 MiB, C = 25.6 ms, no margin):
+ *   0.5 GB/s: s = 67.1 ms >= C: a prefix engine never asks; a split one
+ *     asks while L < 8·C·C/(C + s) = 8 · 25.6² / 92.7 = 56.6 ms;
+ *   2 GB/s: s = 16.8 ms: asks while L < 8·(25.6 - 16.8) = 70.5 ms (split:
+ *     8 · 25.6² / 42.4 = 123.7 ms);
+ *   unmeasured, unknown C, no chunks: asks. */
+START_TEST(a_lookup_is_asked_only_when_it_can_pay) {
+  load_plan_tier slow = {.bytes_per_s = 0.5e9, .latency_s = 1 * MS};
+  ck_assert_int_eq(load_plan_worth_asking(&slow, B, C, 8, 0, 0), 0);
+  ck_assert_int_eq(load_plan_worth_asking(&slow, B, C, 8, 0, 1), 1);
+  slow.latency_s = 57 * MS;
+  ck_assert_int_eq(load_plan_worth_asking(&slow, B, C, 8, 0, 1), 0);
+  slow.latency_s = 56 * MS;
+  ck_assert_int_eq(load_plan_worth_asking(&slow, B, C, 8, 0, 1), 1);
+  load_plan_tier disk = {.bytes_per_s = 2e9, .latency_s = 70 * MS};
+  ck_assert_int_eq(load_plan_worth_asking(&disk, B, C, 8, 0, 0), 1);
+  disk.latency_s = 71 * MS;
+  ck_assert_int_eq(load_plan_worth_asking(&disk, B, C, 8, 0, 0), 0);
+  ck_assert_int_eq(load_plan_worth_asking(&disk, B, C, 8, 0, 1), 1);
+  disk.latency_s = 124 * MS;
+  ck_assert_int_eq(load_plan_worth_asking(&disk, B, C, 8, 0, 1), 0);
+  /* the margin makes the tier slower: at 5%, s = 17.7 ms, and L = 62 ms
+   * counts 65.3 ms against 8·(25.6 - 17.7) = 63.5 ms */
+  disk.latency_s = 62 * MS;
+  ck_assert_int_eq(load_plan_worth_asking(&disk, B, C, 8, 0, 0), 1);
+  ck_assert_int_eq(load_plan_worth_asking(&disk, B, C, 8, 0.05, 0), 0);
+  load_plan_tier unmeasured = {.latency_s = 1};
+  ck_assert_int_eq(load_plan_worth_asking(&unmeasured, B, C, 8, 0, 0), 1);
+  ck_assert_int_eq(load_plan_worth_asking(&slow, B, 0, 8, 0, 0), 1);
+  ck_assert_int_eq(load_plan_worth_asking(&slow, B, C, 0, 0, 0), 1);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *su = suite_create("l2_load_plan");
   TCase *tc = tcase_create("plan");
@@ -190,6 +223,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, unknown_rates_load_everything_found);
   tcase_add_test(tc, the_split_meets_in_the_middle);
   tcase_add_test(tc, bad_input_is_refused_and_leaves_the_output_alone);
+  tcase_add_test(tc, a_lookup_is_asked_only_when_it_can_pay);
   suite_add_tcase(su, tc);
   return su;
 }

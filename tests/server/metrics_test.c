@@ -185,9 +185,9 @@ START_TEST(a_scrape_answers_the_storage_stats) {
   make_traffic(s);
   metrics *m = start_metrics("127.0.0.1:0", &(metrics_source){.s = s});
   snapshot x = scrape_quiet(s, metrics_port(m));
-  /* 18 storage samples, 14 per tier (10 counts, the load plan's 4),
+  /* 18 storage samples, 15 per tier (10 counts, the load plan's 5),
    * clients_connected */
-  ck_assert_uint_eq(scrape_check_format(page), 18 + 2 * 14 + 1);
+  ck_assert_uint_eq(scrape_check_format(page), 18 + 2 * 15 + 1);
   expect_traffic(&x);
   expect_storage(&x.st);
   expect_tier("mock0", &x.tier[0]);

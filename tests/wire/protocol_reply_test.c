@@ -128,12 +128,14 @@ START_TEST(stats_lie_in_declaration_order) {
   ck_assert_uint_eq(frame_le32(p + 168), UINT32_MAX); /* l1_numa_node -1 */
   ck_assert_uint_eq(frame_le64(p + 172), want.stats.l2_skipped_slow_keys);
   ck_assert_uint_eq(put_sample(P_TIER_STATS, 0, 0, 0),
-                    PROTO_HDR_BYTES + 4 + 4 * 8 + 4 + 10 * 8 + 4 * 8);
+                    PROTO_HDR_BYTES + 4 + 4 * 8 + 4 + 10 * 8 + 5 * 8);
   sample_tier_stats_fields(&want.tier_stats, g);
   for (uint32_t i = 0; i < 4; i++) ck_assert_uint_eq(frame_le64(p + 4 + 8 * i), *g[i]);
-  ck_assert_uint_eq(frame_le32(p + 36), 1); /* bypassed */
-  for (uint32_t i = 4; i < SAMPLE_TIER_STATS_U64; i++)
+  ck_assert_uint_eq(frame_le32(p + 36), 1);                /* bypassed */
+  for (uint32_t i = 4; i < SAMPLE_TIER_STATS_U64 - 1; i++) /* up to queued_bytes */
     ck_assert_uint_eq(frame_le64(p + 40 + 8 * (i - 4)), *g[i]);
+  ck_assert_uint_eq(frame_le64(p + 40 + 14 * 8),
+                    *g[SAMPLE_TIER_STATS_U64 - 1]); /* after the doubles */
   double rate;
   memcpy(&rate, p + 40 + 12 * 8, sizeof rate); /* after skipped_slow_keys, queued_bytes */
   ck_assert(rate == want.tier_stats.bytes_per_s);

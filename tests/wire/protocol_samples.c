@@ -130,12 +130,12 @@ void sample_stats_fields(kva_storage_stats *s, uint64_t *f[SAMPLE_STATS_U64]) {
 void sample_tier_stats_fields(kva_l2_tier_stats *s, uint64_t *f[SAMPLE_TIER_STATS_U64]) {
   kva_l2_stats *a = &s->adapter;
   uint64_t *all[SAMPLE_TIER_STATS_U64] = {
-      &s->stored_keys,    &s->stored_bytes, &s->loaded_keys,
-      &s->loaded_bytes,   &a->objects,      &a->bytes,
-      &a->capacity_bytes, &a->keys_locked,  &a->stores,
-      &a->store_failures, &a->loads,        &a->load_failures,
-      &a->lookups,        &a->evictions,    &s->skipped_slow_keys,
-      &s->queued_bytes,
+      &s->stored_keys,    &s->stored_bytes,    &s->loaded_keys,
+      &s->loaded_bytes,   &a->objects,         &a->bytes,
+      &a->capacity_bytes, &a->keys_locked,     &a->stores,
+      &a->store_failures, &a->loads,           &a->load_failures,
+      &a->lookups,        &a->evictions,       &s->skipped_slow_keys,
+      &s->queued_bytes,   &s->lookups_skipped,
   };
   memcpy(f, all, sizeof all);
 }

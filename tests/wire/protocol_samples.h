@@ -16,7 +16,7 @@
 #define SAMPLE_POOL_BYTES (UINT64_C(1) << 30) /* the pool the sample spans point into */
 #define SAMPLE_MAX_N 64u                      /* keys of a sample or random request */
 #define SAMPLE_STATS_U64 20u                  /* kva_storage_stats' u64 fields before l1_pinned */
-#define SAMPLE_TIER_STATS_U64 16u             /* kva_l2_tier_stats' (adapter's included) */
+#define SAMPLE_TIER_STATS_U64 17u             /* kva_l2_tier_stats' (adapter's included) */
 
 /* Key i: model "model-<i>" (junk after its NUL), kv_rank and group
  * derived from i, hash_len 1 + i % 32 (junk past it). Valid. */

@@ -242,18 +242,20 @@ static void turn_store(sim_engine *e, const kva_key *keys, size_t from, size_t n
 
 /* One turn's sample: prefetch, TTFT, its bound, TTFT without kvact. */
 typedef struct sim_sample {
-  double pf, ttft, bound, base;
+  double pf, ttft, bound, base, plan;
 } sim_sample;
 
 static void stats_sample(sim_stats *st, const sim_sample *x) {
   if (st->nsamples == st->cap) {
     size_t cap = array_next_cap(st->cap, st->nsamples + 1, sizeof(double));
     if (!cap || !ARRAY_RESIZE(st->prefetch_s, cap) || !ARRAY_RESIZE(st->ttft_s, cap) ||
-        !ARRAY_RESIZE(st->ttft_base_s, cap) || !ARRAY_RESIZE(st->ttft_bound_s, cap))
+        !ARRAY_RESIZE(st->plan_s, cap) || !ARRAY_RESIZE(st->ttft_base_s, cap) ||
+        !ARRAY_RESIZE(st->ttft_bound_s, cap))
       return;
     st->cap = cap;
   }
   st->prefetch_s[st->nsamples] = x->pf;
+  st->plan_s[st->nsamples] = x->plan;
   st->ttft_s[st->nsamples] = x->ttft;
   st->ttft_bound_s[st->nsamples] = x->bound;
   st->ttft_base_s[st->nsamples++] = x->base;
@@ -325,7 +327,9 @@ static void stats_turn(sim_engine *e, const kva_tier_hits *th, const sim_turn_ti
 static void turn_plan(sim_engine *e, const kva_key *keys, size_t n, kva_load_plan *p) {
   memset(p, 0, sizeof *p);
   if (e->planned) {
-    if (kva_plan_load(e->s, keys, n, &e->layout, 0, p) == KVA_OK) return;
+    unsigned can_split = e->o->engine == SIM_ENGINE_AUTO || e->o->engine == SIM_ENGINE_SPLIT;
+    if (kva_plan_load(e->s, keys, n, &e->layout, can_split ? KVA_PLAN_SPLIT : 0, p) == KVA_OK)
+      return;
     memset(p, 0, sizeof *p);
   }
   if (kva_lookup(e->s, keys, n, 0, &p->found) != KVA_OK) memset(&p->found, 0, sizeof p->found);
@@ -374,6 +378,7 @@ static void engine_turn(sim_engine *e, sim_conv *c) {
   sim_bw bw = e->st->bw;
   pthread_mutex_unlock(&e->st->mu);
   sim_sample x = {.pf = f.pf,
+                  .plan = planned_at,
                   .bound = sim_bound_best(&bw, &p.found, e->chunk_bytes, chunk_s,
                                           (double)(c->n - found * SIM_CHUNK) / tps, layers),
                   .base = (double)c->n / tps};

@@ -97,6 +97,7 @@ typedef struct sim_stats {
   uint64_t stored_chunks, store_skipped, store_oom, wrong_bytes, errors;
   double store_s, read_s; /* time in kva_kv_store / kva_kv_load until their op is waited for */
   double *prefetch_s, *ttft_s, *ttft_base_s, *ttft_bound_s; /* one sample per turn */
+  double *plan_s; /* the turn's kva_plan_load (or kva_lookup), one per turn */
   sim_bw bw;                                                /* set before the engines start */
   size_t nsamples, cap;
   sim_second sec[SIM_MAX_SECONDS];
