@@ -74,12 +74,19 @@ static void plan_prefix(const load_plan_in *in, load_plan_out *out) {
 
 /* Tsplit(m) for every m, loads of [m, n) from the back: s_t(m) grows as m
  * goes down, so the pass runs from m = n to 0. */
+/* The front of a split at m: the L1 hits among [0, m) copied, the rest
+ * computed after them. */
+static double front(const load_plan_in *in, size_t m, double copy) {
+  size_t l1 = m < in->h ? m : in->h;
+  return (double)l1 * copy + (double)(m - l1) * in->chunk_compute_s;
+}
+
 static void plan_split(const load_plan_in *in, load_plan_out *out) {
   double copy = in->copy_bytes_per_s > 0 ? in->chunk_bytes / in->copy_bytes_per_s : 0;
   double bytes[LOAD_PLAN_MAX_TIERS] = {0};
   double back = 0;
   out->split_at = in->n;
-  out->split_s = (double)in->n * in->chunk_compute_s;
+  out->split_s = front(in, in->n, copy);
   for (size_t m = in->n; m-- > 0;) {
     double a = copy;
     if (m >= in->h) {
@@ -88,7 +95,7 @@ static void plan_split(const load_plan_in *in, load_plan_out *out) {
       back = fmax(back, arrival(in, t, bytes[t]));
     }
     a += back;
-    double s = fmax((double)m * in->chunk_compute_s, a);
+    double s = fmax(front(in, m, copy), a);
     if (s < out->split_s) {
       out->split_at = m;
       out->split_s = s;

@@ -23,8 +23,10 @@
  * (R_t = 0: a tier not yet measured; C = 0: no prefill rate known).
  *
  * The split ("compute or load? why not both"): the engine computes
- * chunks [0, m) from the front while [m, n) load from the back:
- * Tsplit(m) = max(m·C, Aback(m)), Aback(m) = max over tiers of
+ * chunks [0, m) from the front while [m, n) load from the back, the L1
+ * hits among [0, m) copied rather than computed:
+ * Tsplit(m) = max(front(m), Aback(m)), front(m) = min(m, h)·B/Rc +
+ * (m - min(m, h))·C, Aback(m) = max over tiers of
  * rt·L_t/(1-mu) + (Q_t + s_t(m))/((1-mu)·R_t) + B/Rc (s_t(m): bytes of
  * [m, n) on tier t; 0 when m = n); m* = argmin. Only an engine that
  * controls its own compute order can do it (kvbench's simulated one).

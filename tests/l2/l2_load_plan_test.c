@@ -185,6 +185,21 @@ END_TEST
  *   2 GB/s: s = 16.8 ms: asks while L < 8·(25.6 - 16.8) = 70.5 ms (split:
  *     8 · 25.6² / 42.4 = 123.7 ms);
  *   unmeasured, unknown C, no chunks: asks. */
+/* The split after 2 L1 hits, case A's tier (s = 67.1 ms), no margin: the
+ * L1 hits are copied (free here), not computed; m >= 2:
+ * T(m) = max((m - 2)·25.6, (8 - m)·67.1): m = 6: 134.2; m = 7:
+ * max(128.0, 67.1) = 128.0; m = 8 (recompute): 153.6. So m* = 7, 128 ms
+ * (computing the L1 hits too would have made it 153.6). */
+START_TEST(the_split_copies_the_l1_hits_in_front) {
+  load_plan_tier slow = {.bytes_per_s = B / (67.108864 * MS)};
+  load_plan_in in = input(8, 2, ALL_T0, 1, &slow, 0);
+  load_plan_out out = plan(&in);
+  ck_assert_uint_eq(out.split_at, 7);
+  ck_assert_ms(out.split_s, 128.0);
+  ck_assert_ms(out.recompute_s, 153.6);
+}
+END_TEST
+
 START_TEST(a_lookup_is_asked_only_when_it_can_pay) {
   load_plan_tier slow = {.bytes_per_s = 0.5e9, .latency_s = 1 * MS};
   ck_assert_int_eq(load_plan_worth_asking(&slow, B, C, 8, 0, 0), 0);
@@ -224,6 +239,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, the_split_meets_in_the_middle);
   tcase_add_test(tc, bad_input_is_refused_and_leaves_the_output_alone);
   tcase_add_test(tc, a_lookup_is_asked_only_when_it_can_pay);
+  tcase_add_test(tc, the_split_copies_the_l1_hits_in_front);
   suite_add_tcase(su, tc);
   return su;
 }

@@ -102,6 +102,7 @@ def figures(j):
         "p50_bound": pct(bd, 50), "p99_bound": pct(bd, 99), "chunks": j["chunks"],
         "found": j.get("found_chunks", j["hit_chunks"]), "used": j["hit_chunks"],
         "split_turns": j.get("split_turns", 0), "turns": j["requests"], "tiers": tiers,
+        "p50_bound_shared": j.get("ttft_bound_shared_p50_ms", 0), "plan_p99": j.get("plan_p99_ms", 0),
         "wrong_bytes": j["wrong_bytes"], "errors": j["errors"],
     }
 
@@ -113,7 +114,7 @@ def median(runs, key):
 def summarize(name, runs):
     m = {k: median(runs, k) for k in ("p50", "p99", "p50_without", "p99_without", "p50_bound",
                                        "p99_bound", "chunks", "found", "used", "split_turns",
-                                       "turns")}
+                                       "turns", "p50_bound_shared", "plan_p99")}
     m["name"] = name
     m["wrong_bytes"] = sum(r["wrong_bytes"] for r in runs)
     m["errors"] = sum(r["errors"] for r in runs)
@@ -121,6 +122,7 @@ def summarize(name, runs):
     m["ok_p99"] = m["p99"] <= m["p99_without"]
     m["over_bound"] = m["p50"] / m["p50_bound"] if m["p50_bound"] else 0
     m["ok_bound"] = m["over_bound"] <= BOUND_TARGET
+    m["over_shared"] = m["p50"] / m["p50_bound_shared"] if m["p50_bound_shared"] else 0
     m["runs"] = runs
     return m
 
@@ -129,6 +131,8 @@ def line(m):
     return (f"config={m['name']!r} seeds={len(m['runs'])} "
             f"p50_ms={m['p50']:.1f} p50_without_ms={m['p50_without']:.1f} "
             f"p50_bound_ms={m['p50_bound']:.1f} over_bound={m['over_bound']:.2f} "
+            f"p50_bound_shared_ms={m['p50_bound_shared']:.1f} over_shared={m['over_shared']:.2f} "
+            f"plan_p99_ms={m['plan_p99']:.1f} "
             f"p99_ms={m['p99']:.1f} p99_without_ms={m['p99_without']:.1f} "
             f"found={m['found'] / m['chunks']:.1%} used={m['used'] / m['chunks']:.1%} "
             f"split_turns={m['split_turns']:.0f}/{m['turns']:.0f} "
@@ -139,13 +143,15 @@ def line(m):
 
 def markdown(ms):
     rows = ["| config | hits found / used | TTFT p50 with / without / bound | measured/bound "
-            "| TTFT p99 with / without |", "|---|---|---|---|---|"]
+            "| bound at the rates loads got (ratio) | TTFT p99 with / without |",
+            "|---|---|---|---|---|---|"]
     for m in ms:
         ok = lambda b: "met" if b else "not met"
         rows.append(
             f"| {m['name']} | {m['found'] / m['chunks']:.0%} / {m['used'] / m['chunks']:.0%} "
             f"| {m['p50']:.0f} / {m['p50_without']:.0f} / {m['p50_bound']:.0f} ms "
             f"| {m['over_bound']:.2f} ({ok(m['ok_bound'])}) "
+            f"| {m['p50_bound_shared']:.0f} ms ({m['over_shared']:.2f}) "
             f"| {m['p99']:.0f} / {m['p99_without']:.0f} ms ({ok(m['ok_p99'])}) |")
     return "\n".join(rows)
 

@@ -105,7 +105,9 @@ static int op_finish(int rc, kva_op *op) {
 /* A turn's prefetches and loads. Times in seconds from the first submit. */
 typedef struct sim_fetch {
   uint64_t t0;
-  size_t hits, lo;
+  size_t hits, lo;              /* the range's chunks loaded: [lo, lo + hits) */
+  size_t fhits, nfront_ops;     /* the split's L1 front: [0, fhits), its first ops */
+  double front_copied;          /* the front's loads done */
   double pf;                    /* every prefetch done */
   double first, last, copied;   /* the first and the last load's call; every load done */
   double ready[SIM_MAX_LAYERS]; /* from the last load's call until its layer l is in the cache */
@@ -127,6 +129,7 @@ static int fetch_wait(sim_engine *e, sim_fetch *f, kva_op **op, size_t nops) {
     }
     int st = op_finish(KVA_OK, op[j]);
     if (rc == KVA_OK) rc = st != KVA_OK ? st : lrc;
+    if (j + 1 == f->nfront_ops) f->front_copied = since(f);
   }
   f->copied = since(f);
   return rc;
@@ -134,45 +137,62 @@ static int fetch_wait(sim_engine *e, sim_fetch *f, kva_op **op, size_t nops) {
 
 /* Prefetches keys [from, to) SIM_PIPE at a time, all submitted at once
  * (from the back when `back`: the split engine's loads meet its compute
- * in the middle), and loads each batch's hits into the paged cache as soon
- * as its prefetch is done, while the later batches are still read from
- * their tiers (the loads run in order on the copy actor). In order, a
- * batch after a gap is not part of the prefix: its read locks are released
- * unread; from the back, a batch short of keys ends the loads there (its
- * chunks and those before it are computed). The keys were judged worth
- * loading already (kva_plan_load), so the policy does not judge each batch
- * again (KVA_PREFETCH_AS_PLANNED). Then waits for the loads and checks
- * their bytes; a failed load (or copy) makes the turn a miss, its chunks
- * counted in errs, every lock released. f->hits counts the chunks loaded;
- * f->lo is the first of them (from + hits in order). */
-static void turn_fetch(sim_engine *e, const kva_key *keys, size_t from, size_t to, int back,
-                       sim_fetch *f) {
+ * in the middle), after the keys [0, front) in order (the split's L1
+ * hits, copied rather than computed), and loads each batch's hits into
+ * the paged cache as soon as its prefetch is done, while the later
+ * batches are still read from their tiers (the loads run in order on the
+ * copy actor). In order, a batch after a gap is not part of the prefix:
+ * its read locks are released unread; from the back, a batch short of
+ * keys ends the loads there (its chunks and those before it are
+ * computed). The keys were judged worth loading already (kva_plan_load),
+ * so the policy does not judge each batch again (KVA_PREFETCH_AS_PLANNED).
+ * Then waits for the loads and checks their bytes; a failed load (or
+ * copy) makes the turn a miss, its chunks counted in errs, every lock
+ * released. f->fhits counts the front's chunks loaded ([0, fhits)),
+ * f->hits the range's ([lo, lo + hits)). */
+typedef struct sim_batch {
+  size_t off, len;
+  int front;
+} sim_batch;
+
+static size_t batches(size_t front, size_t from, size_t to, int back, sim_batch *b) {
+  size_t n = 0;
+  for (size_t off = 0; off < front; off += SIM_PIPE)
+    b[n++] = (sim_batch){off, front - off < SIM_PIPE ? front - off : SIM_PIPE, 1};
+  if (back)
+    for (size_t end = to; end > from; end = end - from < SIM_PIPE ? from : end - SIM_PIPE)
+      b[n++] = (sim_batch){end - from < SIM_PIPE ? from : end - SIM_PIPE,
+                           end - from < SIM_PIPE ? end - from : SIM_PIPE, 0};
+  else
+    for (size_t off = from; off < to; off += SIM_PIPE)
+      b[n++] = (sim_batch){off, to - off < SIM_PIPE ? to - off : SIM_PIPE, 0};
+  return n;
+}
+
+static void turn_fetch(sim_engine *e, const kva_key *keys, size_t front, size_t from, size_t to,
+                       int back, sim_fetch *f) {
   sim_cache *c = e->cache;
-  kva_prefetch *h[SIM_MAX_KEYS / SIM_PIPE + 1];
-  kva_op *op[SIM_MAX_KEYS / SIM_PIPE + 1];
-  size_t n = to - from, nb = (n + SIM_PIPE - 1) / SIM_PIPE, sub = 0, nops = 0;
+  sim_batch b[2 * (SIM_MAX_KEYS / SIM_PIPE + 1)];
+  kva_prefetch *h[2 * (SIM_MAX_KEYS / SIM_PIPE + 1)];
+  kva_op *op[2 * (SIM_MAX_KEYS / SIM_PIPE + 1)];
+  size_t nb = batches(front, from, to, back, b), sub = 0, nops = 0;
   kva_prefetch_opts po = {.flags = e->planned ? KVA_PREFETCH_AS_PLANNED : 0};
   cache_map(c, to);
+  for (size_t i = 0; i < front; i++) cache_poison(c, i);
   for (size_t i = from; i < to; i++) cache_poison(c, i);
-  int rc = cache_push(c) ? KVA_EIO : KVA_OK, prefix = 1;
+  int rc = cache_push(c) ? KVA_EIO : KVA_OK, prefix[2] = {1, 1};
   f->lo = back ? to : from;
-  /* batch b covers [off(b), off(b) + len(b)): in order from `from`, or
-   * from the back with the first batch ending at `to` */
-#define OFF(b)                                                                                     \
-  (back ? (to - (b)*SIM_PIPE < SIM_PIPE + from ? from : to - ((b) + 1) * SIM_PIPE)                 \
-        : from + (b)*SIM_PIPE)
-#define LEN(b)                                                                                     \
-  (back ? to - (b)*SIM_PIPE - OFF(b) : (to - OFF(b) < SIM_PIPE ? to - OFF(b) : SIM_PIPE))
   for (; rc == KVA_OK && sub < nb; sub++)
-    if ((rc = kva_submit_prefetch_with(e->s, keys + OFF(sub), LEN(sub), &e->layout, &po,
+    if ((rc = kva_submit_prefetch_with(e->s, keys + b[sub].off, b[sub].len, &e->layout, &po,
                                        &h[sub])) != KVA_OK)
       break;
-  for (size_t b = 0; b < sub; b++) {
-    size_t off = OFF(b), m = LEN(b), got = 0;
+  for (size_t j = 0; j < sub; j++) {
+    size_t off = b[j].off, m = b[j].len, got = 0;
+    int *open = &prefix[b[j].front];
     /* an engine waits for each prefetch: a timed-out handle would keep its
      * read locks for nobody */
-    if (kva_wait_prefetch(e->s, h[b], -1, &got) != KVA_OK) got = 0;
-    int use = got && prefix && rc == KVA_OK && (!back || got == m);
+    if (kva_wait_prefetch(e->s, h[j], -1, &got) != KVA_OK) got = 0;
+    int use = got && *open && rc == KVA_OK && (b[j].front || !back || got == m);
     if (got && !use) kva_finish_read_prefetched(e->s, keys + off, got, 0);
     if (use) {
       f->last = since(f);
@@ -180,22 +200,24 @@ static void turn_fetch(sim_engine *e, const kva_key *keys, size_t from, size_t t
       /* a refused call released the locks it was given */
       rc = kva_kv_load(e->s, c->kv, keys + off, got, SIM_CHUNK, c->slots + off * SIM_CHUNK,
                        got * SIM_CHUNK, &op[nops]);
-      if (rc == KVA_OK) nops++, f->hits += got, f->lo = back ? off : f->lo;
+      if (rc == KVA_OK && b[j].front)
+        nops++, f->fhits += got, f->nfront_ops = nops;
+      else if (rc == KVA_OK)
+        nops++, f->hits += got, f->lo = back ? off : f->lo;
     }
-    if (got < m) prefix = 0;
+    if (got < m) *open = 0;
   }
-#undef OFF
-#undef LEN
   f->pf = since(f);
   int wrc = fetch_wait(e, f, op, nops);
   if (rc == KVA_OK) rc = wrc;
-  if (rc == KVA_OK && f->hits && cache_pull(c)) rc = KVA_EIO;
+  if (rc == KVA_OK && (f->hits || f->fhits) && cache_pull(c)) rc = KVA_EIO;
+  for (size_t i = 0; rc == KVA_OK && i < f->fhits; i++) f->bad += cache_check(c, i, &keys[i]);
   for (size_t i = f->lo; rc == KVA_OK && i < f->lo + f->hits; i++)
     f->bad += cache_check(c, i, &keys[i]);
   cache_unmap(c);
   if (rc != KVA_OK) {
-    f->errs += f->hits ? f->hits : 1;
-    f->hits = 0;
+    f->errs += f->hits + f->fhits ? f->hits + f->fhits : 1;
+    f->hits = f->fhits = 0;
     f->bad = 0;
   }
 }
@@ -242,7 +264,7 @@ static void turn_store(sim_engine *e, const kva_key *keys, size_t from, size_t n
 
 /* One turn's sample: prefetch, TTFT, its bound, TTFT without kvact. */
 typedef struct sim_sample {
-  double pf, ttft, bound, base, plan;
+  double pf, ttft, bound, base, plan, bound_shared;
 } sim_sample;
 
 static void stats_sample(sim_stats *st, const sim_sample *x) {
@@ -250,7 +272,7 @@ static void stats_sample(sim_stats *st, const sim_sample *x) {
     size_t cap = array_next_cap(st->cap, st->nsamples + 1, sizeof(double));
     if (!cap || !ARRAY_RESIZE(st->prefetch_s, cap) || !ARRAY_RESIZE(st->ttft_s, cap) ||
         !ARRAY_RESIZE(st->plan_s, cap) || !ARRAY_RESIZE(st->ttft_base_s, cap) ||
-        !ARRAY_RESIZE(st->ttft_bound_s, cap))
+        !ARRAY_RESIZE(st->ttft_bound_s, cap) || !ARRAY_RESIZE(st->ttft_bound_shared_s, cap))
       return;
     st->cap = cap;
   }
@@ -258,6 +280,7 @@ static void stats_sample(sim_stats *st, const sim_sample *x) {
   st->plan_s[st->nsamples] = x->plan;
   st->ttft_s[st->nsamples] = x->ttft;
   st->ttft_bound_s[st->nsamples] = x->bound;
+  st->ttft_bound_shared_s[st->nsamples] = x->bound_shared;
   st->ttft_base_s[st->nsamples++] = x->base;
 }
 
@@ -271,9 +294,8 @@ static uint32_t tier_of(const kva_tier_hits *th, size_t i) {
   return th->ntiers ? th->ntiers - 1 : 0;
 }
 
-/* Chunks [lo, lo + n) counted by the tier each was found in. */
+/* Chunks [lo, lo + n) counted into out by the tier each was found in. */
 static void count_tiers(const kva_tier_hits *th, size_t lo, size_t n, size_t *out) {
-  memset(out, 0, SIM_MAX_TIERS * sizeof *out);
   for (size_t i = lo; i < lo + n; i++) out[tier_of(th, i)]++;
 }
 
@@ -362,31 +384,36 @@ static void engine_turn(sim_engine *e, sim_conv *c) {
   int split = found && (e->o->engine == SIM_ENGINE_SPLIT ||
                         (e->o->engine == SIM_ENGINE_AUTO && e->planned &&
                          p.split_s < p.load_s * 0.98 && p.split_at < found));
-  if (split) {
-    turn_fetch(e, keys, p.split_at, found, 1, &f);
+  size_t l1 = p.found.ntiers ? p.found.tier[0].hits : 0;
+  if (split) { /* the L1 hits in front copied, [split_at, found) from the back */
+    turn_fetch(e, keys, l1 < p.split_at ? l1 : p.split_at, p.split_at, found, 1, &f);
   } else if (n) {
     size_t k = e->o->engine == SIM_ENGINE_ALL ? found : p.worth;
-    if (k) turn_fetch(e, keys, 0, k, 0, &f);
+    if (k) turn_fetch(e, keys, 0, 0, k, 0, &f);
   }
-  size_t hits = f.hits;
+  size_t hits = f.hits + f.fhits;
   count_tiers(&p.found, 0, found, tt.found);
-  count_tiers(&p.found, f.lo, hits, tt.used);
+  count_tiers(&p.found, 0, f.fhits, tt.used);
+  count_tiers(&p.found, f.lo, f.hits, tt.used);
   for (uint32_t t = 1; t < p.found.ntiers && t < SIM_MAX_TIERS; t++) tt.skipped[t] = p.skipped[t];
   tt.nfound = found;
   tt.split = split;
   pthread_mutex_lock(&e->st->mu); /* the progress loop refreshes a metered rate */
-  sim_bw bw = e->st->bw;
+  sim_bw bw = e->st->bw, shared = e->st->bw_shared;
   pthread_mutex_unlock(&e->st->mu);
   sim_sample x = {.pf = f.pf,
                   .plan = planned_at,
                   .bound = sim_bound_best(&bw, &p.found, e->chunk_bytes, chunk_s,
                                           (double)(c->n - found * SIM_CHUNK) / tps, layers),
+                  .bound_shared = sim_bound_best(&shared, &p.found, e->chunk_bytes, chunk_s,
+                                                 (double)(c->n - found * SIM_CHUNK) / tps, layers),
                   .base = (double)c->n / tps};
   if (split) {
-    /* the front [0, lo) computed while the back loaded, then the rest */
-    tt.split_computed = f.lo;
-    double front = planned_at + (double)f.lo * chunk_s;
-    double tail = (double)(c->n - (f.lo + hits) * SIM_CHUNK) / tps;
+    /* [fhits, lo) computed once the front's L1 hits were copied, while the
+     * back loaded; then the rest */
+    tt.split_computed = f.lo - f.fhits;
+    double front = (f.fhits ? f.front_copied : planned_at) + (double)(f.lo - f.fhits) * chunk_s;
+    double tail = (double)(c->n - (f.lo + f.hits) * SIM_CHUNK) / tps;
     x.ttft = (front > f.copied ? front : f.copied) + tail;
   } else {
     double pre = (double)(c->n - hits * SIM_CHUNK) / tps;
@@ -394,10 +421,10 @@ static void engine_turn(sim_engine *e, sim_conv *c) {
   }
   sleep_s(x.ttft - since(&f)); /* the prefill the loads did not already cover */
   double rd = hits ? f.copied - f.first : 0;
-  /* what the engine computed: [hits, n), or the split's front and tail */
+  /* what the engine computed: [hits, n), or the split's middle and tail */
   if (!split && n > hits) turn_store(e, keys, hits, n);
-  if (split && f.lo) turn_store(e, keys, 0, f.lo);
-  if (split && n > f.lo + hits) turn_store(e, keys, f.lo + hits, n);
+  if (split && f.lo > f.fhits) turn_store(e, keys, f.fhits, f.lo);
+  if (split && n > f.lo + f.hits) turn_store(e, keys, f.lo + f.hits, n);
   pthread_mutex_lock(&e->st->mu);
   e->st->wrong_bytes += f.bad;
   e->st->errors += f.errs;

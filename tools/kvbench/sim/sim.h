@@ -98,7 +98,11 @@ typedef struct sim_stats {
   double store_s, read_s; /* time in kva_kv_store / kva_kv_load until their op is waited for */
   double *prefetch_s, *ttft_s, *ttft_base_s, *ttft_bound_s; /* one sample per turn */
   double *plan_s; /* the turn's kva_plan_load (or kva_lookup), one per turn */
-  sim_bw bw;                                                /* set before the engines start */
+  /* the bound at the rates the tiers' loads got in this run (the tier
+   * meter, sampled each second; the probe's before the first sample) */
+  double *ttft_bound_shared_s;
+  sim_bw bw_shared;
+  sim_bw bw; /* set before the engines start */
   size_t nsamples, cap;
   sim_second sec[SIM_MAX_SECONDS];
   uint64_t ticked_read[SIM_MAX_TIERS], ticked_written[SIM_MAX_TIERS]; /* at the last tick */

@@ -131,6 +131,7 @@ int sim_main(const sim_opts *opts, const char *model, const char *file, char **s
                          .chains = {.mu = PTHREAD_MUTEX_INITIALIZER}};
   kva_layout l = sim_layout(o.model);
   if (rc < 0 && c) sim_bw_probe(c, kva_layout_bytes(&l), &st.bw); /* the disk still idle */
+  st.bw_shared = st.bw;
   kva_runtime *rt = NULL;
   if (rc < 0 && c && (rc = kva_runtime_start(c, &rt)) != KVA_OK)
     fprintf(stderr, "kvbench: runtime: %s\n", kva_strerror(rc));

@@ -64,6 +64,11 @@ static void tier_totals(const sim_opts *o, kva_storage *s, sim_stats *st, uint64
     /* a tier the probe could not measure (redis): the tier meter's rate,
      * measured in the same run, from the first second it has one */
     pthread_mutex_lock(&st->mu);
+    if (t < st->bw_shared.ntiers && ts.bytes_per_s > 0 &&
+        strcmp(st->bw_shared.how[t], "unlimited") != 0) {
+      st->bw_shared.bw[t] = ts.bytes_per_s; /* what the tier's loads got */
+      snprintf(st->bw_shared.how[t], sizeof st->bw_shared.how[t], "meter");
+    }
     if (t < st->bw.ntiers && ts.bytes_per_s > 0 &&
         (st->bw.bw[t] <= 0 || strcmp(st->bw.how[t], "meter") == 0) &&
         strcmp(st->bw.how[t], "unlimited") != 0) {
@@ -109,7 +114,7 @@ void sim_progress(const sim_opts *o, sim_stats *st, size_t sec, double t, int tt
 /* The figures both reports print, from the stats and their deltas. */
 typedef struct sim_figs {
   double hit, p50, p95, p99, ttft, ttft_base, ttft_bound, store_gbs, read_gbs;
-  double ttft99, ttft_base99, ttft_bound99, found, plan50, plan99;
+  double ttft99, ttft_base99, ttft_bound99, found, plan50, plan99, shared50;
   uint64_t stored_bytes, l1_read_bytes, l2_loaded_bytes, l2_stored_bytes;
 } sim_figs;
 
@@ -125,6 +130,7 @@ static sim_figs figs(const sim_result *r) {
                 .ttft_bound = sim_pct(st->ttft_bound_s, n, 50),
                 .ttft99 = sim_pct(st->ttft_s, n, 99),
                 .plan50 = sim_pct(st->plan_s, n, 50),
+                .shared50 = sim_pct(st->ttft_bound_shared_s, n, 50),
                 .plan99 = sim_pct(st->plan_s, n, 99),
                 .ttft_base99 = sim_pct(st->ttft_base_s, n, 99),
                 .ttft_bound99 = sim_pct(st->ttft_bound_s, n, 99),
@@ -200,6 +206,9 @@ void sim_report_text(const sim_result *r) {
          "recomputing and the split: measured/bound %.2f target=<=%.2f ok=%s\n",
          f.ttft_bound * 1e3, f.ttft_bound99 * 1e3, over, SIM_BOUND_TARGET,
          over <= SIM_BOUND_TARGET ? "yes" : "no");
+  printf("  bound, shared    p50 %.1f ms at the rates the tiers' loads got in this run (the tier "
+         "meter; the disk shared by the engines and the write-behind): measured/bound %.2f\n",
+         f.shared50 * 1e3, f.shared50 > 0 ? f.ttft / f.shared50 : 0);
   printf("  bound from      ");
   for (uint32_t t = 0; t < st->bw.ntiers; t++)
     printf(" %s %.2f GB/s (%s)%s", t ? st->tier_name[t] : "copy", st->bw.bw[t] / 1e9, st->bw.how[t],
@@ -213,8 +222,10 @@ void sim_report_text(const sim_result *r) {
     double rd = (double)ts->loaded_bytes / r->elapsed_s;
     double wr = (double)ts->stored_bytes / r->elapsed_s;
     printf("  tier traffic     %s read %.2f GB/s + wrote %.2f GB/s on average = %.2f of its "
-           "measured read rate\n",
-           st->tier_name[t], rd / 1e9, wr / 1e9, (rd + wr) / st->bw.bw[t]);
+           "measured read rate; the load plan's meter at the end: %.2f GB/s, round trip %.3f "
+           "ms, %llu lookups not sent\n",
+           st->tier_name[t], rd / 1e9, wr / 1e9, (rd + wr) / st->bw.bw[t], ts->bytes_per_s / 1e9,
+           ts->latency_s * 1e3, (unsigned long long)ts->lookups_skipped);
   }
   printf("  wrong bytes      %llu, errors %llu\n", (unsigned long long)st->wrong_bytes,
          (unsigned long long)st->errors);
@@ -337,9 +348,10 @@ int sim_report_json(const sim_result *r, const char *path) {
   }
   if (j)
     json_object_update_new(
-        j, json_pack("{s:f,s:f,s:f,s:o}", "ttft_bound_p50_ms", f.ttft_bound * 1e3,
-                     "ttft_over_bound", f.ttft_bound > 0 ? f.ttft / f.ttft_bound : 0,
-                     "ttft_bound_target", SIM_BOUND_TARGET, "bound_bandwidths", bw));
+        j, json_pack("{s:f,s:f,s:f,s:f,s:o}", "ttft_bound_shared_p50_ms", f.shared50 * 1e3,
+                     "ttft_bound_p50_ms", f.ttft_bound * 1e3, "ttft_over_bound",
+                     f.ttft_bound > 0 ? f.ttft / f.ttft_bound : 0, "ttft_bound_target",
+                     SIM_BOUND_TARGET, "bound_bandwidths", bw));
   if (j) /* every turn's, sorted: the distributions' charts */
     json_object_set_new(j, "ttft_samples_ms",
                         json_pack("{s:o,s:o,s:o}", "with_kvact",
