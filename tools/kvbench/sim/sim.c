@@ -392,22 +392,11 @@ static void engine_turn(sim_engine *e, sim_conv *c) {
     if (k) turn_fetch(e, keys, 0, 0, k, 0, &f);
   }
   size_t hits = f.hits + f.fhits;
-  count_tiers(&p.found, 0, found, tt.found);
   count_tiers(&p.found, 0, f.fhits, tt.used);
   count_tiers(&p.found, f.lo, f.hits, tt.used);
   for (uint32_t t = 1; t < p.found.ntiers && t < SIM_MAX_TIERS; t++) tt.skipped[t] = p.skipped[t];
-  tt.nfound = found;
   tt.split = split;
-  pthread_mutex_lock(&e->st->mu); /* the progress loop refreshes a metered rate */
-  sim_bw bw = e->st->bw, shared = e->st->bw_shared;
-  pthread_mutex_unlock(&e->st->mu);
-  sim_sample x = {.pf = f.pf,
-                  .plan = planned_at,
-                  .bound = sim_bound_best(&bw, &p.found, e->chunk_bytes, chunk_s,
-                                          (double)(c->n - found * SIM_CHUNK) / tps, layers),
-                  .bound_shared = sim_bound_best(&shared, &p.found, e->chunk_bytes, chunk_s,
-                                                 (double)(c->n - found * SIM_CHUNK) / tps, layers),
-                  .base = (double)c->n / tps};
+  sim_sample x = {.pf = f.pf, .plan = planned_at, .base = (double)c->n / tps};
   if (split) {
     /* [fhits, lo) computed once the front's L1 hits were copied, while the
      * back loaded; then the rest */
@@ -420,6 +409,19 @@ static void engine_turn(sim_engine *e, sim_conv *c) {
     x.ttft = hits ? f.last + layered_prefill(f.ready, layers, pre) : since(&f) + pre;
   }
   sleep_s(x.ttft - since(&f)); /* the prefill the loads did not already cover */
+  /* What the tiers hold, for the found counts and the bound: the plan's
+   * lookup, or, where it did not ask a tier (its lookup could not pay),
+   * a lookup made now, after the turn's TTFT (not part of it). */
+  kva_tier_hits held = p.found;
+  if (p.not_asked && kva_lookup(e->s, keys, n, 0, &held) != KVA_OK) held = p.found;
+  count_tiers(&held, 0, held.total, tt.found);
+  tt.nfound = held.total;
+  double tail = (double)(c->n - held.total * SIM_CHUNK) / tps;
+  pthread_mutex_lock(&e->st->mu); /* the progress loop refreshes a metered rate */
+  sim_bw bw = e->st->bw, shared = e->st->bw_shared;
+  pthread_mutex_unlock(&e->st->mu);
+  x.bound = sim_bound_best(&bw, &held, e->chunk_bytes, chunk_s, tail, layers);
+  x.bound_shared = sim_bound_best(&shared, &held, e->chunk_bytes, chunk_s, tail, layers);
   double rd = hits ? f.copied - f.first : 0;
   /* what the engine computed: [hits, n), or the split's middle and tail */
   if (!split && n > hits) turn_store(e, keys, hits, n);
@@ -430,7 +432,7 @@ static void engine_turn(sim_engine *e, sim_conv *c) {
   e->st->errors += f.errs;
   e->st->read_s += rd;
   pthread_mutex_unlock(&e->st->mu);
-  stats_turn(e, &p.found, &tt, n, hits, &x);
+  stats_turn(e, &held, &tt, n, hits, &x);
   conv_append(e, c, 64, 256);
   if (--c->turns_left == 0 || c->n + 512 + 256 > SIM_MAX_TOKENS) {
     conv_start(e, c);
