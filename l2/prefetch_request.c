@@ -80,23 +80,18 @@ static void unlock_planned(prefetch_controller *c, prefetch_req *req) {
     if (req->asked >> t & 1) unlock_where(c, req, t, true);
 }
 
-/* Whether tier t is worth a lookup for this prefetch
- * (load_plan_worth_asking): with load_or_recompute, not when its lookup
- * cannot pay for itself (too slow for any chunk, or a round trip longer
- * than all it could save); for a prefetch the caller planned
- * (KVA_PREFETCH_AS_PLANNED, under any policy) only the round trip is
- * weighed, against the most any engine could save (the split's): the
- * caller chose these keys, but a lookup queued behind a backlog of stores
- * costs more than it could bring. */
+/* load_or_recompute: a tier whose lookup cannot pay for itself (too slow
+ * for any chunk, or a round trip longer than all it could save) is not
+ * asked (load_plan_worth_asking). A prefetch the caller planned
+ * (KVA_PREFETCH_AS_PLANNED) is not judged again: every tier is asked. */
 static int worth_asking(prefetch_controller *c, prefetch_req *req, uint32_t t) {
-  int planned = req->user->as_planned;
-  if (!c->o.plan_loads && !planned) return 1;
+  if (!c->o.plan_loads || req->user->as_planned) return 1;
   l2_meter_view v;
   l2_meter_plan(&c->tiers->t[t].meter, pf_now(c), &v);
   load_plan_tier lt = {v.bytes_per_s, v.latency_s, v.queued_bytes};
   return load_plan_worth_asking(&lt, (double)kva_layout_bytes(req->user->layout),
                                 prefill_chunk_s(c->o.prefill, req->keys[0].model), req->n,
-                                c->o.margin, planned);
+                                c->o.margin, 0);
 }
 
 void pf_start(prefetch_controller *c, prefetch_req *req) {
