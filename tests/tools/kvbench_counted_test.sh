@@ -43,6 +43,12 @@ cp "$kvbench" "$dir/alone/kvbench"
 check "l2-mock from a lone kvbench did not end its suite" has "$dir/l2" "^suite=l2-mock "
 check "l2-mock looked for kvbench_counted: $(cat "$dir/l2.err")" lacks "$dir/l2.err" kvbench_counted
 
+# TSan builds: the runtime suite's anchor (the C++ Actor Framework, not
+# built with TSan) trips TSan's reports before any figure; its malloc
+# figures are checked in the plain and ASan builds
+tsan=0
+nm "$kvbench" 2> /dev/null | grep -q '__tsan_init' && tsan=1
+if [ "$tsan" = 0 ]; then
 "$kvbench" --suite runtime --quick > "$dir/rt" 2> "$dir/rt.err" || true
 check "runtime printed no mallocs_per_msg figure: $(grep -m1 mallocs "$dir/rt" || cat "$dir/rt.err")" \
   has "$dir/rt" "^measure=ping-pong mallocs_per_msg=[0-9]"
@@ -52,6 +58,7 @@ check "a lone kvbench's runtime suite did not say its mallocs are unavailable" \
   has "$dir/rt-alone" "^measure=ping-pong mallocs_per_msg=unavailable"
 check "a lone kvbench did not say kvbench_counted is missing" \
   has "$dir/rt-alone.err" "kvbench_counted"
+fi
 
 # the definitions of malloc and free: in the symbol table and the dynamic one
 defines() { # defines BINARY: the allocation functions it defines
@@ -61,7 +68,14 @@ defines() { # defines BINARY: the allocation functions it defines
 }
 own=$(defines "$kvbench")
 check "kvbench defines $own" test -z "$own"
-check "kvbench_counted does not define malloc" sh -c "echo '$(defines "$counted")' | grep -qw malloc"
+# a sanitizer build owns malloc (malloc_count.c counts nothing there): then
+# kvbench_counted defines none either; else it defines the interposer's
+if nm "$counted" 2> /dev/null | grep -q '__[at]san_init'; then
+  check "kvbench_counted defines $(defines "$counted") in a sanitizer build" \
+    test -z "$(defines "$counted")"
+else
+  check "kvbench_counted does not define malloc" sh -c "echo '$(defines "$counted")' | grep -qw malloc"
+fi
 
 echo "$passed passed, $failed failed"
 test "$failed" = 0
