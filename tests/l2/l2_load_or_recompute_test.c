@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "actors/gauges.h"
+#include "actors/runtime_internal.h"
 #include "l2/meter.h"
 #include "storage/storage_internal.h"
 #include "tests/support/fixture.h"
@@ -116,6 +118,16 @@ START_TEST(a_queue_makes_found_keys_skipped_and_counted) {
   kva_storage_stats st;
   ck_assert_int_eq(kva_storage_get_stats(s, &st), KVA_OK);
   ck_assert_uint_eq(st.l2_skipped_slow_keys, N);
+  /* what kvinspect shows: the controller's label and its skip gauges */
+  stats_slot *slot = s->prefetcher->stats;
+  if (slot) { /* NULL only when the stats segment had no room */
+    stats_label_copy lc;
+    ck_assert(stats_label_read(slot, &lc));
+    ck_assert_str_eq(lc.label, "load_or_recompute");
+    ck_assert_str_eq(lc.gauge_names, "skipped_slow t");
+    ck_assert_uint_eq(__atomic_load_n(&slot->gauge[0], __ATOMIC_RELAXED), N);
+    ck_assert_uint_eq(__atomic_load_n(&slot->gauge[1], __ATOMIC_RELAXED), N);
+  }
   l2_meter_done(m, 1, 1ull << 30, 0, kva_runtime_now_ns(rt));
   ck_assert_uint_eq(l2_prefetch_range(s, 0, N, &l), N);
   l2_read_release_range(s, 0, N, 0);
