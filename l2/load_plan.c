@@ -123,3 +123,10 @@ int load_plan_worth_asking(const load_plan_tier *t, double chunk_bytes, double c
   if (can_split) return lookup < (double)chunks * c * c / (c + s);
   return s < c && lookup < (double)chunks * (c - s);
 }
+
+size_t load_plan_tiers_of(const kva_tier_hits *found, uint32_t ntiers, int8_t *tier, size_t cap) {
+  size_t n = 0;
+  for (uint32_t t = 1; t < found->ntiers && t < ntiers; t++)
+    for (size_t j = 0; j < found->tier[t].hits && n < cap; j++) tier[n++] = (int8_t)(t - 1);
+  return n;
+}

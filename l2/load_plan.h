@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvact.h"
+
 #define LOAD_PLAN_MAX_TIERS 8
 
 typedef struct load_plan_tier {
@@ -72,6 +74,12 @@ typedef struct load_plan_out {
  * index out of range, a negative or non-finite rate, a margin outside
  * [0, 1)); *out is then untouched. */
 int load_plan(const load_plan_in *in, load_plan_out *out);
+
+/* The tiers of a found prefix as kva_lookup reports it (the L1 hits,
+ * then each L2 tier's run after the tiers before it): tier[j] for chunk
+ * h + j, the L2 tier's index, for the L2 tiers among found->tier[1,
+ * ntiers); at most cap entries. Returns their count: load_plan_in's n - h. */
+size_t load_plan_tiers_of(const kva_tier_hits *found, uint32_t ntiers, int8_t *tier, size_t cap);
 
 /* Whether a lookup of up to `chunks` keys on tier t is worth its round
  * trip, before it is sent: 0 when nothing the tier could hold would be

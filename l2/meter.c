@@ -69,23 +69,26 @@ void l2_meter_lookup(l2_meter *m, uint64_t ns, uint64_t now) {
   pthread_mutex_unlock(&m->mu);
 }
 
-void l2_meter_read(l2_meter *m, l2_meter_view *out) {
+/* The loads' gauge once it has a rate, else all traffic's. Under mu. */
+static load_plan_tier view(const l2_meter *m, const l2_gauge *g) {
+  return (load_plan_tier){g->bytes_per_s, m->latency_s, (double)g->inflight_bytes};
+}
+
+void l2_meter_read(l2_meter *m, load_plan_tier *out) {
   pthread_mutex_lock(&m->mu);
-  const l2_gauge *g = m->loads.bytes_per_s > 0 ? &m->loads : &m->all;
-  *out = (l2_meter_view){g->bytes_per_s, m->latency_s, (double)g->inflight_bytes};
+  *out = view(m, m->loads.bytes_per_s > 0 ? &m->loads : &m->all);
   pthread_mutex_unlock(&m->mu);
 }
 
-void l2_meter_plan(l2_meter *m, uint64_t now, l2_meter_view *out) {
+void l2_meter_plan(l2_meter *m, uint64_t now, load_plan_tier *out) {
   pthread_mutex_lock(&m->mu);
   const l2_gauge *g = m->loads.bytes_per_s > 0 ? &m->loads : &m->all;
-  *out = (l2_meter_view){g->bytes_per_s, m->latency_s, (double)g->inflight_bytes};
-  if (m->loads.bytes_per_s > 0 && m->loads.inflight == 0 &&
-      now - m->loads.last_ns > METER_STALE_NS && now - m->explored_ns > METER_STALE_NS) {
-    /* judged on all traffic instead: what a load would wait behind */
+  if (g == &m->loads && m->loads.inflight == 0 && now - m->loads.last_ns > METER_STALE_NS &&
+      now - m->explored_ns > METER_STALE_NS) {
     m->explored_ns = now;
-    *out = (l2_meter_view){m->all.bytes_per_s, m->latency_s, (double)m->all.inflight_bytes};
+    g = &m->all; /* judged on all traffic instead: what a load would wait behind */
   }
+  *out = view(m, g);
   pthread_mutex_unlock(&m->mu);
 }
 

@@ -34,6 +34,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "l2/load_plan.h"
+
 #define METER_WINDOW_NS 20000000ull /* 20 ms of busy time per rate sample */
 #define METER_ALPHA 0.3
 #define METER_STALE_NS 5000000000ull /* a rate or round trip this old is measured again */
@@ -56,12 +58,6 @@ typedef struct l2_meter {
   uint64_t explored_ns;    /* the last plan let through to measure again */
 } l2_meter;
 
-/* What a planner reads, at one instant: the loads' rate and queue once
- * measured, else all traffic's (see above). */
-typedef struct l2_meter_view {
-  double bytes_per_s, latency_s, queued_bytes;
-} l2_meter_view;
-
 void l2_meter_init(l2_meter *m);
 void l2_meter_destroy(l2_meter *m);
 /* A request carrying (a store) or fetching (a load) bytes was sent at now. */
@@ -71,7 +67,9 @@ void l2_meter_sent(l2_meter *m, int load, uint64_t bytes, uint64_t now);
 void l2_meter_done(l2_meter *m, int load, uint64_t bytes, uint64_t moved, uint64_t now);
 /* A lookup's round trip, answered at now. */
 void l2_meter_lookup(l2_meter *m, uint64_t ns, uint64_t now);
-void l2_meter_read(l2_meter *m, l2_meter_view *out);
+/* What a planner reads, at one instant: the loads' rate and queue once
+ * measured, else all traffic's (see above), and the round trip. */
+void l2_meter_read(l2_meter *m, load_plan_tier *out);
 /* 1 when the round trip was measured but not for METER_STALE_NS: the
  * prober measures it again, off every request's path (prober.c). */
 int l2_meter_lookup_stale(l2_meter *m, uint64_t now);
@@ -82,6 +80,6 @@ int l2_meter_lookup_stale(l2_meter *m, uint64_t now);
  * included, which a load might wait behind); if that plan loads, the load
  * measures the tier anew. (The round trip of a tier the plans stopped
  * asking is kept fresh by the prober.) */
-void l2_meter_plan(l2_meter *m, uint64_t now, l2_meter_view *out);
+void l2_meter_plan(l2_meter *m, uint64_t now, load_plan_tier *out);
 
 #endif

@@ -86,9 +86,8 @@ static void unlock_planned(prefetch_controller *c, prefetch_req *req) {
  * (KVA_PREFETCH_AS_PLANNED) is not judged again: every tier is asked. */
 static int worth_asking(prefetch_controller *c, prefetch_req *req, uint32_t t) {
   if (!c->o.plan_loads || req->user->as_planned) return 1;
-  l2_meter_view v;
-  l2_meter_plan(&c->tiers->t[t].meter, pf_now(c), &v);
-  load_plan_tier lt = {v.bytes_per_s, v.latency_s, v.queued_bytes};
+  load_plan_tier lt;
+  l2_meter_plan(&c->tiers->t[t].meter, pf_now(c), &lt);
   return load_plan_worth_asking(&lt, (double)kva_layout_bytes(req->user->layout),
                                 prefill_chunk_s(c->o.prefill, req->keys[0].model), req->n,
                                 c->o.margin, 0);
@@ -126,12 +125,7 @@ void pf_start(prefetch_controller *c, prefetch_req *req) {
  * left to pay: the load. */
 static size_t worth_loading(prefetch_controller *c, prefetch_req *req) {
   load_plan_tier views[L2_MAX_TIERS];
-  uint64_t now = pf_now(c);
-  for (uint32_t t = 0; t < c->tiers->n; t++) {
-    l2_meter_view v;
-    l2_meter_plan(&c->tiers->t[t].meter, now, &v);
-    views[t] = (load_plan_tier){v.bytes_per_s, v.latency_s, v.queued_bytes};
-  }
+  l2_plan_views(c->tiers, pf_now(c), views);
   load_plan_in in = {.n = req->base + req->nplanned,
                      .h = req->base,
                      .tier = req->plan,

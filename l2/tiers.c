@@ -34,3 +34,7 @@ int l2_tier_index(const l2_tiers *t, const char *name) {
     if (strcmp(t->t[i].name, name) == 0) return (int)i;
   return -1;
 }
+
+void l2_plan_views(l2_tiers *t, uint64_t now, load_plan_tier *out) {
+  for (uint32_t i = 0; i < t->n; i++) l2_meter_plan(&t->t[i].meter, now, &out[i]);
+}

@@ -60,5 +60,8 @@ void l2_health(l2_tiers *t, uint32_t i, int result);
 void l2_recovered(l2_tiers *t, uint32_t i);
 /* Index of the tier called name, or -1. */
 int l2_tier_index(const l2_tiers *t, const char *name);
+/* Each tier's meter as a plan at now sees it (l2_meter_plan), into
+ * out[0, t->n). */
+void l2_plan_views(l2_tiers *t, uint64_t now, load_plan_tier *out);
 
 #endif

@@ -59,9 +59,8 @@ typedef struct lookup_args {
 /* kva_plan_load's gate: whether tier t is worth a lookup of the keys left
  * (load_plan_worth_asking). */
 static int worth_asking(kva_storage *s, const lookup_args *a, uint32_t t, size_t left) {
-  l2_meter_view v;
-  l2_meter_plan(&s->tiers.t[t].meter, kva_runtime_now_ns(s->rt), &v);
-  load_plan_tier lt = {v.bytes_per_s, v.latency_s, v.queued_bytes};
+  load_plan_tier lt;
+  l2_meter_plan(&s->tiers.t[t].meter, kva_runtime_now_ns(s->rt), &lt);
   return load_plan_worth_asking(&lt, (double)kva_layout_bytes(a->plan),
                                 prefill_chunk_s(&s->prefill, a->k[0].model), left, s->plan_margin,
                                 a->can_split);
@@ -121,18 +120,12 @@ int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hit
  * prefetch's lookup and one for its load are still to pay. */
 static int plan_found(kva_storage *s, const kva_key *k, const kva_layout *l, kva_load_plan *out) {
   const kva_tier_hits *f = &out->found;
-  size_t h = f->tier[0].hits, n = h;
+  size_t h = f->tier[0].hits;
   int8_t *tier = malloc(f->total - h + 1);
   if (!tier) return KVA_ENOMEM;
-  for (uint32_t j = 1; j < f->ntiers; j++)
-    for (size_t i = 0; i < f->tier[j].hits; i++, n++) tier[n - h] = (int8_t)(j - 1);
+  size_t n = h + load_plan_tiers_of(f, f->ntiers, tier, f->total - h);
   load_plan_tier views[L2_MAX_TIERS];
-  uint64_t now = kva_runtime_now_ns(s->rt);
-  for (uint32_t t = 0; t < s->tiers.n; t++) {
-    l2_meter_view v;
-    l2_meter_plan(&s->tiers.t[t].meter, now, &v);
-    views[t] = (load_plan_tier){v.bytes_per_s, v.latency_s, v.queued_bytes};
-  }
+  l2_plan_views(&s->tiers, kva_runtime_now_ns(s->rt), views);
   load_plan_in in = {.n = n,
                      .h = h,
                      .tier = tier,
@@ -296,7 +289,7 @@ int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *o
       .bypassed = !l2_usable(&s->tiers, (uint32_t)t),
       .skipped_slow_keys = __atomic_load_n(&lt->skipped_slow_keys, __ATOMIC_RELAXED),
       .lookups_skipped = __atomic_load_n(&lt->lookups_skipped, __ATOMIC_RELAXED)};
-  l2_meter_view v;
+  load_plan_tier v;
   l2_meter_read(&s->tiers.t[t].meter, &v);
   out->queued_bytes = (uint64_t)v.queued_bytes;
   out->bytes_per_s = v.bytes_per_s;

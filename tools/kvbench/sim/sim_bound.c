@@ -140,13 +140,11 @@ double sim_bound(const sim_bw *bw, const size_t *tier_hits, size_t chunk, double
 
 double sim_bound_best(const sim_bw *bw, const kva_tier_hits *found, size_t chunk, double chunk_s,
                       double tail_s, uint32_t layers) {
-  size_t n = found->total, hits[SIM_MAX_TIERS] = {0};
+  size_t hits[SIM_MAX_TIERS] = {0};
   int8_t tier[SIM_MAX_KEYS];
-  size_t h = found->ntiers ? found->tier[0].hits : 0, i = h;
-  for (uint32_t t = 1; t < found->ntiers && t < bw->ntiers; t++)
-    for (size_t j = 0; j < found->tier[t].hits && i < n && i - h < SIM_MAX_KEYS; j++, i++)
-      tier[i - h] = (int8_t)(t - 1);
-  n = i; /* chunks of a tier the probe does not know are left out */
+  size_t h = found->ntiers ? found->tier[0].hits : 0;
+  /* chunks of a tier the probe does not know are left out */
+  size_t n = h + load_plan_tiers_of(found, bw->ntiers, tier, SIM_MAX_KEYS);
   /* loading [0, k), k = 0..n: the chunks of [0, k) counted per tier */
   double best = sim_bound(bw, hits, chunk, (double)n * chunk_s + tail_s, layers);
   for (size_t k = 1; k <= n; k++) {
