@@ -47,6 +47,8 @@ typedef struct prefetch_req {
   uint32_t slot, state, waiting;
   uint32_t asked;   /* tiers sent a lookup (bit mask) */
   uint64_t sent_ns; /* when the lookups (then the loads) were sent, for the meters */
+  size_t key_bytes; /* of one object of the layout */
+  double chunk_s;   /* load_or_recompute: its model's compute time per chunk */
   size_t nplanned;  /* keys [0, nplanned) planned: contiguous, one tier each */
   size_t nreserved; /* keys [0, nreserved) reserved in L1: a write buffer, or
                        a read lock on the object L1 holds already */

@@ -88,9 +88,7 @@ static int worth_asking(prefetch_controller *c, prefetch_req *req, uint32_t t) {
   if (!c->o.plan_loads || req->user->as_planned) return 1;
   load_plan_tier lt;
   l2_meter_plan(&c->tiers->t[t].meter, pf_now(c), &lt);
-  return load_plan_worth_asking(&lt, (double)kva_layout_bytes(req->user->layout),
-                                prefill_chunk_s(c->o.prefill, req->keys[0].model), req->n,
-                                c->o.margin, 0);
+  return load_plan_worth_asking(&lt, (double)req->key_bytes, req->chunk_s, req->n, c->o.margin, 0);
 }
 
 void pf_start(prefetch_controller *c, prefetch_req *req) {
@@ -98,6 +96,10 @@ void pf_start(prefetch_controller *c, prefetch_req *req) {
   req->asked = 0;
   req->waiting = 0;
   req->sent_ns = pf_now(c);
+  req->key_bytes = kva_layout_bytes(req->user->layout);
+  req->chunk_s = c->o.plan_loads && !req->user->as_planned
+                     ? prefill_chunk_s(c->o.prefill, req->keys[0].model)
+                     : 0;
   for (uint32_t t = 0; t < c->tiers->n; t++) {
     memset(req->found[t], 0, (req->n + 7) / 8);
     if (!l2_usable(c->tiers, t)) continue;
@@ -131,8 +133,8 @@ static size_t worth_loading(prefetch_controller *c, prefetch_req *req) {
                      .tier = req->plan,
                      .ntiers = c->tiers->n,
                      .tiers = views,
-                     .chunk_bytes = (double)kva_layout_bytes(req->user->layout),
-                     .chunk_compute_s = prefill_chunk_s(c->o.prefill, req->keys[0].model),
+                     .chunk_bytes = (double)req->key_bytes,
+                     .chunk_compute_s = req->chunk_s,
                      .layers = 1,
                      .round_trips = 1,
                      .margin = c->o.margin};
@@ -181,7 +183,7 @@ static void start_loads(prefetch_controller *c, prefetch_req *req) {
   req->state = PF_LOAD;
   req->waiting = 0;
   memset(req->loaded, 0, req->nreserved);
-  size_t off = 0, key_bytes = kva_layout_bytes(req->user->layout);
+  size_t off = 0, key_bytes = req->key_bytes;
   uint64_t now = pf_now(c);
   for (uint32_t t = 0; t < c->tiers->n; t++) {
     size_t first = off;
@@ -317,7 +319,7 @@ static void on_loaded(prefetch_controller *c, prefetch_req *req) {
     nloaded += req->loaded[i];
     if (req->loaded[i]) per_tier[req->plan[i]]++;
   }
-  size_t key_bytes = kva_layout_bytes(req->user->layout);
+  size_t key_bytes = req->key_bytes;
   for (uint32_t t = 0; t < c->tiers->n; t++) {
     if (!per_tier[t]) continue;
     l2_count(&c->tiers->t[t].loaded_keys, per_tier[t]);
@@ -375,8 +377,7 @@ void pf_on_l2(prefetch_controller *c, prefetch_req *req, const kva_l2_req *r) {
           req->loaded[req->lidx[(size_t)(r->keys - req->lkeys) + j]] = 1;
           moved++;
         }
-      size_t key_bytes = kva_layout_bytes(req->user->layout);
-      l2_meter_done(m, 1, r->n * key_bytes, moved * key_bytes, now);
+      l2_meter_done(m, 1, r->n * req->key_bytes, moved * req->key_bytes, now);
     }
     req->waiting--;
   }

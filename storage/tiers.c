@@ -50,9 +50,10 @@ typedef struct lookup_args {
   size_t n;
   int pin;
   kva_tier_hits *out;
-  /* kva_plan_load: tiers whose lookup cannot pay are not asked */
-  const kva_layout *plan;
-  int can_split;
+  /* kva_plan_load: tiers whose lookup cannot pay are not asked; the
+   * chunk's bytes and compute time, found once per call */
+  int plan, can_split;
+  double chunk_bytes, chunk_s;
   uint32_t not_asked; /* out: bit i for out->tier[i] */
 } lookup_args;
 
@@ -61,8 +62,7 @@ typedef struct lookup_args {
 static int worth_asking(kva_storage *s, const lookup_args *a, uint32_t t, size_t left) {
   load_plan_tier lt;
   l2_meter_plan(&s->tiers.t[t].meter, kva_runtime_now_ns(s->rt), &lt);
-  return load_plan_worth_asking(&lt, (double)kva_layout_bytes(a->plan),
-                                prefill_chunk_s(&s->prefill, a->k[0].model), left, s->plan_margin,
+  return load_plan_worth_asking(&lt, a->chunk_bytes, a->chunk_s, left, s->plan_margin,
                                 a->can_split);
 }
 
@@ -118,7 +118,7 @@ int kva_lookup(kva_storage *s, const kva_key *k, size_t n, int pin, kva_tier_hit
 
 /* The load plan of a found prefix (load_plan.h): one round trip for the
  * prefetch's lookup and one for its load are still to pay. */
-static int plan_found(kva_storage *s, const kva_key *k, const kva_layout *l, kva_load_plan *out) {
+static int plan_found(kva_storage *s, const lookup_args *a, kva_load_plan *out) {
   const kva_tier_hits *f = &out->found;
   size_t h = f->tier[0].hits;
   int8_t *tier = malloc(f->total - h + 1);
@@ -131,8 +131,8 @@ static int plan_found(kva_storage *s, const kva_key *k, const kva_layout *l, kva
                      .tier = tier,
                      .ntiers = s->tiers.n,
                      .tiers = views,
-                     .chunk_bytes = (double)kva_layout_bytes(l),
-                     .chunk_compute_s = prefill_chunk_s(&s->prefill, k[0].model),
+                     .chunk_bytes = a->chunk_bytes,
+                     .chunk_compute_s = a->chunk_s,
                      .layers = 1,
                      .round_trips = 2,
                      .margin = s->plan_margin};
@@ -164,12 +164,14 @@ int kva_plan_load(kva_storage *s, const kva_key *k, size_t n, const kva_layout *
                    .n = n,
                    .pin = pin,
                    .out = &out->found,
-                   .plan = l,
-                   .can_split = (flags & KVA_PLAN_SPLIT) != 0};
+                   .plan = 1,
+                   .can_split = (flags & KVA_PLAN_SPLIT) != 0,
+                   .chunk_bytes = (double)kva_layout_bytes(l),
+                   .chunk_s = prefill_chunk_s(&s->prefill, k[0].model)};
   rc = storage_with_session(s, do_lookup, &a);
   if (rc != KVA_OK) return rc;
   out->not_asked = a.not_asked;
-  rc = plan_found(s, k, l, out);
+  rc = plan_found(s, &a, out);
   if (rc != KVA_OK && pin) kva_unpin(s, k, out->found.tier[0].hits);
   return rc;
 }
