@@ -27,7 +27,10 @@ typedef struct sim_model {
   uint32_t layers, heads, head_dim; /* bf16 */
 } sim_model;
 
-/* --engine: how the simulated engine uses a turn's load plan */
+/* --engine: how the simulated engine uses a turn's load plan; its names,
+ * in this order, in sim_engine_names (sim_main.c) */
+#define SIM_ENGINES 4
+extern const char *const sim_engine_names[SIM_ENGINES];
 enum {
   SIM_ENGINE_AUTO = 0, /* the plan's best: the prefix worth loading, or the split */
   SIM_ENGINE_PREFIX,   /* the prefix worth loading (what vLLM can do) */

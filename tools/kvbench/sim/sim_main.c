@@ -68,15 +68,16 @@ kva_config *sim_config(const char *file, char **sets, int nsets, int device) {
 /* What the option table (main.c) cannot check alone: the model's name,
  * the run's length, --clients against the other options. -1 when o can
  * run (its threads at most its conversations), else 2 after saying why. */
+const char *const sim_engine_names[SIM_ENGINES] = {"auto", "prefix", "split", "all"};
+
 static int sim_check(sim_opts *o, const char *model) {
   if (!(o->model = sim_model_find(model))) {
     fprintf(stderr, "kvbench: unknown model \"%s\"\n", model);
     return 2;
   }
-  static const char *const engines[] = {"auto", "prefix", "split", "all"};
   o->engine = -1;
-  for (int i = 0; i < 4; i++)
-    if (o->engine_name && strcmp(o->engine_name, engines[i]) == 0) o->engine = i;
+  for (int i = 0; i < SIM_ENGINES; i++)
+    if (o->engine_name && strcmp(o->engine_name, sim_engine_names[i]) == 0) o->engine = i;
   if (o->engine < 0) {
     fprintf(stderr, "kvbench: --engine is auto, prefix, split or all, not \"%s\"\n",
             o->engine_name ? o->engine_name : "");

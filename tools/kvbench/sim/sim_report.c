@@ -115,6 +115,7 @@ void sim_progress(const sim_opts *o, sim_stats *st, size_t sec, double t, int tt
 typedef struct sim_figs {
   double hit, p50, p95, p99, ttft, ttft_base, ttft_bound, store_gbs, read_gbs;
   double ttft99, ttft_base99, ttft_bound99, found, plan50, plan99, shared50;
+  uint64_t skipped; /* found chunks the plans left to recompute, all tiers */
   uint64_t stored_bytes, l1_read_bytes, l2_loaded_bytes, l2_stored_bytes;
 } sim_figs;
 
@@ -141,6 +142,7 @@ static sim_figs figs(const sim_result *r) {
                 .l2_stored_bytes = (r->after.l2_stored_keys - r->before.l2_stored_keys) * cb};
   f.store_gbs = st->store_s > 0 ? (double)f.stored_bytes / st->store_s / 1e9 : 0;
   f.read_gbs = st->read_s > 0 ? (double)(st->hit_chunks * cb) / st->read_s / 1e9 : 0;
+  for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) f.skipped += st->tier_skipped[t];
   return f;
 }
 
@@ -159,14 +161,11 @@ void sim_report_text(const sim_result *r) {
   else
     printf("  paged KV cache   vLLM flash layout, CUDA device %d, kva_kv_load / kva_kv_store\n",
            st->device);
-  static const char *const engines[] = {"auto", "prefix", "split", "all"};
-  uint64_t skipped = 0;
-  for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) skipped += st->tier_skipped[t];
   printf("  hit ratio        %5.1f%% used (%llu of %llu chunks), %.1f%% found; %llu found chunks "
          "left to recompute as slower (the load plan, --engine %s); %llu turns split, %llu "
          "chunks computed in front of their loads\n",
          100 * f.hit, (unsigned long long)st->hit_chunks, (unsigned long long)st->chunks,
-         100 * f.found, (unsigned long long)skipped, engines[o->engine & 3],
+         100 * f.found, (unsigned long long)f.skipped, sim_engine_names[o->engine],
          (unsigned long long)st->split_turns, (unsigned long long)st->split_computed);
   for (uint32_t t = 0; t < st->ntiers; t++) {
     printf("    %-14s %5.1f%% used, %5.1f%% found (%llu chunks used, %llu skipped, %.1f MiB read",
@@ -333,14 +332,11 @@ int sim_report_json(const sim_result *r, const char *path) {
       "l2_usable_alone_ratio", ratio(r->l2.usable_alone, r->l2.resident));
   if (j) json_object_set_new(j, "per_second", per_second_json(r));
   if (j) { /* the load plan's (issue 30) */
-    static const char *const engines[] = {"auto", "prefix", "split", "all"};
-    uint64_t skipped = 0;
-    for (uint32_t t = 0; t < SIM_MAX_TIERS; t++) skipped += st->tier_skipped[t];
     json_object_update_new(
         j, json_pack("{s:s,s:f,s:f,s:I,s:f,s:I,s:I,s:I,s:f,s:f,s:f}", "engine",
-                     engines[r->o->engine & 3], "plan_p50_ms", f.plan50 * 1e3, "plan_p99_ms",
+                     sim_engine_names[r->o->engine], "plan_p50_ms", f.plan50 * 1e3, "plan_p99_ms",
                      f.plan99 * 1e3, "found_chunks", (json_int_t)st->found_chunks, "found_ratio",
-                     f.found, "skipped_chunks", (json_int_t)skipped, "split_turns",
+                     f.found, "skipped_chunks", (json_int_t)f.skipped, "split_turns",
                      (json_int_t)st->split_turns, "split_computed_chunks",
                      (json_int_t)st->split_computed, "ttft_p99_ms", f.ttft99 * 1e3,
                      "ttft_p99_ms_without_kvact", f.ttft_base99 * 1e3, "ttft_bound_p99_ms",
