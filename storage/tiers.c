@@ -81,7 +81,7 @@ static int do_lookup(kva_storage *s, session *ss, void *arg) {
   uint8_t *bits = s->tiers.n ? malloc((a->n + 7) / 8) : NULL;
   if (s->tiers.n && !bits) return KVA_ENOMEM;
   /* Every tier is walked; the per-tier report has room for L1 and the
-   * first 7 tiers (kva_tier_hits of API.md), while the schema allows 8: an
+   * first 7 tiers (kva_tier_hits of kvact.h), while the schema allows 8: an
    * eighth tier's hits count in total only. */
   const uint32_t room = (uint32_t)(sizeof(out->tier) / sizeof(out->tier[0]));
   for (uint32_t t = 0; t < s->tiers.n; t++) {

@@ -1,6 +1,6 @@
 /*
  * l2_prefetch_writeback_test.c — where a prefetch leaves what it loaded
- * (config prefetch_writeback; API.md "submit_prefetch"; LMCache
+ * (config prefetch_writeback; docs/api.md "submit_prefetch"; LMCache
  * test_default_deletes_keys_after_finish_read and "prefetched data is never
  * stored back"). With write-back (kvact's default) loaded objects become
  * ordinary L1 objects that outlive their readers; without it they are
