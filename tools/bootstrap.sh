@@ -26,6 +26,9 @@ packages=(
   python3-pytest python3-numpy python3-torch  # the Python package (issue 17)
   python3-pip python3-venv python3-setuptools # pip install ./python (offline)
   python3-matplotlib # kvbench's chart (tools/kvbench/report.py, /usr/bin/python3)
+  pkgconf           # tests/repo/install_test.sh compiles with pkg-config
+  debhelper dpkg-dev fakeroot lintian  # tools/deb.sh: the Debian packages
+  debootstrap man-db  # tools/clean_root_test.sh; man-db checks the man pages
 )
 
 missing=()
