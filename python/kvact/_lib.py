@@ -1,7 +1,13 @@
 """_lib.py — finds and loads libkvact.so and mirrors kvact.h's structs in ctypes.
 
-Search order: $KVACT_LIB, libkvact.so next to this package, then the
-repository's bazel-bin/libkvact.so (`bazel build //:libkvact.so`).
+Search order: $KVACT_LIB; libkvact.so next to this package (where a wheel
+or `pip install` puts it); the repository's bazel-bin/libkvact.so (`bazel
+build //:libkvact.so`), only when this package is the one in a source tree;
+then the system's libkvact.so.0 (a Debian libkvact0, or LD_LIBRARY_PATH) by
+its soname, and what ctypes.util.find_library("kvact") names. A file found
+by path that fails to load is an error, not a reason to try the next one:
+falling through to another build would hide it. The ImportError lists every
+place tried.
 
 The library is loaded with ctypes.CDLL, not PyDLL: every foreign call
 releases the GIL for its duration, so a Python thread blocked in
@@ -9,29 +15,58 @@ kva_wait_prefetch lets the others run, and many threads may call at once
 (kvact.h makes every storage call thread-safe).
 """
 import ctypes
+import ctypes.util
 import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_int32,
                     c_int64, c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+SONAME = "libkvact.so.0"  # the ABI these prototypes mirror
 
 
-def _candidates():
+def _source_tree():
+    """The repository root when this package is python/kvact of a checkout, else None."""
+    root = os.path.normpath(os.path.join(_HERE, "..", ".."))
+    markers = ("WORKSPACE", "kvact.h", os.path.join("python", "setup.py"))
+    return root if all(os.path.exists(os.path.join(root, m)) for m in markers) else None
+
+
+def _paths():
+    """Files looked for by path, in order."""
     env = os.environ.get("KVACT_LIB")
     if env:
         yield env
     yield os.path.join(_HERE, "libkvact.so")
-    yield os.path.join(_HERE, "..", "..", "bazel-bin", "libkvact.so")
+    root = _source_tree()
+    if root:
+        yield os.path.join(root, "bazel-bin", "libkvact.so")
+
+
+def _system_names():
+    """Names handed to dlopen's own search (ld.so.cache, LD_LIBRARY_PATH)."""
+    yield SONAME
+    found = ctypes.util.find_library("kvact")
+    if found and found != SONAME:
+        yield found
 
 
 def _load():
     tried = []
-    for path in _candidates():
+    for path in _paths():
         if os.path.exists(path):
-            return ctypes.CDLL(os.path.abspath(path))
-        tried.append(path)
-    raise ImportError("libkvact.so not found (tried: %s); set KVACT_LIB or run "
-                      "`bazel build //:libkvact.so`" % ", ".join(tried))
+            try:
+                return ctypes.CDLL(os.path.abspath(path))
+            except OSError as e:
+                raise ImportError("libkvact.so at %s does not load: %s" % (path, e)) from e
+        tried.append(path + " (no such file)")
+    for name in _system_names():
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            tried.append("%s (%s)" % (name, e))
+    raise ImportError("libkvact.so not found; tried: %s. Set KVACT_LIB, install the kvact "
+                      "wheel (tools/wheel.sh) or libkvact0, or run `bazel build "
+                      "//:libkvact.so`" % "; ".join(tried))
 
 
 # ---- kvact.h's structs, field for field ------------------------------------

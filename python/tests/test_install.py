@@ -1,9 +1,17 @@
-"""test_install.py — `pip install ./python --no-build-isolation` into a fresh venv, offline,
-gives a package that finds its own libkvact.so: the README's install path, as written."""
+"""test_install.py — the README's install paths, offline, each into a fresh venv that sees
+Debian's numpy: `pip install ./python --no-build-isolation`, and `pip wheel ./python` then
+`pip install` of that wheel (tagged for this platform, never none-any, with libkvact.so in
+it). From `/`, without KVACT_LIB or PYTHONPATH, the installed package loads its own
+libkvact.so and does a put/get round trip. Also the library search of a package without a
+library: the system's libkvact.so.0 by soname, and an ImportError that lists the places
+tried. tools/wheel.sh's auditwheel repair needs the package index: it is not run here."""
+import ctypes
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -26,24 +34,114 @@ with kvact.Runtime(cfg) as rt:
     rt.storage.finish_read_prefetched(keys)
     rt.storage.flush(timeout=10.0)
     assert rt.storage.memcheck(), rt.storage.memcheck_report()
-print("ok")
+print("ok", kvact.__file__)
 """
 
 
-def test_pip_install_into_a_venv_then_import_from_anywhere(tmp_path):
-    lib = os.environ.get("KVACT_LIB")
-    if not lib or not os.path.exists(lib):
+@pytest.fixture
+def lib():
+    path = os.environ.get("KVACT_LIB")
+    if not path or not os.path.exists(path):
         pytest.skip("KVACT_LIB names no built libkvact.so")
+    return path
+
+
+def copy_package(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(PACKAGE, src, symlinks=False,
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    return src
+
+
+def make_venv(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index",
-           "--no-build-isolation", str(src)]
-    subprocess.run(pip, check=True, env=dict(os.environ, KVACT_LIB=lib))
+    return venv / "bin" / "python"
+
+
+def clean_env(**extra):
+    """Without KVACT_LIB, and without PYTHONPATH: pip would take a kvact.egg-info on it
+    for an installed kvact and install nothing."""
     env = {k: v for k, v in os.environ.items() if k not in ("KVACT_LIB", "PYTHONPATH")}
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", EXAMPLE], cwd=str(tmp_path),
-                         env=env, check=True, capture_output=True, text=True).stdout
-    assert out.strip() == "ok"
+    env.update(extra)
+    return env
+
+
+def run_from_root(python, code, **env):
+    """`cd / && python -c code`: nothing of the source tree on the path."""
+    return subprocess.run([str(python), "-c", code], cwd="/", env=clean_env(**env),
+                          capture_output=True, text=True)
+
+
+def assert_round_trip_from_root(python, venv_python):
+    done = run_from_root(python, EXAMPLE)
+    assert done.returncode == 0, done.stderr
+    ok, where = done.stdout.split()
+    assert ok == "ok"
+    assert where.startswith(str(venv_python.parent.parent)), where  # the venv's, not the tree's
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_pip_install_into_a_venv_then_import_from_anywhere(tmp_path, lib):
+    src = copy_package(tmp_path)
+    python = make_venv(tmp_path)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index",
+                    "--no-build-isolation", str(src)],
+                   check=True, env=clean_env(KVACT_LIB=lib))
+    assert_round_trip_from_root(python, python)
+
+
+def test_pip_wheel_is_tagged_for_this_platform_and_carries_libkvact(tmp_path, lib):
+    src = copy_package(tmp_path)
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-index",
+                    "--no-build-isolation", "--no-deps", "-w", str(dist), str(src)],
+                   check=True, env=dict(os.environ, KVACT_LIB=lib))
+    (whl,) = dist.glob("kvact-*.whl")
+    name, version, py, abi, plat = whl.name[:-len(".whl")].split("-")
+    assert (name, py, abi) == ("kvact", "py3", "none"), whl.name
+    assert plat.startswith("linux_"), whl.name  # never "any": it carries libkvact.so
+    with zipfile.ZipFile(whl) as z:
+        wheel = z.read("kvact-%s.dist-info/WHEEL" % version).decode()
+        assert "Root-Is-Purelib: false" in wheel, wheel
+        assert "Tag: py3-none-%s" % plat in wheel, wheel
+        with open(lib, "rb") as f:
+            assert sha256(z.read("kvact/libkvact.so")) == sha256(f.read())
+    python = make_venv(tmp_path)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    str(whl)], check=True, env=clean_env())
+    assert_round_trip_from_root(python, python)
+
+
+def system_has_libkvact():
+    try:
+        ctypes.CDLL("libkvact.so.0")
+        return True
+    except OSError:
+        return False
+
+
+def test_a_package_without_its_library_loads_the_systems_libkvact_so_0(tmp_path, lib):
+    if system_has_libkvact():
+        pytest.skip("this system has a libkvact.so.0 of its own")
+    site = tmp_path / "site"
+    shutil.copytree(os.path.join(PACKAGE, "kvact"), site / "kvact",
+                    ignore=shutil.ignore_patterns("__pycache__", "libkvact.so"))
+    code = "import kvact; print(kvact._lib.lib._name, kvact.Config().get('l1.size_bytes'))"
+    missing = run_from_root(sys.executable, code, PYTHONPATH=str(site))
+    assert missing.returncode != 0
+    message = missing.stderr.strip().splitlines()[-1]
+    assert message.startswith("ImportError: libkvact.so not found"), missing.stderr
+    assert str(site / "kvact" / "libkvact.so") in message, message
+    assert "libkvact.so.0" in message and "bazel-bin" not in message, message
+    system = tmp_path / "system"
+    system.mkdir()
+    shutil.copyfile(lib, system / "libkvact.so.0")
+    found = run_from_root(sys.executable, code, PYTHONPATH=str(site),
+                          LD_LIBRARY_PATH=str(system))
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split()[0] == "libkvact.so.0", found.stdout

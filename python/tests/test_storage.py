@@ -1,4 +1,4 @@
-"""test_storage.py — docs/api.md's usage example end to end, views, errors and bad arguments."""
+"""test_storage.py — docs/api.md's Python example end to end, views, errors and bad arguments."""
 import numpy as np
 import pytest
 import torch
