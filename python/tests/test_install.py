@@ -1,5 +1,6 @@
 """test_install.py — `pip install ./python --no-build-isolation` into a fresh venv, offline,
-gives a package that finds its own libkvact.so: the README's install path, as written."""
+gives a package that finds its own libkvact.so: the README's install path, as written.
+Its kvact.__version__ (the library's kva_version()) is the repository's VERSION file."""
 import os
 import shutil
 import subprocess
@@ -8,10 +9,12 @@ import sys
 import pytest
 
 PACKAGE = os.path.join(os.path.dirname(__file__), "..")
+VERSION_FILE = os.path.join(PACKAGE, "..", "VERSION")  # //:VERSION, in the test's data
 EXAMPLE = """
 import kvact, os
 assert "KVACT_LIB" not in os.environ
 assert os.path.dirname(kvact._lib.lib._name) == os.path.dirname(kvact.__file__)
+assert kvact.__version__ == os.environ["EXPECT_VERSION"], kvact.__version__
 cfg = kvact.Config({"l1.size_bytes": 1 << 22, "l1.hugepages": False, "l1.pinned": False})
 with kvact.Runtime(cfg) as rt:
     keys = kvact.chunk_keys("m", list(range(32)), chunk_tokens=16)
@@ -44,6 +47,8 @@ def test_pip_install_into_a_venv_then_import_from_anywhere(tmp_path):
            "--no-build-isolation", str(src)]
     subprocess.run(pip, check=True, env=dict(os.environ, KVACT_LIB=lib))
     env = {k: v for k, v in os.environ.items() if k not in ("KVACT_LIB", "PYTHONPATH")}
+    with open(VERSION_FILE) as f:
+        env["EXPECT_VERSION"] = f.read().strip()
     out = subprocess.run([str(venv / "bin" / "python"), "-c", EXAMPLE], cwd=str(tmp_path),
                          env=env, check=True, capture_output=True, text=True).stdout
     assert out.strip() == "ok"
