@@ -54,6 +54,17 @@ enum {
 KVA_API const char *kva_strerror(int status);
 
 /* ------------------------------------------------------------------------
+ * Version. The macros are the header's version, kva_version() the loaded
+ * library's ("0.2.0"): a program can compare the two at run time. Within a
+ * major version the ABI only grows (docs/api.md, "Version and ABI").
+ * ------------------------------------------------------------------------ */
+#define KVA_VERSION_MAJOR 0
+#define KVA_VERSION_MINOR 2
+#define KVA_VERSION_PATCH 0
+#define KVA_VERSION_STRING "0.2.0"
+KVA_API const char *kva_version(void);
+
+/* ------------------------------------------------------------------------
  * Config: msgpack map files, validated against one schema (see README,
  * "Configuration reference"). On a bad file the loaders return KVA_ECONFIG
  * and write "<path>: <problem>" into err. A config may be shared by

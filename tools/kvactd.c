@@ -3,6 +3,7 @@
  * every engine process on the host (docs/multiprocess.md).
  *
  *   kvactd [--config FILE] [-o key=value ...] [--quiet]
+ *   kvactd --version | --help
  *
  * Runs the embedded default config (or FILE) with -o overrides applied in
  * order, plus server.socket = $XDG_RUNTIME_DIR/kvact.sock (else
@@ -23,13 +24,16 @@
 #include "actors/runtime_internal.h"
 #include "kvact.h"
 #include "server/server.h"
+#include "tools/tool_version.h"
 
 static void usage(FILE *f) {
   fprintf(f, "usage: kvactd [--config FILE] [-o key=value ...] [--quiet]\n"
              "  --config FILE   msgpack config (default: the embedded default)\n"
              "  -o key=value    set a config key (repeatable; applied in order)\n"
              "  --quiet         log warnings and errors only (default: also connects,\n"
-             "                  disconnects and lifecycle)\n");
+             "                  disconnects and lifecycle)\n"
+             "  --version       print kvactd's and libkvact's versions, exit\n"
+             "  --help          this text\n");
 }
 
 static int set_default_socket(kva_config *c) {
@@ -49,6 +53,7 @@ static int load_config(int argc, char **argv, kva_config **out) {
   static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                        {"quiet", no_argument, NULL, 'q'},
                                        {"help", no_argument, NULL, 'h'},
+                                       {"version", no_argument, NULL, 'V'},
                                        {NULL, 0, NULL, 0}};
   const char *file = NULL;
   int quiet = 0, ch;
@@ -61,6 +66,7 @@ static int load_config(int argc, char **argv, kva_config **out) {
       usage(stdout);
       exit(0);
     }
+    if (ch == 'V') exit(tool_version("kvactd"));
     if (ch == '?') return 1;
   }
   if (optind < argc) {

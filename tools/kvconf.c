@@ -7,6 +7,7 @@
  *   kvconf show [FILE]                  effective config as JSON
  *   kvconf schema [--markdown]          the configuration reference
  *   kvconf fsck PATH [--repair]         check a disk tier (kvconf_fsck.c)
+ *   kvconf --version | --help
  *
  * Exit status: 0 success, 1 invalid input or I/O error, 2 usage error
  * (fsck: 0 clean or repaired, 1 damage left, 2 not checked).
@@ -29,6 +30,7 @@
 #include "l1/policy.h"
 #include "l2/registry.h"
 #include "tools/kvconf_fsck.h"
+#include "tools/tool_version.h"
 
 #define DECODE_MAX_BYTES (64u << 20)
 #define DECODE_MAX_DEPTH 32 /* msgpack-c's own unpacker stack */
@@ -42,6 +44,7 @@ static const char usage_text[] =
     "       kvconf schema [--markdown]          print the configuration reference\n"
     "       kvconf fsck PATH [--repair]         check a disk tier file or device; --repair\n"
     "                                           drops bad slots and rebuilds the index\n"
+    "       kvconf --version                    print kvconf's and libkvact's versions\n"
     "       kvconf --help\n"
     "OUT.msgpack may be - for stdout. decode writes binary and extension values as hex\n"
     "strings, NaN and infinities as null, and bytes that are not UTF-8 as Latin-1.\n"
@@ -406,6 +409,7 @@ int main(int argc, char **argv) {
     fputs(usage_text, stdout);
     return 0;
   }
+  if (!strcmp(cmd, "--version")) return tool_version("kvconf");
   if (!strcmp(cmd, "encode"))
     return nargs == 2 ? cmd_encode(argv[2], argv[3]) : usage("encode takes IN.json OUT.msgpack");
   if (!strcmp(cmd, "decode"))

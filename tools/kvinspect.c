@@ -18,11 +18,13 @@
 #include <unistd.h>
 
 #include "tools/kvinspect.h"
+#include "tools/tool_version.h"
 
 static const char usage[] =
     "usage: kvinspect PID [--interval MS] [--sort name|depth|rate|p99] [--count N]\n"
     "       kvinspect PID --once [--json] [--interval MS]\n"
     "       kvinspect trace PID [--seconds N] [-o FILE] [--max-events N]\n"
+    "       kvinspect --version | --help\n"
     "\n"
     "Shows the actors of kvact process PID from its stats segments\n"
     "(/dev/shm/kvact.PID.*), refreshing every interval like top (the screen is\n"
@@ -230,6 +232,7 @@ int main(int argc, char **argv) {
     fputs(usage, stdout);
     return 0;
   }
+  if (argc >= 2 && strcmp(argv[1], "--version") == 0) return tool_version("kvinspect");
   if (argc >= 2 && strcmp(argv[1], "trace") == 0) return trace_main(argc - 1, argv + 1);
   options o;
   int rc = parse_args(&o, argc, argv);

@@ -6,6 +6,7 @@
  * read. Flat columns over a long run are what "runs for months" means.
  *
  *   kvsoak [--minutes M] [--interval S] [--clients N] [--seed X]
+ *   kvsoak --version | --help
  *
  * Not a test (CI runs tests/server/mp_lifetime_test): a soak is long by
  * design. The daemon is this process's child, started before any runtime
@@ -30,6 +31,7 @@
 
 #include "kvact.h"
 #include "tools/kvinspect.h"
+#include "tools/tool_version.h"
 
 #define KEYSPACE 4096u
 #define CHUNK 16384u
@@ -39,6 +41,9 @@
 typedef struct soak_shared {
   atomic_ulong ops, reads_checked, wrong_bytes, starts, kills, errors;
 } soak_shared;
+
+static const char usage[] = "usage: kvsoak [--minutes M] [--interval S] [--clients N] [--seed X]\n"
+                            "       kvsoak --version | --help\n";
 
 static soak_shared *shared;
 static char sock[108];
@@ -270,9 +275,13 @@ int main(int argc, char **argv) {
   double minutes = 30;
   int interval = 60, nclients = 6;
   uint64_t seed = 1;
-  static const struct option opts[] = {{"minutes", 1, 0, 'm'}, {"interval", 1, 0, 'i'},
-                                       {"clients", 1, 0, 'c'}, {"seed", 1, 0, 's'},
-                                       {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+  static const struct option opts[] = {{"minutes", 1, 0, 'm'},
+                                       {"interval", 1, 0, 'i'},
+                                       {"clients", 1, 0, 'c'},
+                                       {"seed", 1, 0, 's'},
+                                       {"version", 0, 0, 'V'},
+                                       {"help", 0, 0, 'h'},
+                                       {0, 0, 0, 0}};
   for (int o; (o = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
     if (o == 'm')
       minutes = atof(optarg);
@@ -282,9 +291,11 @@ int main(int argc, char **argv) {
       nclients = atoi(optarg);
     else if (o == 's')
       seed = strtoull(optarg, NULL, 0);
+    else if (o == 'V')
+      return tool_version("kvsoak");
     else {
-      fprintf(stderr, "usage: kvsoak [--minutes M] [--interval S] [--clients N] [--seed X]\n");
-      return 2;
+      fputs(usage, o == 'h' ? stdout : stderr);
+      return o == 'h' ? 0 : 2;
     }
   }
   if (minutes <= 0 || interval <= 0 || nclients < 1 || nclients > MAX_CLIENTS || !seed) {

@@ -8,6 +8,7 @@
 See python/README.md. Calls go through ctypes.CDLL, which releases the GIL
 while each C call runs.
 """
+from . import _lib
 from .config import Config
 from .errors import KvactError
 from .keys import ObjectKey, chunk_keys
@@ -21,3 +22,6 @@ from .storage import LookupResult, StorageManager
 __all__ = ["Config", "KVOp", "KvactError", "LookupResult", "MemoryLayoutDesc", "MemoryObj",
            "ObjectKey", "PagedKVCache", "PrefetchHandle", "Runtime", "StorageManager",
            "chunk_keys"]
+
+# the loaded libkvact.so's kva_version(): the package and the library are one release
+__version__ = _lib.lib.kva_version().decode()

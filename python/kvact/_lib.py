@@ -165,6 +165,7 @@ _KS = c_char_p     # a const kva_key[] kvact reads: the keys' packed bytes (keys
 _L = POINTER(Layout)
 _PROTOTYPES = {
     "kva_strerror": (c_char_p, [c_int]),
+    "kva_version": (c_char_p, []),
     "kva_config_default": (_P, []),
     "kva_config_from_file": (c_int, [c_char_p, POINTER(_P), c_char_p, c_size_t]),
     "kva_config_set_err": (c_int, [_P, c_char_p, c_char_p, c_char_p, c_size_t]),

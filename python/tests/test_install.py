@@ -4,7 +4,8 @@ Debian's numpy: `pip install ./python --no-build-isolation`, and `pip wheel ./py
 it). From `/`, without KVACT_LIB or PYTHONPATH, the installed package loads its own
 libkvact.so and does a put/get round trip. Also the library search of a package without a
 library: the system's libkvact.so.0 by soname, and an ImportError that lists the places
-tried. tools/wheel.sh's auditwheel repair needs the package index: it is not run here."""
+tried. tools/wheel.sh's auditwheel repair needs the package index: it is not run here.
+kvact.__version__ (the library's kva_version()) is the repository's VERSION file."""
 import ctypes
 import hashlib
 import os
@@ -16,10 +17,12 @@ import zipfile
 import pytest
 
 PACKAGE = os.path.join(os.path.dirname(__file__), "..")
+VERSION_FILE = os.path.join(PACKAGE, "..", "VERSION")  # //:VERSION, in the test's data
 EXAMPLE = """
 import kvact, os
 assert "KVACT_LIB" not in os.environ
 assert os.path.dirname(kvact._lib.lib._name) == os.path.dirname(kvact.__file__)
+assert kvact.__version__ == os.environ["EXPECT_VERSION"], kvact.__version__
 cfg = kvact.Config({"l1.size_bytes": 1 << 22, "l1.hugepages": False, "l1.pinned": False})
 with kvact.Runtime(cfg) as rt:
     keys = kvact.chunk_keys("m", list(range(32)), chunk_tokens=16)
@@ -64,6 +67,8 @@ def clean_env(**extra):
     """Without KVACT_LIB, and without PYTHONPATH: pip would take a kvact.egg-info on it
     for an installed kvact and install nothing."""
     env = {k: v for k, v in os.environ.items() if k not in ("KVACT_LIB", "PYTHONPATH")}
+    with open(VERSION_FILE) as f:
+        env["EXPECT_VERSION"] = f.read().strip()  # EXAMPLE checks kvact.__version__
     env.update(extra)
     return env
 

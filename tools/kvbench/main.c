@@ -29,11 +29,12 @@
 #include "tools/kvbench/malloc_count.h"
 #include "tools/kvbench/opt.h"
 #include "tools/kvbench/sim/sim.h"
+#include "tools/tool_version.h"
 
 /* Everything the command line sets, both modes. */
 typedef struct kvbench_args {
   const char *suite; /* --suite NAME */
-  int quick, help;
+  int quick, help, version;
   const char *model;  /* --model: the simulation's, by name */
   const char *config; /* --config FILE (NULL: the embedded default) */
   opt_list sets;      /* -o key=value */
@@ -122,6 +123,8 @@ static const opt_spec opts[] = {
      "batch client makes N / 10 + 1"},
     {"quick", NULL, OPT_QUICK, A(quick), OPT_SUITE, 0, NULL, NULL,
      "small sizes (a smoke run, figures meaningless)"},
+    {"version", NULL, OPT_FLAG, A(version), OPT_BOTH, 0, NULL, NULL,
+     "print kvbench's and libkvact's versions"},
     {"help", NULL, OPT_FLAG, A(help), OPT_BOTH, 0, NULL, NULL, "this text"},
 };
 
@@ -236,10 +239,12 @@ int main(int argc, char **argv) {
   if (!args) return 1;
   memcpy(args, argv, ((size_t)argc + 1) * sizeof(char *));
   int rc = opt_parse(opts, NOPTS, mode, argc, args, &a);
-  if (rc == 0 && mode == OPT_SUITE && !a.help && malloc_count() == MALLOC_COUNT_NONE &&
-      counts_allocs(a.suite))
+  if (rc == 0 && mode == OPT_SUITE && !a.help && !a.version &&
+      malloc_count() == MALLOC_COUNT_NONE && counts_allocs(a.suite))
     exec_counted(argv);
-  if (rc == 0 && a.help)
+  if (rc == 0 && a.version)
+    rc = tool_version("kvbench");
+  else if (rc == 0 && a.help)
     usage(stdout);
   else if (rc == 0 && mode == OPT_SIM)
     rc = sim_main(&a.sim, a.model, a.config, a.sets.v, a.sets.n);
