@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "actors/log.h"
-#include "config/config_internal.h"
 #include "server/server_internal.h"
 
 #define GR_BUF_MAX (1u << 20)  /* a group entry's strings: LDAP groups list many members */
