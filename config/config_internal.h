@@ -143,6 +143,7 @@ typedef enum {
   CONFIG_T_PINNED,  /* true, false or "auto" */
   CONFIG_T_DEVICES, /* "all" or an array of integers in [min, max] */
   CONFIG_T_INTS,    /* an array of integers in [min, max], possibly empty */
+  CONFIG_T_STRS,    /* an array of strings of min..max bytes, no NUL, possibly empty */
   CONFIG_T_ADDRS,   /* a non-empty array of "host:port" strings */
   CONFIG_T_TIERS,   /* the l2 array of tier maps */
 } config_type;
@@ -158,7 +159,7 @@ typedef struct config_key {
   const char *scope; /* NULL: top level; "*": every l2 entry; "mock" etc.: that type */
   const char *path;  /* dotted path from the root, or the key inside an l2 entry */
   config_type type;
-  int64_t min; /* CONFIG_T_INT and DEVICES elements */
+  int64_t min; /* CONFIG_T_INT and DEVICES elements; CONFIG_T_STRS: bytes per string */
   uint64_t max;
   double fmin, fmax;   /* CONFIG_T_FLOAT */
   const char *choices; /* CONFIG_T_ENUM: space-separated */

@@ -205,7 +205,16 @@ static const config_key keys[] = {
      .min = 0,
      .max = 4294967294,
      .def = "[]",
-     .doc = "Peer uids accepted besides the daemon's own (checked with SO_PEERCRED)."},
+     .doc = "Peer uids accepted besides the daemon's own (checked with SO_PEERCRED); "
+            "server.allowed_groups admits more."},
+    {.path = "server.allowed_groups",
+     .type = CONFIG_T_STRS,
+     .min = 1,
+     .max = 255, /* LOGIN_NAME_MAX less its NUL: longer than any name getgrnam finds */
+     .def = "[]",
+     .doc = "Names of groups whose members are accepted too: a peer whose gid (SO_PEERCRED) or "
+            "one of whose supplementary groups (SO_PEERGROUPS) is one of them. Looked up once, "
+            "at start; a name no group has stops the start."},
     STR(NULL, "server.metrics_addr", "",
         "Serve Prometheus metrics over HTTP at host:port (e.g. \"127.0.0.1:9464\"); \"\" = off. "
         "Anyone who can reach the port reads the page, which lists the clients' pids and uids "

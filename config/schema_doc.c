@@ -96,6 +96,8 @@ static const char *type_name(const config_key *k) {
     return "\"all\" or array of integers";
   case CONFIG_T_INTS:
     return "array of integers";
+  case CONFIG_T_STRS:
+    return "array of strings";
   case CONFIG_T_ADDRS:
     return "array of \"host:port\"";
   case CONFIG_T_TIERS:
@@ -143,6 +145,10 @@ static void allowed(const config_key *k, const config_doc_lists *lists, char *bu
     return;
   case CONFIG_T_INTS:
     snprintf(buf, cap, "integers %lld..%llu", (long long)k->min, (unsigned long long)k->max);
+    return;
+  case CONFIG_T_STRS:
+    snprintf(buf, cap, "strings of %lld..%llu bytes", (long long)k->min,
+             (unsigned long long)k->max);
     return;
   case CONFIG_T_ADDRS:
     snprintf(buf, cap, "at least one; port 1..65535");

@@ -45,6 +45,7 @@ static mode mode_of(const config_key *k) {
   case CONFIG_T_DEVICES:
     return MODE_DEVICES;
   case CONFIG_T_INTS:
+  case CONFIG_T_STRS:
   case CONFIG_T_ADDRS:
   case CONFIG_T_TIERS:
     return MODE_JSON;
@@ -62,10 +63,19 @@ static const config_key *tier_row(const config_value *root, const config_path *p
   return config_schema_tier_key(t, p->seg[2].key, p->seg[2].klen);
 }
 
+/* The top-level row of "section.key" (the first two segments), or NULL. */
+static const config_key *section_row(const config_seg *s) {
+  char joined[128];
+  if (!s[0].key || !s[1].key || s[0].klen + s[1].klen + 2 >= sizeof joined) return NULL;
+  memcpy(joined, s[0].key, s[0].klen);
+  joined[s[0].klen] = '.';
+  memcpy(joined + s[0].klen + 1, s[1].key, s[1].klen);
+  return config_schema_find(NULL, joined, s[0].klen + 1 + s[1].klen);
+}
+
 static mode mode_for(const config_value *root, const config_path *p) {
   const config_seg *s = p->seg;
   const config_key *k = NULL;
-  char joined[128];
   if (p->depth >= 2 && seg_is(&s[0], "l2") && !s[1].key) {
     if (p->depth == 2) return MODE_JSON;
     k = s[2].key ? tier_row(root, p) : NULL;
@@ -74,13 +84,13 @@ static mode mode_for(const config_value *root, const config_path *p) {
   }
   if (p->depth == 3 && seg_is(&s[0], "gpu") && seg_is(&s[1], "devices") && !s[2].key)
     return MODE_INT;
-  if (p->depth == 1 && s[0].key) k = config_schema_find(NULL, s[0].key, s[0].klen);
-  if (p->depth == 2 && s[0].key && s[1].key && s[0].klen + s[1].klen + 2 < sizeof joined) {
-    memcpy(joined, s[0].key, s[0].klen);
-    joined[s[0].klen] = '.';
-    memcpy(joined + s[0].klen + 1, s[1].key, s[1].klen);
-    k = config_schema_find(NULL, joined, s[0].klen + 1 + s[1].klen);
+  /* an element of an array of strings: verbatim, so a name of digits stays a string */
+  if (p->depth == 3 && !s[2].key) {
+    k = section_row(s);
+    return k && k->type == CONFIG_T_STRS ? MODE_STRING : MODE_ANY;
   }
+  if (p->depth == 1 && s[0].key) k = config_schema_find(NULL, s[0].key, s[0].klen);
+  if (p->depth == 2) k = section_row(s);
   return k ? mode_of(k) : MODE_ANY;
 }
 

@@ -126,6 +126,28 @@ static int check_ints(const config_key *k, const config_value *v, config_path *p
   return KVA_OK;
 }
 
+/* Each string min..max bytes: names (group names), never empty, never
+ * cut short by a NUL when handed to the C functions that look them up. */
+static int check_strs(const config_key *k, const config_value *v, config_path *p, char *err,
+                      size_t errlen) {
+  char got[160];
+  if (v->kind != CONFIG_ARRAY) return wrong_type(p, "array of strings", v, err, errlen);
+  for (size_t i = 0; i < v->as.array.len; i++) {
+    const config_value *s = &v->as.array.items[i];
+    config_path_index(p, i);
+    if (s->kind != CONFIG_STR) return wrong_type(p, "string", s, err, errlen);
+    if (memchr(s->as.str.ptr, 0, s->as.str.len))
+      return config_fail(err, errlen, p, "string contains a NUL byte");
+    if (s->as.str.len < (uint64_t)k->min || s->as.str.len > k->max) {
+      config_value_describe(s, got, sizeof got);
+      return config_fail(err, errlen, p, "%s is not %lld..%llu bytes long", got, (long long)k->min,
+                         (unsigned long long)k->max);
+    }
+    config_path_pop(p);
+  }
+  return KVA_OK;
+}
+
 /* "host:port": the port after the last ':' (so "[::1]:6379" works). */
 static int is_host_port(const config_value *v) {
   if (v->kind != CONFIG_STR || memchr(v->as.str.ptr, 0, v->as.str.len)) return 0;
@@ -173,6 +195,8 @@ int config_validate_leaf(const config_key *k, const config_value *v, config_path
     return check_devices(k, v, p, err, errlen);
   case CONFIG_T_INTS:
     return check_ints(k, v, p, err, errlen);
+  case CONFIG_T_STRS:
+    return check_strs(k, v, p, err, errlen);
   case CONFIG_T_ADDRS:
     return check_addrs(v, p, err, errlen);
   case CONFIG_T_TIERS:

@@ -4,9 +4,11 @@
  * Message (type)                 | Action
  * -------------------------------|--------------------------------------------
  * SRV_ACCEPT_START               | watch the listening socket
- * KVA_MSG_FD_READY (socket)      | accept until EAGAIN; each peer's uid
- *                                | (SO_PEERCRED) must be the daemon's or in
- *                                | server.allowed_uids, and at most
+ * KVA_MSG_FD_READY (socket)      | accept until EAGAIN; each peer must be
+ *                                | admitted (admission.c: its uid, gid or
+ *                                | groups against the daemon's uid,
+ *                                | server.allowed_uids and
+ *                                | server.allowed_groups), and at most
  *                                | server.max_clients sessions live: else
  *                                | P_REFUSED (saying how many of them are
  *                                | idle: no hello yet) and close; otherwise
@@ -22,13 +24,6 @@
 #include "actors/log.h"
 #include "server/server_internal.h"
 
-static int uid_allowed(const server *sv, uid_t uid) {
-  if (uid == sv->uid) return 1;
-  for (size_t i = 0; i < sv->nallowed; i++)
-    if (sv->allowed[i] == uid) return 1;
-  return 0;
-}
-
 static void admit(server *sv, int fd) {
   struct ucred cred;
   socklen_t len = sizeof(cred);
@@ -38,10 +33,13 @@ static void admit(server *sv, int fd) {
     close(fd);
     return;
   }
-  if (!uid_allowed(sv, cred.uid)) {
-    LOG_WARN("kvactd: refused pid %d uid %u: not the daemon's uid nor in server.allowed_uids",
-             (int)cred.pid, (unsigned)cred.uid);
-    snprintf(msg, sizeof(msg), "uid %u is not allowed by kvactd (server.allowed_uids)",
+  if (!admission_allows(sv, fd, &cred)) {
+    LOG_WARN("kvactd: refused pid %d uid %u gid %u: not the daemon's uid nor in "
+             "server.allowed_uids, and in no group of server.allowed_groups",
+             (int)cred.pid, (unsigned)cred.uid, (unsigned)cred.gid);
+    snprintf(msg, sizeof(msg),
+             "uid %u is not allowed by kvactd: it is not in server.allowed_uids and none of its "
+             "groups is in server.allowed_groups",
              (unsigned)cred.uid);
     server_refuse(fd, KVA_EINVAL, msg);
     close(fd);

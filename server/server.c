@@ -92,19 +92,6 @@ static void remove_own_socket(server *sv) {
     LOG_WARN("kvactd: cannot remove %s: %s", sv->path, strerror(errno));
 }
 
-static int read_uids(server *sv, const kva_config *c) {
-  for (size_t i = 0;; i++) {
-    char path[64];
-    int64_t v;
-    snprintf(path, sizeof(path), "server.allowed_uids[%zu]", i);
-    if (kva_config_get_i64(c, path, &v) != KVA_OK) return KVA_OK;
-    uid_t *a = realloc(sv->allowed, (i + 1) * sizeof(*a));
-    if (!a) return KVA_ENOMEM;
-    sv->allowed = a;
-    sv->allowed[sv->nallowed++] = (uid_t)v;
-  }
-}
-
 static int start_metrics(server *sv, const kva_config *c) {
   const char *addr = config_str(c, "server.metrics_addr");
   if (!addr[0]) return KVA_OK;
@@ -137,7 +124,7 @@ int server_start(kva_runtime *rt, kva_storage *s, server **out) {
   sv->max_clients = (uint32_t)config_i64(c, "server.max_clients");
   sv->hello_timeout_ms = (uint32_t)config_i64(c, "server.hello_timeout_ms");
   pthread_mutex_init(&sv->lock, NULL);
-  int rc = read_uids(sv, c);
+  int rc = admission_load(sv, c);
   if (rc == KVA_OK) rc = bind_socket(sv, c);
   if (rc == KVA_OK) rc = control_start(sv);
   if (rc == KVA_OK) rc = start_metrics(sv, c);
@@ -178,7 +165,7 @@ void server_stop(server *sv) {
 
 void server_free(server *sv) {
   if (sv->listen_fd >= 0) close(sv->listen_fd);
-  free(sv->allowed);
+  admission_free(sv);
   pthread_mutex_destroy(&sv->lock);
   free(sv);
 }

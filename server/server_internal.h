@@ -2,7 +2,9 @@
  * server_internal.h — what the server's files share:
  *
  *   server.c    start/stop, the socket file, the list of sessions
- *   listener.c  the listener actor (accept, peer credentials)
+ *   listener.c  the listener actor (accept)
+ *   admission.c who may connect: peer credentials against the allowed
+ *               uids and groups
  *   session*.c  one actor per connection: frames, requests, its ledger
  *               (session_internal.h)
  *   control.c   the control threads: calls that span the tiers
@@ -62,9 +64,11 @@ struct server {
   dev_t sock_dev;     /* its device */
   ino_t sock_ino;     /* and inode (removed at stop only while they match) */
   uint32_t accepting; /* atomic */
-  uid_t uid;
-  uid_t *allowed;
+  uid_t uid;          /* the daemon's: always admitted */
+  uid_t *allowed;     /* server.allowed_uids */
   size_t nallowed;
+  gid_t *groups; /* server.allowed_groups, resolved at start */
+  size_t ngroups;
   uint32_t max_clients;
   uint32_t hello_timeout_ms;
   uint32_t nidle; /* of the sessions, those without a hello yet (under lock) */
@@ -82,6 +86,14 @@ struct server {
 
 /* listener.c */
 kva_actor *listener_spawn(server *sv);
+/* admission.c: reads server.allowed_uids and resolves the names of
+ * server.allowed_groups (KVA_ECONFIG, logged, for a name no group has);
+ * whether an accepted peer (fd, its SO_PEERCRED) is admitted, once per
+ * connection; frees what admission_load read. */
+struct ucred;
+int admission_load(server *sv, const kva_config *c);
+bool admission_allows(const server *sv, int fd, const struct ucred *cred);
+void admission_free(server *sv);
 /* session.c: spawns the session of an accepted connection (fd is its). */
 int session_spawn(server *sv, int fd, pid_t pid, uid_t uid);
 void session_close(srv_session *ss); /* from any thread: SRV_CLOSE */

@@ -255,6 +255,48 @@ START_TEST(gpu_devices_takes_all_or_ordinals) {
 }
 END_TEST
 
+START_TEST(allowed_groups_are_names_of_1_to_255_bytes) {
+  char long_name[257];
+  memset(long_name, 'g', 256);
+  long_name[256] = 0;
+  mp *m = mp_section_key("server", "allowed_groups");
+  mp_str(m, "kvact");
+  load_fails(m, "server.allowed_groups: expected array of strings, got string");
+  m = mp_section_key("server", "allowed_groups");
+  mp_arr(m, 2);
+  mp_str(m, "kvact");
+  mp_int(m, 100);
+  load_fails(m, "server.allowed_groups[1]: expected string, got integer");
+  m = mp_section_key("server", "allowed_groups");
+  mp_arr(m, 1);
+  mp_str(m, "");
+  load_fails(m, "server.allowed_groups[0]: \"\" is not 1..255 bytes long");
+  m = mp_section_key("server", "allowed_groups");
+  mp_arr(m, 1);
+  msgpack_pack_str_with_body(&m->pk, "kv\0act", 6);
+  load_fails(m, "server.allowed_groups[0]: string contains a NUL byte");
+  m = mp_section_key("server", "allowed_groups");
+  mp_arr(m, 1);
+  mp_str(m, long_name);
+  kva_config *c = NULL;
+  char err[ERRLEN] = "";
+  ck_assert_int_eq(kva_config_from_msgpack(m->sb.data, m->sb.size, &c, err, sizeof err),
+                   KVA_ECONFIG);
+  mp_free(m);
+  ck_assert_msg(strstr(err, "server.allowed_groups[0]: ") && strstr(err, "is not 1..255 bytes"),
+                "%s", err);
+  m = mp_section_key("server", "allowed_groups");
+  mp_arr(m, 2);
+  mp_str(m, "kvact");
+  mp_str(m, long_name + 1); /* 255 bytes */
+  c = load_ok(m);
+  const char *g = NULL;
+  ck_assert_int_eq(kva_config_get_str(c, "server.allowed_groups[1]", &g), KVA_OK);
+  ck_assert_uint_eq(strlen(g), 255);
+  kva_config_free(c);
+}
+END_TEST
+
 /* ---- l2 ------------------------------------------------------------------ */
 
 START_TEST(tier_without_type_is_missing_a_required_key) {
@@ -536,6 +578,7 @@ TCase *config_errors_tcase(void) {
   tcase_add_test(tc, align_bytes_must_be_a_power_of_two);
   tcase_add_test(tc, pinned_takes_true_false_or_auto);
   tcase_add_test(tc, gpu_devices_takes_all_or_ordinals);
+  tcase_add_test(tc, allowed_groups_are_names_of_1_to_255_bytes);
   tcase_add_test(tc, tier_without_type_is_missing_a_required_key);
   tcase_add_test(tc, redis_addrs_must_be_host_port_strings);
   tcase_add_test(tc, tier_names_must_be_unique_including_defaults);

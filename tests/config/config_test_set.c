@@ -230,6 +230,10 @@ START_TEST(set_parses_text_by_the_key_type) {
   ck_assert_int_eq(get_i64(c, "runtime.workers"), 0);
   set_ok(c, "l2[0].path", "/var/tmp/{x}.bin"); /* strings are verbatim, never JSON */
   ck_assert_str_eq(get_str(c, "l2[0].path"), "/var/tmp/{x}.bin");
+  set_ok(c, "server.allowed_groups", "[\"kvact\", \"users\"]");
+  ck_assert_str_eq(get_str(c, "server.allowed_groups[1]"), "users");
+  set_ok(c, "server.allowed_groups[1]", "1234"); /* an element is a name, even of digits */
+  ck_assert_str_eq(get_str(c, "server.allowed_groups[1]"), "1234");
   kva_config_free(c);
 }
 END_TEST
@@ -287,6 +291,10 @@ START_TEST(failed_set_leaves_the_config_unchanged) {
             "l2[3]: no such element (the array has 1)");
   set_fails(c, "l2[1]", "{\"type\": \"disk\", \"name\": \"disk0\"}", KVA_ECONFIG,
             "l2[1].name: duplicate tier name \"disk0\"");
+  set_fails(c, "server.allowed_groups", "[\"kvact\", 7]", KVA_ECONFIG,
+            "server.allowed_groups[1]: expected string, got integer");
+  set_fails(c, "server.allowed_groups[0]", "", KVA_ECONFIG,
+            "server.allowed_groups[0]: \"\" is not 1..255 bytes long");
   set_fails(c, "l1..size", "1", KVA_EINVAL, "l1..size: invalid path");
   set_fails(c, "l2[x]", "1", KVA_EINVAL, "l2[x]: invalid path");
   kva_config_free(c);

@@ -1,9 +1,10 @@
 /*
  * mp_peers_test.c — multi-process mode with real processes, the peers:
  * the socket file (replaced when stale, left alone when another
- * daemon's), malformed frames and other protocols, versions and uids, a
- * client before its daemon, a daemon that stops answering, a live process
- * whose connection breaks, the metrics (mp_support.h).
+ * daemon's), malformed frames and other protocols and versions, a client
+ * before its daemon, a daemon that stops answering, a live process whose
+ * connection breaks, the metrics (mp_support.h). Peers of other uids and
+ * groups: mp_admission_test.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -149,35 +150,6 @@ START_TEST(a_client_of_another_protocol_version_is_told_why) {
   ck_assert_int_eq(read_frame(fd, text, sizeof(text)), P_REFUSED);
   ck_assert_msg(strstr(text, "version"), "refusal without the reason: %s", text);
   close(fd);
-  ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
-}
-END_TEST
-
-START_TEST(a_peer_of_another_uid_is_refused) {
-  if (getuid() != 0) return;                                   /* needs setuid */
-  pid_t d = daemon_start_with(0, 0, "server.socket_mode=511"); /* the file lets anyone in */
-  int p[2];
-  ck_assert_int_eq(pipe(p), 0);
-  pid_t c = fork();
-  if (c == 0) {
-    if (setuid(65534) != 0) _exit(3);
-    int fd = raw_connect();
-    uint8_t frame[PROTO_HDR_BYTES + 8];
-    proto_req hello = {.type = P_HELLO, .pid = 1};
-    proto_req_put(frame, sizeof(frame), &hello, 0);
-    if (fd < 0) _exit(4);
-    /* the daemon may refuse before the hello is written (EPIPE): its
-     * refusal is read either way */
-    if (write(fd, frame, sizeof(frame)) < 0 && errno != EPIPE && errno != ECONNRESET) _exit(7);
-    char text[256] = "";
-    int t = read_frame(fd, text, sizeof(text));
-    if (write(p[1], text, strlen(text) + 1) < 0) _exit(5);
-    _exit(t == P_REFUSED ? 0 : 6);
-  }
-  ck_assert_int_eq(child_status(c), 0);
-  char text[256] = "";
-  ck_assert_int_gt(read(p[0], text, sizeof(text) - 1), 0);
-  ck_assert_msg(strstr(text, "uid 65534"), "refusal: %s", text);
   ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
 }
 END_TEST
@@ -338,7 +310,6 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, a_stopping_daemon_leaves_a_socket_file_it_does_not_own);
   tcase_add_test(tc, malformed_frames_close_only_their_connection);
   tcase_add_test(tc, a_client_of_another_protocol_version_is_told_why);
-  tcase_add_test(tc, a_peer_of_another_uid_is_refused);
   tcase_add_test(tc, a_client_without_a_daemon_starts_and_gets_errors);
   tcase_add_test(tc, the_daemons_metrics_match_its_stats_and_clients);
   tcase_add_test(tc, calls_to_a_stopped_daemon_time_out_and_late_locks_are_given_back);

@@ -99,6 +99,16 @@ pid_t daemon_start_opts(int latency_us, int disk, const char *const *extra) {
   return daemon_spawn(latency_us, disk, extra, NULL);
 }
 
+int daemon_start_fails(const char *const *extra) {
+  int st = 0;
+  pid_t pid = daemon_spawn(0, 0, extra, &st);
+  if (pid > 0) {
+    daemon_stop(pid, SIGKILL);
+    ck_abort_msg("kvactd started; it should have refused its config");
+  }
+  return st;
+}
+
 int free_tcp_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ck_assert_int_ge(fd, 0);

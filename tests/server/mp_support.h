@@ -31,6 +31,9 @@ pid_t daemon_start_with(int latency_us, int disk, const char *extra);
 /* The same with any number of "key=value" settings (NULL-terminated). */
 pid_t daemon_start_opts(int latency_us, int disk, const char *const *extra);
 pid_t daemon_start(void);
+/* The same for a kvactd that must exit at start (its wait status); one
+ * that accepts instead is killed and the test fails. */
+int daemon_start_fails(const char *const *extra);
 /* A loopback TCP port that was free a moment ago. */
 int free_tcp_port(void);
 /* daemon_start_with(0, 0, extra) plus its metrics on a loopback port
