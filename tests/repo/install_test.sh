@@ -27,7 +27,7 @@ while read -r path; do
   rel=${path#/}
   owners=$(echo "$patterns" | while read -r file pat; do
     # shellcheck disable=SC2053
-    [[ $rel == $pat ]] && echo "$file"
+    if [[ $rel == $pat ]]; then echo "$file"; fi
   done)
   n=$(echo -n "$owners" | grep -c . || true)
   if [ "$n" != 1 ]; then
@@ -39,7 +39,7 @@ while read -r file pat; do
   matched=0
   while read -r path; do
     # shellcheck disable=SC2053
-    [[ ${path#/} == $pat ]] && matched=1 && break
+    if [[ ${path#/} == $pat ]]; then matched=1; break; fi
   done < "$d/manifest"
   [ "$matched" = 1 ] || { echo "debian/$file: $pat matches nothing install.sh installs"; fail=1; }
 done <<< "$patterns"
