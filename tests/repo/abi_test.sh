@@ -34,9 +34,10 @@ head=$(head -1 "$symbols")
 [ "$head" = "libkvact.so.0 libkvact0 #MINVER#" ] ||
   bad "$symbols: first line \"$head\", want \"libkvact.so.0 libkvact0 #MINVER#\""
 
-# the file: " name@NODE MINVER", the minimal version the node's (KVACT_0.2: 0.2.x)
-awk 'NR > 1 { print $1 }' "$symbols" | sort > "$work/file"
-awk 'NR > 1 {
+# the file: " name@NODE MINVER", the minimal version the node's (KVACT_0.2: 0.2.x);
+# "* Field: value" lines are meta-information (Build-Depends-Package)
+awk 'NR > 1 && $1 != "*" { print $1 }' "$symbols" | sort > "$work/file"
+awk 'NR > 1 && $1 != "*" {
        split($1, s, "@"); node = s[2]; sub(/^KVACT_/, "", node)
        if (index($2, node ".") != 1) print "  " $1 " " $2 ": not the version of its node"
      }' "$symbols" > "$work/minver"
