@@ -49,11 +49,13 @@ as_user() { # USER CMD...: a login-less shell of USER in the root, from /
 
 daemon=
 cleanup() {
+  local - # set +e for this function only
   set +e
   [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
-  for m in dev/shm dev proc; do
-    mountpoint -q "$root/$m" && umount -l "$root/$m"
+  for m in dev/shm dev/pts dev proc; do
+    if mountpoint -q "$root/$m"; then umount -l "$root/$m"; fi
   done
+  return 0
 }
 trap cleanup EXIT
 
@@ -66,6 +68,7 @@ debootstrap --variant=minbase bookworm "$root" "$mirror" > "$root.debootstrap.lo
 echo "   minbase root: $(du -sh "$root" | cut -f1)"
 mount -t proc proc "$root/proc"
 mount --bind /dev "$root/dev"
+mount --bind /dev/pts "$root/dev/pts" # apt's log wants a pty
 mount -t tmpfs -o mode=1777 shm "$root/dev/shm" # its own: the leftover check reads it
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
@@ -73,7 +76,7 @@ step "what a user brings: a compiler, pkg-config, Python's venv, systemd, man-db
 in_root apt-get update -qq
 DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends \
   gcc libc6-dev pkgconf python3-venv systemd man-db > /dev/null
-echo "   root now: $(du -sh "$root" | cut -f1)"
+echo "   root now: $(du -sxh "$root" | cut -f1)"
 
 step "apt install ./*.deb (dependencies from Debian's archive)"
 mkdir -p "$root/tmp/debs"
@@ -108,13 +111,15 @@ mode=$(sed -n 's/^RuntimeDirectoryMode=//p' "$unit")
 echo "   ExecStart=$exec_start (User=$user, $rundir $mode)"
 # what systemd does before ExecStart: the runtime and state directories
 install -d -m "$mode" -o "$(in_root id -u "$user")" -g "$(in_root id -g "$user")" "$root$rundir" "$root$statedir"
-in_root sh -c "exec setpriv --reuid=$user --regid=$user --init-groups env -i XDG_RUNTIME_DIR=$rundir $exec_start" \
+# chroot itself, not the in_root function (a subshell): $! is kvactd's pid
+# once chroot, sh, setpriv and env have exec'ed
+chroot "$root" sh -c "exec setpriv --reuid=$user --regid=$user --init-groups env -i XDG_RUNTIME_DIR=$rundir $exec_start" \
   > "$root.kvactd.log" 2>&1 &
 daemon=$!
 sock=$(in_root kvconf show /etc/kvact/kvactd.msgpack | sed -n 's/.*"socket": *"\([^"][^"]*\)".*/\1/p' | head -1)
 for _ in $(seq 100); do [ -S "$root$sock" ] && break; sleep 0.1; done
 [ -S "$root$sock" ] || { cat "$root.kvactd.log"; echo "no socket $sock"; exit 1; }
-ls -ld "$root$rundir" "$root$sock" | awk '{print "   " $1, $3, $4, $NF}' | sed "s|$root||"
+in_root stat -c '   %A %U:%G %n' "$rundir" "$sock"
 
 step "clients: engine (group kvact) admitted, other refused by the socket, root refused by kvactd"
 in_root useradd --create-home --groups kvact engine
@@ -141,6 +146,9 @@ step "the wheel in a fresh venv, from /: embedded and as a client of kvactd"
 mkdir -p "$root/tmp/wheel"
 cp "$wheel" "$root/tmp/wheel/"
 cp "$here/python/examples/roundtrip.py" "$root/tmp/src/"
+# the host's network settings, as resolv.conf above: the CA bundle that its
+# proxy to Python's index (if any) is trusted with
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 in_root python3 -m venv /opt/kvact-venv
 in_root /opt/kvact-venv/bin/pip install -q "/tmp/wheel/$(basename "$wheel")"
 in_root /opt/kvact-venv/bin/pip list 2>/dev/null | grep -E '^(kvact|numpy) ' | sed 's/^/   /'
@@ -165,7 +173,10 @@ in_root userdel --remove other 2>/dev/null
 kvact_uid=$(in_root id -u kvact)
 DEBIAN_FRONTEND=noninteractive in_root apt-get purge -y -qq libkvact0 libkvact-dev kvactd kvact-tools > /dev/null
 left=$( (in_root dpkg -l | awk '/kvact/ {print "package " $2}'
-  find "$root" -xdev \( -iname '*kvact*' -o -uid "$kvact_uid" \) | sed "s|^$root|file |"
+  # not man-db's cache of the page `man kvactd` formatted during verify
+  # (its own cron expires it, as for any removed package's page)
+  find "$root" -mindepth 1 -xdev -path "$root/var/cache/man" -prune -o \
+    \( -iname '*kvact*' -o -uid "$kvact_uid" \) -print | sed "s|^$root|file |"
   in_root getent passwd kvact | sed 's/^/user /'
   in_root getent group kvact | sed 's/^/group /'
   ls -A "$root/dev/shm" | sed 's/^/shm /'

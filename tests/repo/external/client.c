@@ -8,6 +8,7 @@
  * Exit status: 0 admitted (prints the daemon's L1 capacity), 3 refused or
  * unreachable (prints why), 1 bad use or a failed start.
  */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c11 */
 #include <stdio.h>
 #include <time.h>
 
