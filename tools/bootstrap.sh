@@ -28,7 +28,7 @@ packages=(
   python3-matplotlib # kvbench's chart (tools/kvbench/report.py, /usr/bin/python3)
   pkgconf           # tests/repo/install_test.sh compiles with pkg-config
   debhelper dpkg-dev fakeroot lintian  # tools/deb.sh: the Debian packages
-  debootstrap man-db  # tools/clean_root_test.sh; man-db checks the man pages
+  debootstrap man-db systemd-container  # tools/clean_root_test.sh: the root, its man pages, its boot
 )
 
 missing=()

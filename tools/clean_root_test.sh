@@ -13,9 +13,12 @@
 #   5. systemd-analyze verify the unit (man-db installed: its man page too)
 #   6. pip install the wheel into a fresh venv, run the Python example
 #      embedded and against the daemon, from /
-#   7. stop kvactd (SIGTERM: exit 0, socket removed), purge the packages,
-#      and check nothing of kvact is left: files, users, groups, sockets,
-#      shm segments, processes
+#   7. stop kvactd (SIGTERM: exit 0, socket removed)
+#   8. boot the root with systemd (systemd-nspawn) and run the same clients
+#      and the example against kvactd.service itself, sandboxed, with a disk
+#      tier (io_uring) in its StateDirectory; stop it (exit 0, clean)
+#   9. purge the packages, and check nothing of kvact is left: files, users,
+#      groups, sockets, shm segments, processes
 #
 # Run as root, by .ci/run (not by bazel test: it needs root, mounts and
 # the network to Debian's archive and Python's index). Prints each step
@@ -47,6 +50,13 @@ as_user() { # USER CMD...: a login-less shell of USER in the root, from /
     env -i HOME=/tmp PATH=/usr/bin:/bin "$@"
 }
 
+mount_root() { # what chroot needs (nspawn mounts its own)
+  mount -t proc proc "$root/proc"
+  mount --bind /dev "$root/dev"
+  mount --bind /dev/pts "$root/dev/pts"             # apt's log wants a pty
+  mount -t tmpfs -o mode=1777 shm "$root/dev/shm"   # its own: the leftover check reads it
+}
+
 daemon=
 cleanup() {
   local - # set +e for this function only
@@ -66,10 +76,7 @@ mkdir -p "$root"
 debootstrap --variant=minbase bookworm "$root" "$mirror" > "$root.debootstrap.log" 2>&1 ||
   { tail -20 "$root.debootstrap.log"; exit 1; }
 echo "   minbase root: $(du -sh "$root" | cut -f1)"
-mount -t proc proc "$root/proc"
-mount --bind /dev "$root/dev"
-mount --bind /dev/pts "$root/dev/pts" # apt's log wants a pty
-mount -t tmpfs -o mode=1777 shm "$root/dev/shm" # its own: the leftover check reads it
+mount_root
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 step "what a user brings: a compiler, pkg-config, Python's venv, systemd, man-db"
@@ -90,14 +97,14 @@ in_root getent passwd kvact | sed 's/^/   user: /'
 for f in kvactd kvconf kvinspect kvbench; do in_root "$f" --version | sed 's/^/   /'; done
 
 step "pkg-config: compile hello.c and client.c, run hello"
-mkdir -p "$root/tmp/src"
-cp "$here/tests/repo/external/hello.c" "$here/tests/repo/external/client.c" "$root/tmp/src/"
+mkdir -p "$root/srv/src"
+cp "$here/tests/repo/external/hello.c" "$here/tests/repo/external/client.c" "$root/srv/src/"
 echo "   pkg-config --cflags --libs kvact: $(in_root pkg-config --cflags --libs kvact)"
-in_root sh -c 'cd /tmp/src && for p in hello client; do
+in_root sh -c 'cd /srv/src && for p in hello client; do
   gcc -std=c11 -Wall -Wextra -Werror -o $p $p.c $(pkg-config --cflags --libs kvact) || exit 1
 done'
-in_root ldd /tmp/src/hello | grep kvact | sed 's/^\s*/   /'
-out=$(in_root /tmp/src/hello)
+in_root ldd /srv/src/hello | grep kvact | sed 's/^\s*/   /'
+out=$(in_root /srv/src/hello)
 echo "   hello: $out"
 [ "$out" = "hello, kvact (tag 7)" ]
 
@@ -127,7 +134,7 @@ in_root useradd --create-home other
 client() { # WHO EXPECTED(0 admitted, 3 refused) CMD...
   local who=$1 want=$2 out rc=0
   shift 2
-  out=$("$@" /tmp/src/client "$sock") || rc=$?
+  out=$("$@" /srv/src/client "$sock") || rc=$?
   echo "   $who: $out (exit $rc)"
   [ "$rc" = "$want" ] || { echo "   $who: expected exit $want"; exit 1; }
 }
@@ -145,17 +152,17 @@ in_root systemd-analyze security --offline=yes /lib/systemd/system/kvactd.servic
 step "the wheel in a fresh venv, from /: embedded and as a client of kvactd"
 mkdir -p "$root/tmp/wheel"
 cp "$wheel" "$root/tmp/wheel/"
-cp "$here/python/examples/roundtrip.py" "$root/tmp/src/"
+cp "$here/python/examples/roundtrip.py" "$root/srv/src/"
 # the host's network settings, as resolv.conf above: the CA bundle that its
 # proxy to Python's index (if any) is trusted with
 cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 in_root python3 -m venv /opt/kvact-venv
 in_root /opt/kvact-venv/bin/pip install -q "/tmp/wheel/$(basename "$wheel")"
 in_root /opt/kvact-venv/bin/pip list 2>/dev/null | grep -E '^(kvact|numpy) ' | sed 's/^/   /'
-as_user engine /opt/kvact-venv/bin/python /tmp/src/roundtrip.py | sed 's/^/   /'
-as_user engine /opt/kvact-venv/bin/python /tmp/src/roundtrip.py "$sock" | sed 's/^/   /'
-[ "$(as_user engine /opt/kvact-venv/bin/python /tmp/src/roundtrip.py "$sock" | tail -1)" = ok ]
-[ "$(as_user engine /opt/kvact-venv/bin/python /tmp/src/roundtrip.py | tail -1)" = ok ]
+as_user engine /opt/kvact-venv/bin/python /srv/src/roundtrip.py | sed 's/^/   /'
+as_user engine /opt/kvact-venv/bin/python /srv/src/roundtrip.py "$sock" | sed 's/^/   /'
+[ "$(as_user engine /opt/kvact-venv/bin/python /srv/src/roundtrip.py "$sock" | tail -1)" = ok ]
+[ "$(as_user engine /opt/kvact-venv/bin/python /srv/src/roundtrip.py | tail -1)" = ok ]
 
 step "SIGTERM: kvactd exits 0 and removes its socket"
 kill -TERM "$daemon"
@@ -166,8 +173,64 @@ tail -2 "$root.kvactd.log" | sed 's/^/   kvactd: /'
 [ "$rc" = 0 ] || { echo "kvactd exited $rc"; exit 1; }
 [ ! -e "$root$sock" ] || { echo "socket left: $sock"; exit 1; }
 
+step "kvactd under systemd: the unit's sandbox, a disk tier in its StateDirectory"
+# systemd-nspawn boots the root with systemd as PID 1 (this host has none);
+# a oneshot unit there does the checks once kvactd.service is up, writes
+# what it saw, and powers the container off. The drop-in gives kvactd a
+# disk tier (io_uring, O_DIRECT) in /var/lib/kvact, the one writable place.
+dropin=$root/etc/systemd/system/kvactd.service.d
+mkdir -p "$dropin"
+cat > "$dropin/disk-tier.conf" <<'UNIT'
+[Service]
+ExecStart=
+ExecStart=/usr/sbin/kvactd --config /etc/kvact/kvactd.msgpack -o 'l2=[{"type":"disk","path":"/var/lib/kvact/l2.bin","capacity_bytes":268435456}]'
+UNIT
+# the checks, run by a oneshot unit once kvactd.service is up (/srv, not
+# /tmp: nspawn gives the container a /tmp of its own)
+cat > "$root/srv/src/check.sh" <<'SH'
+#!/bin/sh
+exec > /root/kvact-check.out 2>&1
+as() { u=$1; shift; setpriv --reuid="$u" --regid="$u" --init-groups env -i HOME=/tmp "$@"; }
+systemctl is-active kvactd
+as engine /srv/src/client /run/kvact/kvact.sock; echo "client engine $?"
+as other /srv/src/client /run/kvact/kvact.sock; echo "client other $?"
+as engine /opt/kvact-venv/bin/python /srv/src/roundtrip.py /run/kvact/kvact.sock
+ls -l /var/lib/kvact
+systemctl stop kvactd
+systemctl show kvactd -p Result -p ExecMainStatus
+kvconf fsck /var/lib/kvact/l2.bin
+ls -A /run/kvact /dev/shm
+journalctl -u kvactd -o cat --no-pager
+echo checks done
+SH
+cat > "$root/etc/systemd/system/kvact-check.service" <<'UNIT'
+[Unit]
+Description=kvact clean-root checks of kvactd.service
+Wants=kvactd.service
+After=kvactd.service
+[Service]
+Type=oneshot
+ExecStart=/bin/sh /srv/src/check.sh
+ExecStartPost=/bin/systemctl poweroff --no-block
+[Install]
+WantedBy=multi-user.target
+UNIT
+in_root systemctl enable kvact-check.service 2>&1 | sed 's/^/   /'
+cleanup # nspawn mounts what it needs itself
+timeout 180 systemd-nspawn --quiet --keep-unit --register=no -D "$root" --console=pipe --boot \
+  < /dev/null > "$root.nspawn.log" 2>&1 || { tail -20 "$root.nspawn.log"; echo "nspawn: $?"; }
+out=$root/root/kvact-check.out
+grep -vE '^(total |kvact info: kvactd: client pid)' "$out" | sed 's/^/   /'
+for want in '^active$' '^admitted: ' '^client engine 0$' '^refused: ' '^client other 3$' '^ok$' \
+  'l2\.bin$' '^valid 8 superseded 0 torn 0' '^Result=success$' '^ExecMainStatus=0$' '^checks done$'; do
+  grep -qE "$want" "$out" || { echo "   kvactd under systemd: no line matching $want"; exit 1; }
+done
+rm -rf "$dropin" "$root/etc/systemd/system/kvact-check.service" \
+  "$root/etc/systemd/system/multi-user.target.wants/kvact-check.service" "$out"
+mount_root
+
 step "purge, and nothing of kvact is left"
-rm -rf "$root/opt/kvact-venv" "$root/tmp/debs" "$root/tmp/wheel" "$root/tmp/src"
+rm -rf "$root/opt/kvact-venv" "$root/tmp/debs" "$root/tmp/wheel" "$root/srv/src"
 in_root userdel --remove engine 2>/dev/null
 in_root userdel --remove other 2>/dev/null
 kvact_uid=$(in_root id -u kvact)
