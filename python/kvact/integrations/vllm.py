@@ -99,9 +99,7 @@ with them: the prefill rate the load plan assumes (the slowest TP rank's).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -116,6 +114,7 @@ from ._vllm_base import (MEDIUM, BlockRemoved, BlockStored, CacheHitSource,
                          KVConnectorRole, KVConnectorStats, KVConnectorWorkerMetadata,
                          KvactConnectorStats, KvactKVEvents, KvactWorkerMeta,
                          maybe_convert_block_hash)
+from ._shared import acquire_runtime, flag, model_name, release_runtime
 from ._vllm_leases import LeaseTable
 
 if TYPE_CHECKING:  # the names of the base's annotations, for readers and type checkers
@@ -181,39 +180,6 @@ class _Tracked:
     computed: int = 0     # the computed tokens after the last step planned
 
 
-# ---- runtimes shared by the connectors of one process -----------------------------------
-_runtimes = {}  # config identity -> [kvact.Runtime, connectors using it]
-_runtimes_lock = threading.Lock()
-
-
-def _acquire_runtime(extra):
-    ident = json.dumps([extra.get("kvact.config_file"), extra.get("kvact.config", {})],
-                       sort_keys=True)
-    with _runtimes_lock:
-        entry = _runtimes.get(ident)
-        if entry is None:
-            entry = _runtimes[ident] = [kvact.Runtime(_config(extra)), 0]
-        entry[1] += 1
-        return ident, entry[0]
-
-
-def _release_runtime(ident):
-    with _runtimes_lock:
-        entry = _runtimes[ident]
-        entry[1] -= 1
-        if entry[1] == 0:
-            del _runtimes[ident]
-            entry[0].close()
-
-
-def _config(extra):
-    path = extra.get("kvact.config_file")
-    cfg = kvact.Config.from_file(path) if path else kvact.Config()
-    for key, value in extra.get("kvact.config", {}).items():
-        cfg.set(key, value)
-    return cfg
-
-
 # ---- the connector ------------------------------------------------------------------------
 class KvactConnector(KVConnectorBase_V1):
     """vLLM's KV connector over kvact (see the module docstring for the design)."""
@@ -230,19 +196,19 @@ class KvactConnector(KVConnectorBase_V1):
                 or self._chunk_tokens % self._hash_block_size):
             raise ValueError("kvact.chunk_tokens %d is not a multiple of block_size %d" %
                              (self._chunk_tokens, self._block_size))
-        self._model = _model_name(extra.get("kvact.model", vllm_config.model_config.model))
+        self._model = model_name(extra.get("kvact.model", vllm_config.model_config.model))
         self._lease_s = float(extra.get("kvact.lease_ms", 10000)) / 1000.0
         if not self._lease_s > 0:
             raise ValueError("kvact.lease_ms must be > 0, got %r" % extra.get("kvact.lease_ms"))
         self._salt = extra.get("kvact.salt", "")
-        self._plan_loads = _flag(extra.get("kvact.plan_loads", True))
+        self._plan_loads = flag(extra.get("kvact.plan_loads", True))
         self._reporting = self._plan_loads  # scheduler: off once kvact refuses (a client)
         self._fmt = extra.get("kvact.kv_format", "flash")
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(events and events.enable_kv_cache_events)
         parallel = getattr(vllm_config, "parallel_config", None)
         self._tp = getattr(parallel, "tensor_parallel_size", 1) or 1
-        self._runtime_id, runtime = _acquire_runtime(extra)
+        self._runtime_id, runtime = acquire_runtime(extra)
         self.storage = runtime.storage
         self._is_scheduler = role == KVConnectorRole.SCHEDULER
         self._tracked, self._lookups = {}, {}        # scheduler side
@@ -656,7 +622,7 @@ class KvactConnector(KVConnectorBase_V1):
             self._kv.close()
             self._kv = None
         if self._runtime_id is not None:
-            _release_runtime(self._runtime_id)
+            release_runtime(self._runtime_id)
             self._runtime_id = None
 
     def _reset_step(self):
@@ -781,7 +747,7 @@ def block_hash_keys(model, block_hashes, chunk_tokens, hash_block_size, kv_rank=
     vLLM chains over every block before it and the request's identity (cache_salt, LoRA,
     multimodal inputs, prompt embeddings)."""
     per = chunk_tokens // hash_block_size
-    return [kvact.ObjectKey(_model_name(model), kv_rank, 0,
+    return [kvact.ObjectKey(model_name(model), kv_rank, 0,
                             _key_hash(block_hashes[(i + 1) * per - 1], salt))
             for i in range(len(block_hashes) // per)]
 
@@ -809,21 +775,6 @@ def _tp_rank():
         return get_tensor_model_parallel_rank()
     except (ImportError, AssertionError):  # no vLLM, or no TP group (one rank)
         return 0
-
-
-def _flag(value):
-    """An extra-config boolean: JSON's true/false, or a string ("false", "0", "off", "no")."""
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "0", "off", "no", "")
-    return bool(value)
-
-
-def _model_name(name):
-    """name when it is a valid kvact model name (1..63 bytes, no '@'), else a digest of it."""
-    raw = str(name).encode()
-    if 0 < len(raw) <= 63 and b"@" not in raw and b"\0" not in raw:
-        return str(name)
-    return "m-" + hashlib.sha256(raw).hexdigest()[:40]
 
 
 def _sync_device(layer):

@@ -35,6 +35,7 @@ import pytest
 import kvact
 import torch
 
+import kvact.integrations._shared as kvact_shared
 import kvact.integrations.vllm as kvact_vllm
 import vllm_cpu
 
@@ -68,7 +69,7 @@ def engines(vllm_config):
     def close_all():
         while made:
             made.pop().close()
-        assert not kvact_vllm._runtimes, "a kvact Runtime outlived its connectors"
+        assert not kvact_shared._runtimes, "a kvact Runtime outlived its connectors"
 
     make.close_all = close_all
     yield make
