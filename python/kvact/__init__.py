@@ -11,7 +11,7 @@ while each C call runs.
 from . import _lib
 from .config import Config
 from .errors import KvactError
-from .keys import ObjectKey, chunk_keys
+from .keys import ObjectKey, chunk_keys, object_keys
 from .layout import MemoryLayoutDesc
 from .memory import MemoryObj
 from .paged import KVOp, PagedKVCache
@@ -21,7 +21,7 @@ from .storage import LookupResult, StorageManager
 
 __all__ = ["Config", "KVOp", "KvactError", "LookupResult", "MemoryLayoutDesc", "MemoryObj",
            "ObjectKey", "PagedKVCache", "PrefetchHandle", "Runtime", "StorageManager",
-           "chunk_keys"]
+           "chunk_keys", "object_keys"]
 
 # the loaded libkvact.so's kva_version(): the package and the library are one release
 __version__ = _lib.lib.kva_version().decode()

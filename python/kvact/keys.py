@@ -74,6 +74,23 @@ class ObjectKey(bytes):
         return bytes.__new__(cls, bytes(k))
 
 
+def object_keys(model_name, kv_rank, group, chunk_hashes):
+    """[ObjectKey(model_name, kv_rank, group, h) for h in chunk_hashes], the fields checked
+    once: each key is a template's bytes with its hash spliced in (a bytes join per key,
+    not a ctypes struct)."""
+    first = ObjectKey(model_name, kv_rank, group, b"\0")  # checks the shared fields
+    head = bytes.__getitem__(first, slice(0, _HLEN))
+    hashes = [bytes(h) for h in chunk_hashes]
+    bad = next((h for h in hashes if not 1 <= len(h) <= 32), None)
+    if bad is not None:
+        raise ValueError("chunk_hash must be 1..32 bytes, got %d" % len(bad))
+    new, free = bytes.__new__, KEY_BYTES - _HLEN - 1  # the length byte, the hash, zeros
+    if all(len(h) == 32 for h in hashes):  # SHA-256 hashes: one template for all
+        pre, pad = head + b"\x20", bytes(free - 32)
+        return [new(ObjectKey, pre + h + pad) for h in hashes]
+    return [new(ObjectKey, head + bytes((len(h),)) + h + bytes(free - len(h))) for h in hashes]
+
+
 def key_array(keys):
     """The kva_key[] of keys (a non-empty list of ObjectKey) as bytes, passed to C as a
     const kva_key * without a copy: the keys joined."""

@@ -2,6 +2,7 @@
 import ctypes
 import pickle
 import subprocess
+import random
 import sys
 
 import pytest
@@ -66,3 +67,19 @@ def test_keys_from_kvact_equal_keys_made_from_their_fields():
         kvact.ObjectKey("m", 0, "0", b"\x01")
     with pytest.raises(AttributeError):
         kvact.ObjectKey("m", 0, 0, b"\x01").kv_rank = 2
+
+
+def test_object_keys_are_the_keys_objectkey_makes():
+    rng = random.Random(5)
+    for lengths in ([32] * 9, [1, 7, 32, 16, 31]):  # the template path, and mixed lengths
+        hashes = [bytes(rng.randrange(256) for _ in range(n)) for n in lengths]
+        made = kvact.object_keys("llama3-8b", 7, 0xfffffffe, hashes)
+        assert made == [kvact.ObjectKey("llama3-8b", 7, 0xfffffffe, h) for h in hashes]
+        assert all(type(k) is kvact.ObjectKey and k.chunk_hash == h for k, h in zip(made, hashes))
+    assert kvact.object_keys("m", 0, 0, []) == []
+    for bad in ([b""], [bytes(33)], [bytes(32), bytes(40)]):
+        with pytest.raises(ValueError):
+            kvact.object_keys("m", 0, 0, bad)
+    for model, rank in (("m@x", 0), ("", 0), ("m", -1), ("m", 1 << 32)):
+        with pytest.raises(ValueError):
+            kvact.object_keys(model, rank, 0, [bytes(32)])

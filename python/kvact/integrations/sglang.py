@@ -203,11 +203,11 @@ class KvactStorage(HiCacheStorage):
             ranks = [cfg.dcp_rank]
         else:
             ranks = [cfg.tp_rank]
-        out = []
-        for k in keys:
-            h = _page_hash(k, ns)
-            out.extend(kvact.ObjectKey(self._model, r, pool.group, h) for r in ranks)
-        return out
+        hashes = [_page_hash(k, ns) for k in keys]
+        if len(ranks) == 1:
+            return kvact.object_keys(self._model, ranks[0], pool.group, hashes)
+        per_rank = [kvact.object_keys(self._model, r, pool.group, hashes) for r in ranks]
+        return [k for page in zip(*per_rank) for k in page]
 
     def _writer(self):
         return self.config.is_storage_writer
