@@ -30,6 +30,14 @@ class MemoryObj:
         self._valid = False
 
     @property
+    def address(self):
+        """The address of the object's first byte in the pool (for a copy by memmove;
+        the same rules as a view: not after the lock is released)."""
+        if not self._valid:
+            raise ValueError("MemoryObj of %r was released; it hands out no views" % (self.key,))
+        return self._ptr
+
+    @property
     def buffer(self):
         """A writable memoryview of the object's bytes (format 'B')."""
         if not self._valid:
