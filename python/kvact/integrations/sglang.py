@@ -83,8 +83,12 @@ class _PoolPages:
         for d in self.group_shape:
             nbytes *= d
         self.layout = kvact.MemoryLayoutDesc(shapes=[(nbytes,)], dtypes=["uint8"])
+        # The stored part's shape, without its axes of 1: page_first_direct's view is
+        # layer_first's with a page axis of 1 (same bytes, same order), and a head group's
+        # is the page of a rank whose TP size is tp_lcm_size.
+        dims = tuple(d for d in self.group_shape if d != 1)
         ident = "|".join(str(x) for x in (
-            "sglang", name, _ORDERS[layout], str(self.dtype), self.page_size, self.shape,
+            "sglang", name, _ORDERS[layout], str(self.dtype), self.page_size, dims,
             cfg.tp_lcm_size if split > 1 else (1 if cfg.is_mla_model else cfg.tp_size),
             cfg.pp_rank, cfg.pp_size, cfg.attn_cp_rank, cfg.attn_cp_size, cfg.dcp_rank,
             cfg.dcp_size))
