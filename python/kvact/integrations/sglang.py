@@ -173,14 +173,15 @@ class KvactStorage(HiCacheStorage):
 
     # ---- pools -----------------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host):
+        pages = _PoolPages(mem_pool_host, "kv", self.config, self._split)  # may refuse it
         self.mem_pool_host = mem_pool_host
-        self._kv = self._pools["kv"] = _PoolPages(mem_pool_host, "kv", self.config,
-                                                  self._split)
+        self._kv = self._pools["kv"] = pages
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
-        super().register_mem_host_pool_v2(host_pool, host_pool_name)
         name = str(getattr(host_pool_name, "value", host_pool_name))
-        self._pools[name] = _PoolPages(host_pool, name, self.config, 1)
+        pages = _PoolPages(host_pool, name, self.config, 1)  # may refuse it
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        self._pools[name] = pages
 
     def _pool(self, name="kv"):
         name = str(getattr(name, "value", name))
@@ -193,9 +194,7 @@ class KvactStorage(HiCacheStorage):
     # ---- keys ------------------------------------------------------------------------
     def _keys(self, keys, pool, extra_info=None):
         """The kvact keys of SGLang page hashes: per page, one per stored part."""
-        if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
-            raise ValueError("kvact: keys must be a list of non-empty strings (SGLang's page "
-                             "hashes)")
+        _check_keys(keys)
         ns = self._namespace
         per_call = getattr(extra_info, "extra_info", None) or {}
         if per_call.get("namespace"):
@@ -220,13 +219,13 @@ class KvactStorage(HiCacheStorage):
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         pool = self._pool()
-        views = pool.page_views(host_indices, len(keys))
+        views = pool.page_views(host_indices, len(_check_keys(keys)))
         return self._store(keys, views, pool, extra_info)
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         pool = self._pool()
-        views = pool.page_views(host_indices, len(keys))
+        views = pool.page_views(host_indices, len(_check_keys(keys)))
         return self._load(keys, views, pool, extra_info)
 
     def _store(self, keys, views, pool, extra_info):
@@ -327,14 +326,16 @@ class KvactStorage(HiCacheStorage):
     def batch_set_v2(self, transfers: List[PoolTransfer],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None):
         todo = [(t, self._pool(t.name)) for t in transfers]
-        views = [pool.page_views(t.host_indices, len(t.keys or [])) for t, pool in todo]
+        views = [pool.page_views(t.host_indices, len(_check_keys(t.keys or [])))
+                 for t, pool in todo]
         return {str(t.name): self._store(list(t.keys or []), v, pool, extra_info)
                 for (t, pool), v in zip(todo, views)}
 
     def batch_get_v2(self, transfers: List[PoolTransfer],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None):
         todo = [(t, self._pool(t.name)) for t in transfers]
-        views = [pool.page_views(t.host_indices, len(t.keys or [])) for t, pool in todo]
+        views = [pool.page_views(t.host_indices, len(_check_keys(t.keys or [])))
+                 for t, pool in todo]
         return {str(t.name): self._load(list(t.keys or []), v, pool, extra_info)
                 for (t, pool), v in zip(todo, views)}
 
@@ -378,6 +379,15 @@ class KvactStorage(HiCacheStorage):
         if self._runtime is not None:
             self._runtime = self._sm = None
             release_runtime(self._runtime_id)
+
+
+def _check_keys(keys):
+    """keys, when they are a list of SGLang page hashes (non-empty strings); else a
+    ValueError, before any host index is looked at."""
+    if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+        raise ValueError("kvact: keys must be a list of non-empty strings (SGLang's page "
+                         "hashes)")
+    return keys
 
 
 def _page_hash(key, namespace):
