@@ -25,10 +25,11 @@ others are told apart by the key, so a page written in one order is a miss, neve
 bytes, in another.
 
 Keys: SGLang's page hashes (get_storage_hash_str: each page's hash chains every token
-before it), as kvact ObjectKeys of the model name, a kv_rank (the TP rank; 0 for MLA,
-whose KV every rank holds whole and only the storage writer stores; the head group's
-rank when heads are split) and a group that hashes what makes a page's bytes (byte
-order, dtype, page size, layers, TP size, PP stage, CP and DCP shard, pool name). A
+before it), as kvact ObjectKeys of the model name, a kv_rank (the TP rank; 0 for MLA's
+latent pools, which every rank holds whole and only the storage writer stores, but not
+for an MLA model's Mamba-state or K/V pools, which are per rank; the head group's rank
+when heads are split) and a group that hashes what makes a page's bytes (byte order,
+dtype, page size, layers, TP size, PP stage, CP and DCP shard, pool name). A
 namespace, from extra_config or per request in extra_info.extra_info["namespace"], is
 hashed into every page hash (SGLang's own hashes carry no tenant: sglang #37160).
 """
@@ -46,6 +47,7 @@ import kvact
 from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
                                                   HiCacheStorageExtraInfo, PoolHitPolicy,
                                                   PoolTransfer, PoolTransferResult)
+from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
 from ._shared import acquire_runtime, model_name, release_runtime
 
@@ -73,6 +75,11 @@ class _PoolPages:
         self.shape = tuple(view.shape)
         self.dtype = view.dtype
         self.split = split
+        # One copy across TP ranks: an MLA model's latent pools (KV, indexer, ...), which
+        # every rank holds whole. Not its Mamba state (TP-sharded) nor a K/V pool (an MHA
+        # draft or SWA pool: heads per rank), as SGLang's mooncake backend keys them.
+        self.replicated = bool(cfg.is_mla_model) and name != "mamba" and \
+            not isinstance(pool, MHATokenToKVPoolHost)
         if split > 1:
             head_axis = 2  # page_head: [2, 1, heads, P, L, D]
             if layout != "page_head" or self.shape[head_axis] % split:
@@ -89,7 +96,7 @@ class _PoolPages:
         dims = tuple(d for d in self.group_shape if d != 1)
         ident = "|".join(str(x) for x in (
             "sglang", name, _ORDERS[layout], str(self.dtype), self.page_size, dims,
-            cfg.tp_lcm_size if split > 1 else (1 if cfg.is_mla_model else cfg.tp_size),
+            cfg.tp_lcm_size if split > 1 else (1 if self.replicated else cfg.tp_size),
             cfg.pp_rank, cfg.pp_size, cfg.attn_cp_rank, cfg.attn_cp_size, cfg.dcp_rank,
             cfg.dcp_size))
         self.group = zlib.crc32(ident.encode())
@@ -202,7 +209,7 @@ class KvactStorage(HiCacheStorage):
         cfg = self.config
         if self._split > 1 and pool is self._kv:
             ranks = [cfg.tp_rank * self._split + j for j in range(self._split)]
-        elif cfg.is_mla_model:
+        elif pool.replicated:
             ranks = [cfg.dcp_rank]
         else:
             ranks = [cfg.tp_rank]
@@ -232,7 +239,7 @@ class KvactStorage(HiCacheStorage):
         okeys = self._keys(keys, pool, extra_info)
         if not keys:
             return []
-        if not self._writer() and pool is self._kv:
+        if not self._writer() and pool.replicated:
             return [True] * len(keys)  # MLA: the storage writer stores the one copy
         t0 = time.perf_counter()
         parts = [p for v in views for p in pool.parts(v)]
