@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 _ORDERS = {"layer_first": "LP", "page_first_direct": "LP", "page_first": "PL",
            "page_head": "HP"}
 _PAGE_WAIT_S = 60.0  # the longest a get waits for kvact to bring pages from L2
+_STORE_WAIT_S = 10.0  # the longest a set waits for L1 room from kvact's stores to L2
 
 
 class _PoolPages:
@@ -243,7 +244,7 @@ class KvactStorage(HiCacheStorage):
             return [True] * len(keys)  # MLA: the storage writer stores the one copy
         t0 = time.perf_counter()
         parts = [p for v in views for p in pool.parts(v)]
-        reserved = self._sm.reserve_write(okeys, pool.layout, mode="new")
+        reserved = self._reserve(okeys, pool.layout)
         try:
             for key, part in zip(okeys, parts):
                 obj = reserved.get(key)
@@ -262,6 +263,23 @@ class KvactStorage(HiCacheStorage):
         self._metrics.backup(len(keys), _numel(pool.shape) * pool.dtype.itemsize,
                              time.perf_counter() - t0)
         return pages
+
+    def _reserve(self, okeys, layout):
+        """reserve_write, again once kvact's stores to L2 are done when L1 had no room for
+        some keys: an L1 full of pages still being stored cannot evict them yet, and SGLang
+        drops the rest of a backup at its first failed batch. Its backup thread can wait."""
+        reserved = self._sm.reserve_write(okeys, layout, mode="new")
+        if len(reserved) == len(okeys):
+            return reserved
+        rest = [k for k in okeys if k not in reserved]
+        if self._sm.lookup(rest).total == len(rest):
+            return reserved  # all stored already
+        try:
+            self._sm.flush(timeout=_STORE_WAIT_S)
+        except kvact.KvactError:
+            return reserved  # still storing: those pages fail, as without the wait
+        reserved.update(self._sm.reserve_write(rest, layout, mode="new"))
+        return reserved
 
     def _load(self, keys, views, pool, extra_info):
         okeys = self._keys(keys, pool, extra_info)
