@@ -1,18 +1,24 @@
-# peer_env.sh — sourced by what runs kvact under the vLLM peer environment's
-# interpreter (tools/peers/setup.sh): tests/vllm_real/run.sh and
-# bench/bench_vllm.sh.
+# peer_env.sh — sourced by what runs kvact under a peer engine's environment
+# (tools/peers/setup.sh): tests/vllm_real/run.sh and bench/bench_vllm.sh (vLLM),
+# tests/sglang_real/run.sh (SGLang).
 #
-#   . python/peer_env.sh NAME ROOT LIB
+#   . python/peer_env.sh NAME ROOT LIB [PEER]
 #
-# The environment is $KVACT_VLLM_VENV (default /opt/kvact-peers/vllm). A
-# missing environment or library exits 2 (never a skip), naming NAME. Sets
-# $venv; exports KVACT_LIB (LIB, made absolute), PYTHONPATH (ROOT/python)
-# and the flags that keep vLLM and Hugging Face offline; preloads the
-# sanitizer runtime a sanitizer build of the library needs.
-peer_name=$1 peer_root=$2 KVACT_LIB=$3
-venv="${KVACT_VLLM_VENV:-/opt/kvact-peers/vllm}"
+# PEER (vllm unless given; sglang) selects the environment: $KVACT_VLLM_VENV
+# (default /opt/kvact-peers/vllm) or $KVACT_SGLANG_VENV (default
+# /opt/kvact-peers/sglang). A missing environment or library exits 2 (never a
+# skip), naming NAME. Sets $venv; exports KVACT_LIB (LIB, made absolute),
+# PYTHONPATH (ROOT/python) and the flags that keep the engines and Hugging
+# Face offline; preloads the sanitizer runtime a sanitizer build of the
+# library needs.
+peer_name=$1 peer_root=$2 KVACT_LIB=$3 peer=${4:-vllm}
+case "$peer" in
+  vllm) venv="${KVACT_VLLM_VENV:-/opt/kvact-peers/vllm}" ;;
+  sglang) venv="${KVACT_SGLANG_VENV:-/opt/kvact-peers/sglang}" ;;
+  *) echo "$peer_name: unknown peer '$peer' (vllm, sglang)" >&2; exit 2 ;;
+esac
 if [ ! -x "$venv/bin/python" ]; then
-  echo "$peer_name: no vLLM environment at $venv; run tools/peers/setup.sh" >&2
+  echo "$peer_name: no $peer environment at $venv; run tools/peers/setup.sh $peer" >&2
   exit 2
 fi
 if [ ! -f "$KVACT_LIB" ]; then

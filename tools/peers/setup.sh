@@ -2,7 +2,7 @@
 # setup.sh — the virtual environments of the engines kvact is checked against
 # (DESIGN.md §11), one per peer, at fixed paths, with pinned versions.
 #
-#   tools/peers/setup.sh [--freeze] [PEER...]      PEER: vllm (the default: all)
+#   tools/peers/setup.sh [--freeze] [PEER...]      PEER: vllm, sglang (the default: all)
 #
 # Interpreter: Debian's /usr/bin/python3 (3.11, `-m venv`; python3-venv comes
 # from tools/bootstrap.sh). It is the one every fresh machine and CI has once
@@ -10,8 +10,8 @@
 # python3 on a developer's PATH is not installed by anything in this
 # repository. Override with KVACT_PEERS_PYTHON.
 #
-# Where: $KVACT_PEERS_DIR/<peer> (default /opt/kvact-peers/<peer>); the vLLM
-# one can also be named alone with KVACT_VLLM_VENV.
+# Where: $KVACT_PEERS_DIR/<peer> (default /opt/kvact-peers/<peer>); each can
+# also be named alone, with KVACT_VLLM_VENV or KVACT_SGLANG_VENV.
 #
 # What: tools/peers/<peer>.requirements (the top-level pins) installed under
 # tools/peers/<peer>.constraints (`pip freeze` of a resolve: the exact
@@ -30,14 +30,15 @@
 #
 # First install of vllm, measured on the 2-core development VM (docs/vllm.md):
 # 10 min 31 s wall (597 s of it pip, bound by the download: 24% of a CPU),
-# 9.5 GB in the environment (`du -sh`); a second run takes 0.4 s.
+# 9.5 GB in the environment (`du -sh`); a second run takes 0.4 s. Of sglang:
+# 241 s wall, 11 GB.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${KVACT_PEERS_PYTHON:-/usr/bin/python3}"
 peers_dir="${KVACT_PEERS_DIR:-/opt/kvact-peers}"
 stamp_name=".kvact-peer-stamp"
-all_peers=(vllm)
+all_peers=(vllm sglang)
 
 say() { echo "peers: $*"; }
 die() { echo "peers: $1" >&2; exit "${2:-1}"; }
@@ -45,6 +46,7 @@ die() { echo "peers: $1" >&2; exit "${2:-1}"; }
 venv_of() {
   case "$1" in
     vllm) echo "${KVACT_VLLM_VENV:-$peers_dir/vllm}" ;;
+    sglang) echo "${KVACT_SGLANG_VENV:-$peers_dir/sglang}" ;;
     *) echo "$peers_dir/$1" ;;
   esac
 }
@@ -132,7 +134,7 @@ main() {
   for arg in "$@"; do
     case "$arg" in
       --freeze) freeze=1 ;;
-      -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
       -*) die "unknown option $arg" ;;
       *) peers+=("$arg") ;;
     esac

@@ -25,10 +25,11 @@ others are told apart by the key, so a page written in one order is a miss, neve
 bytes, in another.
 
 Keys: SGLang's page hashes (get_storage_hash_str: each page's hash chains every token
-before it), as kvact ObjectKeys of the model name, a kv_rank (the TP rank; 0 for MLA,
-whose KV every rank holds whole and only the storage writer stores; the head group's
-rank when heads are split) and a group that hashes what makes a page's bytes (byte
-order, dtype, page size, layers, TP size, PP stage, CP and DCP shard, pool name). A
+before it), as kvact ObjectKeys of the model name, a kv_rank (the TP rank; 0 for MLA's
+latent pools, which every rank holds whole and only the storage writer stores, but not
+for an MLA model's Mamba-state or K/V pools, which are per rank; the head group's rank
+when heads are split) and a group that hashes what makes a page's bytes (byte order,
+dtype, page size, layers, TP size, PP stage, CP and DCP shard, pool name). A
 namespace, from extra_config or per request in extra_info.extra_info["namespace"], is
 hashed into every page hash (SGLang's own hashes carry no tenant: sglang #37160).
 """
@@ -46,6 +47,7 @@ import kvact
 from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
                                                   HiCacheStorageExtraInfo, PoolHitPolicy,
                                                   PoolTransfer, PoolTransferResult)
+from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
 from ._shared import acquire_runtime, model_name, release_runtime
 
@@ -56,6 +58,7 @@ logger = logging.getLogger(__name__)
 _ORDERS = {"layer_first": "LP", "page_first_direct": "LP", "page_first": "PL",
            "page_head": "HP"}
 _PAGE_WAIT_S = 60.0  # the longest a get waits for kvact to bring pages from L2
+_STORE_WAIT_S = 10.0  # the longest a set waits for L1 room from kvact's stores to L2
 
 
 class _PoolPages:
@@ -73,6 +76,11 @@ class _PoolPages:
         self.shape = tuple(view.shape)
         self.dtype = view.dtype
         self.split = split
+        # One copy across TP ranks: an MLA model's latent pools (KV, indexer, ...), which
+        # every rank holds whole. Not its Mamba state (TP-sharded) nor a K/V pool (an MHA
+        # draft or SWA pool: heads per rank), as SGLang's mooncake backend keys them.
+        self.replicated = bool(cfg.is_mla_model) and name != "mamba" and \
+            not isinstance(pool, MHATokenToKVPoolHost)
         if split > 1:
             head_axis = 2  # page_head: [2, 1, heads, P, L, D]
             if layout != "page_head" or self.shape[head_axis] % split:
@@ -83,9 +91,13 @@ class _PoolPages:
         for d in self.group_shape:
             nbytes *= d
         self.layout = kvact.MemoryLayoutDesc(shapes=[(nbytes,)], dtypes=["uint8"])
+        # The stored part's shape, without its axes of 1: page_first_direct's view is
+        # layer_first's with a page axis of 1 (same bytes, same order), and a head group's
+        # is the page of a rank whose TP size is tp_lcm_size.
+        dims = tuple(d for d in self.group_shape if d != 1)
         ident = "|".join(str(x) for x in (
-            "sglang", name, _ORDERS[layout], str(self.dtype), self.page_size, self.shape,
-            cfg.tp_lcm_size if split > 1 else (1 if cfg.is_mla_model else cfg.tp_size),
+            "sglang", name, _ORDERS[layout], str(self.dtype), self.page_size, dims,
+            cfg.tp_lcm_size if split > 1 else (1 if self.replicated else cfg.tp_size),
             cfg.pp_rank, cfg.pp_size, cfg.attn_cp_rank, cfg.attn_cp_size, cfg.dcp_rank,
             cfg.dcp_size))
         self.group = zlib.crc32(ident.encode())
@@ -169,14 +181,15 @@ class KvactStorage(HiCacheStorage):
 
     # ---- pools -----------------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host):
+        pages = _PoolPages(mem_pool_host, "kv", self.config, self._split)  # may refuse it
         self.mem_pool_host = mem_pool_host
-        self._kv = self._pools["kv"] = _PoolPages(mem_pool_host, "kv", self.config,
-                                                  self._split)
+        self._kv = self._pools["kv"] = pages
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
-        super().register_mem_host_pool_v2(host_pool, host_pool_name)
         name = str(getattr(host_pool_name, "value", host_pool_name))
-        self._pools[name] = _PoolPages(host_pool, name, self.config, 1)
+        pages = _PoolPages(host_pool, name, self.config, 1)  # may refuse it
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        self._pools[name] = pages
 
     def _pool(self, name="kv"):
         name = str(getattr(name, "value", name))
@@ -189,9 +202,7 @@ class KvactStorage(HiCacheStorage):
     # ---- keys ------------------------------------------------------------------------
     def _keys(self, keys, pool, extra_info=None):
         """The kvact keys of SGLang page hashes: per page, one per stored part."""
-        if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
-            raise ValueError("kvact: keys must be a list of non-empty strings (SGLang's page "
-                             "hashes)")
+        _check_keys(keys)
         ns = self._namespace
         per_call = getattr(extra_info, "extra_info", None) or {}
         if per_call.get("namespace"):
@@ -199,7 +210,7 @@ class KvactStorage(HiCacheStorage):
         cfg = self.config
         if self._split > 1 and pool is self._kv:
             ranks = [cfg.tp_rank * self._split + j for j in range(self._split)]
-        elif cfg.is_mla_model:
+        elif pool.replicated:
             ranks = [cfg.dcp_rank]
         else:
             ranks = [cfg.tp_rank]
@@ -216,24 +227,24 @@ class KvactStorage(HiCacheStorage):
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         pool = self._pool()
-        views = pool.page_views(host_indices, len(keys))
+        views = pool.page_views(host_indices, len(_check_keys(keys)))
         return self._store(keys, views, pool, extra_info)
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
         pool = self._pool()
-        views = pool.page_views(host_indices, len(keys))
+        views = pool.page_views(host_indices, len(_check_keys(keys)))
         return self._load(keys, views, pool, extra_info)
 
     def _store(self, keys, views, pool, extra_info):
         okeys = self._keys(keys, pool, extra_info)
         if not keys:
             return []
-        if not self._writer() and pool is self._kv:
+        if not self._writer() and pool.replicated:
             return [True] * len(keys)  # MLA: the storage writer stores the one copy
         t0 = time.perf_counter()
         parts = [p for v in views for p in pool.parts(v)]
-        reserved = self._sm.reserve_write(okeys, pool.layout, mode="new")
+        reserved = self._reserve(okeys, pool.layout)
         try:
             for key, part in zip(okeys, parts):
                 obj = reserved.get(key)
@@ -252,6 +263,23 @@ class KvactStorage(HiCacheStorage):
         self._metrics.backup(len(keys), _numel(pool.shape) * pool.dtype.itemsize,
                              time.perf_counter() - t0)
         return pages
+
+    def _reserve(self, okeys, layout):
+        """reserve_write, again once kvact's stores to L2 are done when L1 had no room for
+        some keys: an L1 full of pages still being stored cannot evict them yet, and SGLang
+        drops the rest of a backup at its first failed batch. Its backup thread can wait."""
+        reserved = self._sm.reserve_write(okeys, layout, mode="new")
+        if len(reserved) == len(okeys):
+            return reserved
+        rest = [k for k in okeys if k not in reserved]
+        if self._sm.lookup(rest).total == len(rest):
+            return reserved  # all stored already
+        try:
+            self._sm.flush(timeout=_STORE_WAIT_S)
+        except kvact.KvactError:
+            return reserved  # still storing: those pages fail, as without the wait
+        reserved.update(self._sm.reserve_write(rest, layout, mode="new"))
+        return reserved
 
     def _load(self, keys, views, pool, extra_info):
         okeys = self._keys(keys, pool, extra_info)
@@ -323,14 +351,16 @@ class KvactStorage(HiCacheStorage):
     def batch_set_v2(self, transfers: List[PoolTransfer],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None):
         todo = [(t, self._pool(t.name)) for t in transfers]
-        views = [pool.page_views(t.host_indices, len(t.keys or [])) for t, pool in todo]
+        views = [pool.page_views(t.host_indices, len(_check_keys(t.keys or [])))
+                 for t, pool in todo]
         return {str(t.name): self._store(list(t.keys or []), v, pool, extra_info)
                 for (t, pool), v in zip(todo, views)}
 
     def batch_get_v2(self, transfers: List[PoolTransfer],
                      extra_info: Optional[HiCacheStorageExtraInfo] = None):
         todo = [(t, self._pool(t.name)) for t in transfers]
-        views = [pool.page_views(t.host_indices, len(t.keys or [])) for t, pool in todo]
+        views = [pool.page_views(t.host_indices, len(_check_keys(t.keys or [])))
+                 for t, pool in todo]
         return {str(t.name): self._load(list(t.keys or []), v, pool, extra_info)
                 for (t, pool), v in zip(todo, views)}
 
@@ -374,6 +404,15 @@ class KvactStorage(HiCacheStorage):
         if self._runtime is not None:
             self._runtime = self._sm = None
             release_runtime(self._runtime_id)
+
+
+def _check_keys(keys):
+    """keys, when they are a list of SGLang page hashes (non-empty strings); else a
+    ValueError, before any host index is looked at."""
+    if isinstance(keys, str) or not all(isinstance(k, str) and k for k in keys):
+        raise ValueError("kvact: keys must be a list of non-empty strings (SGLang's page "
+                         "hashes)")
+    return keys
 
 
 def _page_hash(key, namespace):
