@@ -49,6 +49,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
                                                   PoolTransfer, PoolTransferResult)
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
+from ._page_copy import Runs
 from ._shared import acquire_runtime, model_name, release_runtime
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class _PoolPages:
         for d in self.group_shape:
             nbytes *= d
         self.layout = kvact.MemoryLayoutDesc(shapes=[(nbytes,)], dtypes=["uint8"])
+        self._runs = {}  # (shape, strides) -> Runs
         # The stored part's shape, without its axes of 1: page_first_direct's view is
         # layer_first's with a page axis of 1 (same bytes, same order), and a head group's
         # is the page of a rank whose TP size is tp_lcm_size.
@@ -134,6 +136,19 @@ class _PoolPages:
                                 flat.dtype))
         return flat.reshape(self.shape)
 
+    def runs(self, part):
+        """The runs of a stored part's bytes (_page_copy.Runs), found once per geometry:
+        every page of a pool has the same strides (a flat page of the generic path has
+        its own)."""
+        key = (tuple(part.shape), tuple(part.stride()))
+        runs = self._runs.get(key)
+        if runs is None:
+            runs = self._runs[key] = Runs(part)
+            if runs.nbytes != self.layout.nbytes:
+                raise ValueError("kvact: a part of pool %r has %d bytes, its objects %d"
+                                 % (self.name, runs.nbytes, self.layout.nbytes))
+        return runs
+
     def parts(self, view):
         """The pieces one page is stored as: the page, or its head groups."""
         if self.split == 1:
@@ -146,11 +161,6 @@ def _numel(shape):
     for d in shape:
         n *= d
     return n
-
-
-def _bytes_of(t):
-    """A page view (strided) as bytes of the same order: its last axis in bytes."""
-    return t.view(torch.uint8) if t.element_size() != 1 else t
 
 
 class KvactStorage(HiCacheStorage):
@@ -249,7 +259,7 @@ class KvactStorage(HiCacheStorage):
             for key, part in zip(okeys, parts):
                 obj = reserved.get(key)
                 if obj is not None:
-                    obj.tensor.view(_bytes_of(part).shape).copy_(_bytes_of(part))
+                    pool.runs(part).into_object(obj.address, part)
         finally:
             if reserved:
                 self._sm.finish_write(list(reserved))
@@ -299,7 +309,7 @@ class KvactStorage(HiCacheStorage):
                     hits = 0
                 else:
                     for obj, part in zip(objs, parts):
-                        _bytes_of(part).copy_(obj.tensor.view(_bytes_of(part).shape))
+                        pool.runs(part).from_object(obj.address, part)
             if hits:
                 self._sm.finish_read_prefetched(okeys[:hits])
         pages = hits // per
