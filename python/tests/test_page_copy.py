@@ -58,3 +58,26 @@ def test_random_views_and_writes_land_only_in_the_view():
                                     view.storage_offset() - base.storage_offset())
         mask_view.fill_(False)
         assert torch.equal(base.view(torch.int16)[mask], before.view(torch.int16)[mask])
+
+
+def test_a_large_batch_moved_by_the_copy_threads_lands_whole():
+    from kvact.integrations._page_copy import move
+    base = bits((2, 64, 32, 8, 256), 21)                       # 16 MiB: 1 MiB runs
+    views = [base[:, i:i + 8] for i in range(0, 64, 8)]        # 8 page_first pages, 16 MiB
+    out = torch.empty(sum(v.numel() for v in views), dtype=base.dtype)
+    moves, at = [], out.data_ptr()
+    for v in views:
+        r = Runs(v)
+        r.into_object(at, v, moves)
+        at += r.nbytes
+    assert sum(m[2] for m in moves) >= 16 << 20 and len(moves) == 16
+    move(moves)
+    assert torch.equal(out.view(torch.int16), torch.cat([v.reshape(-1) for v in views]).view(torch.int16))
+    back = torch.zeros_like(base)
+    moves, at = [], out.data_ptr()
+    for i in range(0, 64, 8):
+        v = back[:, i:i + 8]
+        Runs(v).from_object(at, v, moves)
+        at += Runs(v).nbytes
+    move(moves)
+    assert torch.equal(back.view(torch.int16), base.view(torch.int16))

@@ -49,7 +49,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
                                                   PoolTransfer, PoolTransferResult)
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 
-from ._page_copy import Runs
+from ._page_copy import Runs, move
 from ._shared import acquire_runtime, model_name, release_runtime
 
 logger = logging.getLogger(__name__)
@@ -256,10 +256,12 @@ class KvactStorage(HiCacheStorage):
         parts = [p for v in views for p in pool.parts(v)]
         reserved = self._reserve(okeys, pool.layout)
         try:
+            moves = []
             for key, part in zip(okeys, parts):
                 obj = reserved.get(key)
                 if obj is not None:
-                    pool.runs(part).into_object(obj.address, part)
+                    pool.runs(part).into_object(obj.address, part, moves)
+            move(moves)
         finally:
             if reserved:
                 self._sm.finish_write(list(reserved))
@@ -308,8 +310,10 @@ class KvactStorage(HiCacheStorage):
                 if objs is None:
                     hits = 0
                 else:
+                    moves = []
                     for obj, part in zip(objs, parts):
-                        pool.runs(part).from_object(obj.address, part)
+                        pool.runs(part).from_object(obj.address, part, moves)
+                    move(moves)
             if hits:
                 self._sm.finish_read_prefetched(okeys[:hits])
         pages = hits // per
