@@ -1,12 +1,13 @@
 # peer_env.sh — sourced by what runs kvact under a peer engine's environment
 # (tools/peers/setup.sh): tests/vllm_real/run.sh and bench/bench_vllm.sh (vLLM),
-# tests/sglang_real/run.sh (SGLang).
+# tests/sglang_real/run.sh (SGLang), bench/bench_sglang.sh (SGLang and Mooncake).
 #
 #   . python/peer_env.sh NAME ROOT LIB [PEER]
 #
-# PEER (vllm unless given; sglang) selects the environment: $KVACT_VLLM_VENV
-# (default /opt/kvact-peers/vllm) or $KVACT_SGLANG_VENV (default
-# /opt/kvact-peers/sglang). A missing environment or library exits 2 (never a
+# PEER (vllm unless given; sglang; mooncake) selects the environment:
+# $KVACT_VLLM_VENV (default /opt/kvact-peers/vllm), $KVACT_SGLANG_VENV (default
+# /opt/kvact-peers/sglang) or $KVACT_MOONCAKE_VENV (default
+# /opt/kvact-peers/mooncake: sglang's packages and Mooncake's store). A missing environment or library exits 2 (never a
 # skip), naming NAME. Sets $venv; exports KVACT_LIB (LIB, made absolute),
 # PYTHONPATH (ROOT/python) and the flags that keep the engines and Hugging
 # Face offline; preloads the sanitizer runtime a sanitizer build of the
@@ -15,7 +16,8 @@ peer_name=$1 peer_root=$2 KVACT_LIB=$3 peer=${4:-vllm}
 case "$peer" in
   vllm) venv="${KVACT_VLLM_VENV:-/opt/kvact-peers/vllm}" ;;
   sglang) venv="${KVACT_SGLANG_VENV:-/opt/kvact-peers/sglang}" ;;
-  *) echo "$peer_name: unknown peer '$peer' (vllm, sglang)" >&2; exit 2 ;;
+  mooncake) venv="${KVACT_MOONCAKE_VENV:-/opt/kvact-peers/mooncake}" ;;
+  *) echo "$peer_name: unknown peer '$peer' (vllm, sglang, mooncake)" >&2; exit 2 ;;
 esac
 if [ ! -x "$venv/bin/python" ]; then
   echo "$peer_name: no $peer environment at $venv; run tools/peers/setup.sh $peer" >&2

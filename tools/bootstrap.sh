@@ -28,6 +28,7 @@ packages=(
   python3-matplotlib # kvbench's chart (tools/kvbench/report.py, /usr/bin/python3)
   pkgconf           # tests/repo/install_test.sh compiles with pkg-config
   debhelper dpkg-dev fakeroot lintian  # tools/deb.sh: the Debian packages
+  libibverbs1 libnl-3-200 libnl-route-3-200 libcurl4 iproute2  # Mooncake's store (tools/peers/mooncake.requirements)
   debootstrap man-db systemd-container  # tools/clean_root_test.sh: the root, its man pages, its boot
 )
 

@@ -2,13 +2,14 @@
 # setup.sh — the virtual environments of the engines kvact is checked against
 # (DESIGN.md §11), one per peer, at fixed paths, with pinned versions.
 #
-#   tools/peers/setup.sh [--freeze] [PEER...]      PEER: vllm, sglang (the default: all)
+#   tools/peers/setup.sh [--freeze] [PEER...]      PEER: vllm, sglang, mooncake (default: all)
 #
 # Interpreter: Debian's /usr/bin/python3 (3.11, `-m venv`; python3-venv comes
 # from tools/bootstrap.sh). It is the one every fresh machine and CI has once
 # bootstrap ran, and the one the rest of the Python suite uses; pyenv's
 # python3 on a developer's PATH is not installed by anything in this
-# repository. Override with KVACT_PEERS_PYTHON.
+# repository. Override with KVACT_PEERS_PYTHON. mooncake's environment is made
+# with the sglang environment's interpreter and sees its packages (base_python).
 #
 # Where: $KVACT_PEERS_DIR/<peer> (default /opt/kvact-peers/<peer>); each can
 # also be named alone, with KVACT_VLLM_VENV or KVACT_SGLANG_VENV.
@@ -31,14 +32,14 @@
 # First install of vllm, measured on the 2-core development VM (docs/vllm.md):
 # 10 min 31 s wall (597 s of it pip, bound by the download: 24% of a CPU),
 # 9.5 GB in the environment (`du -sh`); a second run takes 0.4 s. Of sglang:
-# 241 s wall, 11 GB.
+# 241 s wall, 11 GB; of mooncake: 6 s, 170 MB.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${KVACT_PEERS_PYTHON:-/usr/bin/python3}"
 peers_dir="${KVACT_PEERS_DIR:-/opt/kvact-peers}"
 stamp_name=".kvact-peer-stamp"
-all_peers=(vllm sglang)
+all_peers=(vllm sglang mooncake)  # mooncake after sglang: it is made from it
 
 say() { echo "peers: $*"; }
 die() { echo "peers: $1" >&2; exit "${2:-1}"; }
@@ -51,11 +52,35 @@ venv_of() {
   esac
 }
 
+# The interpreter a peer's environment is made with. mooncake's is the sglang
+# environment's, and it sees that environment's packages (a .pth file, below):
+# SGLang's own MooncakeStore backend is what python/bench/bench_sglang.py runs,
+# and the sglang environment's pins stay untouched.
+base_python() {
+  case "$1" in
+    mooncake)
+      local sg
+      sg="$(venv_of sglang)/bin/python"
+      [ -x "$sg" ] || die "mooncake: no sglang environment at $(venv_of sglang); run '$0 sglang' first"
+      echo "$sg" ;;
+    *) echo "$python" ;;
+  esac
+}
+
+# After the venv is made, before pip: mooncake's .pth naming sglang's packages.
+prepare_venv() {
+  local peer="$1" venv="$2" site
+  [ "$peer" = mooncake ] || return 0
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  "$(venv_of sglang)/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+    >"$site/kvact-sglang-peer.pth"
+}
+
 # The hash a finished environment carries: interpreter, requirements, constraints.
 wanted_hash() {
   local peer="$1"
   {
-    "$python" -c 'import sys; print(sys.version)'
+    "$(base_python "$peer")" -c 'import sys; print(sys.version)'
     cat "$here/$peer.requirements"
     cat "$here/$peer.constraints" 2>/dev/null || echo "no constraints"
   } | sha256sum | cut -d' ' -f1
@@ -92,7 +117,9 @@ setup_peer() {
     die "$venv exists and was not made by this script; remove it or set KVACT_PEERS_DIR"
   fi
   # A scratch venv checks the index before the old environment is touched.
-  "$python" -m venv "$tmp/probe" >/dev/null || die "$python -m venv failed (python3-venv missing? run tools/bootstrap.sh)"
+  local base
+  base="$(base_python "$peer")"
+  "$base" -m venv "$tmp/probe" >/dev/null || die "$base -m venv failed (python3-venv missing? run tools/bootstrap.sh)"
   check_index "$tmp/probe/bin/pip" "$(main_package "$peer")"
 
   if [ -e "$venv" ]; then
@@ -100,11 +127,12 @@ setup_peer() {
     rm -rf "$venv"
   fi
   mkdir -p "$(dirname "$venv")"
-  "$python" -m venv "$venv"
+  "$base" -m venv "$venv"
+  prepare_venv "$peer" "$venv"
   touch "$venv/.kvact-peer"
   local cons=()
   [ "$freeze" = 1 ] || cons=(-c "$here/$peer.constraints")
-  say "$peer: installing $(grep -v '^#' "$here/$peer.requirements" | xargs) into $venv with $python"
+  say "$peer: installing $(grep -v '^#' "$here/$peer.requirements" | xargs) into $venv with $base"
   local t0=$SECONDS
   "$venv/bin/pip" install --quiet -r "$here/$peer.requirements" "${cons[@]}" ||
     die "$peer: pip install failed; $venv is left without a stamp (the next run remakes it)"
@@ -124,7 +152,10 @@ write_constraints() {
     echo "# pip freeze of the $peer peer environment (tools/peers/setup.sh --freeze $peer),"
     echo "# $("$venv/bin/python" -c 'import sys; print("Python", sys.version.split()[0])'), $(date -u +%Y-%m-%d)."
     echo "# Installed as constraints (-c) beside $peer.requirements; do not edit by hand."
-    "$venv/bin/pip" freeze --all --exclude-editable | grep -v -E '^(pip|setuptools|wheel)=='
+    # this environment's own packages (--path): not those a .pth lets it see
+    "$venv/bin/pip" freeze --all --exclude-editable \
+      --path "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" |
+      grep -v -E '^(pip|setuptools|wheel)=='
   } >"$here/$peer.constraints"
   say "$peer: wrote $here/$peer.constraints ($(grep -vc '^#' "$here/$peer.constraints") pins)"
 }
@@ -134,7 +165,7 @@ main() {
   for arg in "$@"; do
     case "$arg" in
       --freeze) freeze=1 ;;
-      -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
       -*) die "unknown option $arg" ;;
       *) peers+=("$arg") ;;
     esac
