@@ -13,9 +13,8 @@ by module path) and is then handed its host pool (register_mem_pool_host), as
 HiCacheController does. Page keys are SGLang's own chained page hashes
 (get_hash_str).
 """
-import contextlib
-import importlib.util
 import pathlib
+import sys
 import types
 
 import torch
@@ -26,6 +25,9 @@ from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 from sglang.srt.mem_cache.utils import get_hash_str
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # python/tests
+from peer_support import kvactd, main_suite_conftest  # noqa: E402,F401  (the suite's)
 
 PAGE = 16  # tokens per page
 DEVICE_TOKENS = 256  # a host pool of ratio 2.0 then has 33 pages
@@ -131,21 +133,3 @@ def controller(backend, host):
         generic_get=lambda keys, idx: HiCacheController._generic_page_get(ctl, op, keys, idx),
         v1_set=lambda keys, idx: HiCacheController._page_set_zero_copy(ctl, keys, idx),
         v1_get=lambda keys, idx: HiCacheController._page_get_zero_copy(ctl, op, keys, idx))
-
-
-def main_suite_conftest():
-    """python/tests/conftest.py (Debian's suite's fixtures), under a name of its own: its
-    kvactd launcher serves this suite too."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "conftest.py"
-    spec = importlib.util.spec_from_file_location("kvact_main_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextlib.contextmanager
-def kvactd(l1_bytes=1 << 24, l2="[]"):
-    """A kvactd on a fresh socket (python/tests/conftest.py's; run.sh sets KVACT_KVACTD):
-    yields its socket's path."""
-    with main_suite_conftest().kvactd(l1_bytes, l2) as (sock, _):
-        yield sock

@@ -14,16 +14,17 @@ the per-layer caches come from vLLM's own planner and allocator
 (get_kv_cache_config_from_groups, allocate_kv_cache), so their shapes and
 strides are the ones a real worker hands to register_kv_caches.
 """
-import contextlib
-import importlib.util
 import json
 import os
 import pathlib
+import sys
 
 for _name, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                       "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}.items():
     os.environ.setdefault(_name, _value)
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # python/tests
+from peer_support import kvactd, main_suite_conftest  # noqa: E402,F401  (the suite's)
 import torch  # noqa: E402
 import vllm  # noqa: E402,F401  (the real one: see the docstring)
 from vllm import SamplingParams  # noqa: E402
@@ -147,23 +148,3 @@ def make_request(req_id, tokens, max_tokens=4, cache_salt=None, lora_request=Non
                    prompt_embeds=prompt_embeds, sampling_params=params, pooling_params=None,
                    mm_features=mm_features, lora_request=lora_request, cache_salt=cache_salt,
                    block_hasher=get_request_block_hasher(BLOCK_SIZE, sha256))
-
-
-def main_suite_conftest():
-    """python/tests/conftest.py (Debian's suite's fixtures), under a name of its own: its
-    kvactd launcher serves this suite too."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "conftest.py"
-    spec = importlib.util.spec_from_file_location("kvact_main_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextlib.contextmanager
-def kvactd(l1_bytes=1 << 24, l2="[]"):
-    """A kvactd on a fresh socket with an L1 of l1_bytes and the L2 tiers l2 (JSON; none
-    by default, so what L1 evicts is gone): yields its socket's path. No kvactd is a
-    failed set-up, never a skip (python/tests/conftest.py's kvactd; run.sh sets
-    KVACT_KVACTD)."""
-    with main_suite_conftest().kvactd(l1_bytes, l2) as (sock, _):
-        yield sock
