@@ -250,6 +250,13 @@ class KvactStorage(HiCacheStorage):
         okeys = self._keys(keys, pool, extra_info)
         if not keys:
             return []
+        try:
+            return self._store_keys(keys, okeys, views, pool)
+        except kvact.KvactError as e:  # kvactd away, a timeout: these pages fail
+            _refused("store", len(keys), e)
+            return [False] * len(keys)
+
+    def _store_keys(self, keys, okeys, views, pool):
         if not self._writer() and pool.replicated:
             return [True] * len(keys)  # MLA: the storage writer stores the one copy
         t0 = time.perf_counter()
@@ -297,6 +304,13 @@ class KvactStorage(HiCacheStorage):
         okeys = self._keys(keys, pool, extra_info)
         if not keys:
             return []
+        try:
+            return self._load_keys(keys, okeys, views, pool)
+        except kvact.KvactError as e:  # kvactd away, a timeout: a miss, never an exception
+            _refused("load", len(keys), e)  # (SGLang's prefetch I/O thread dies on one)
+            return [False] * len(keys)
+
+    def _load_keys(self, keys, okeys, views, pool):
         t0 = time.perf_counter()
         per = len(okeys) // len(keys)
         with self._sm.submit_prefetch_task(okeys, pool.layout) as handle:
@@ -328,7 +342,11 @@ class KvactStorage(HiCacheStorage):
             return 0
         okeys = self._keys(keys, self._pool(), extra_info)
         per = len(okeys) // len(keys)
-        return self._sm.lookup(okeys).total // per
+        try:
+            return self._sm.lookup(okeys).total // per
+        except kvact.KvactError as e:
+            _refused("lookup", len(keys), e)
+            return 0
 
     # ---- the generic calls (flat page copies) ---------------------------------------------
     def get(self, key: str, target_location: Optional[Any] = None,
@@ -389,8 +407,12 @@ class KvactStorage(HiCacheStorage):
             if not restorable:
                 break
             pool = self._pool(t.name)
-            have = [self._sm.lookup(self._keys([k], pool, extra_info)).total == 1
-                    for k in keys[:kv_pages]]
+            try:
+                have = [self._sm.lookup(self._keys([k], pool, extra_info)).total == 1
+                        for k in keys[:kv_pages]]
+            except kvact.KvactError as e:
+                _refused("lookup", kv_pages, e)
+                have = [False] * kv_pages
             if t.hit_policy == PoolHitPolicy.ALL_PAGES:
                 boundary = have.index(False) if False in have else kv_pages
                 ok = set(range(1, boundary + 1))
@@ -427,6 +449,18 @@ def _check_keys(keys):
         raise ValueError("kvact: keys must be a list of non-empty strings (SGLang's page "
                          "hashes)")
     return keys
+
+
+_last_refusal = [0.0]
+
+
+def _refused(what, pages, error):
+    """kvact could not serve a call (kvactd away, a timeout): said at most once a second,
+    as SGLang calls again for every batch."""
+    now = time.monotonic()
+    if now - _last_refusal[0] >= 1.0:
+        _last_refusal[0] = now
+        logger.warning("kvact: %s of %d pages not done: %s", what, pages, error)
 
 
 def _page_hash(key, namespace):

@@ -4,7 +4,10 @@
   client (this process) reads both;
 - a process killed (SIGKILL) while it stores and reads, or right after kvact reserved
   its pages (before finish_write), leaves no lock in the kvactd, and pages it never
-  finished are never found.
+  finished are never found;
+- with no kvactd on its socket, every call is a miss or a failed page, never an
+  exception (SGLang's prefetch I/O thread stops at its first exception), and once a
+  kvactd serves the socket the same backend stores and reads.
 """
 import os
 import signal
@@ -78,5 +81,37 @@ def test_a_killed_process_leaves_no_lock(sock):
                                                               "runtime.workers": 2}})
     try:
         assert b.batch_exists(page_keys(4, seed=83)) == 0  # reserved, never finished
+    finally:
+        b.close()
+
+
+def test_no_kvactd_means_misses_not_exceptions_and_a_daemon_later_serves(tmp_path):
+    host = mha_host("page_first")
+    fill(host, 5)
+    path = str(tmp_path / "nobody.sock")
+    b = sglang_cpu.make_backend(host, kvact={"client.socket": path, "client.timeout_ms": 200})
+    try:
+        keys = page_keys(3, seed=41)
+        assert b.batch_set_v1(keys, indices([0, 1, 2])) == [False] * 3
+        assert b.batch_exists(keys) == 0
+        before = page(host, 4).clone()
+        assert b.batch_get_v1(keys, indices([4, 5, 6])) == [False] * 3
+        assert torch.equal(page(host, 4), before)  # a miss writes nothing
+        assert b.batch_get([keys[0]], [host.get_dummy_flat_data_page()]) == [None]
+        assert b.batch_set([keys[0]], [host.get_data_page(0)]) is False
+        daemon = subprocess.Popen([os.environ["KVACT_KVACTD"], "--quiet", "-o",
+                                   "server.socket=" + path, "-o", "l1.size_bytes=16777216",
+                                   "-o", "l2=[]"])
+        try:
+            deadline = time.monotonic() + 20
+            while b.batch_set_v1(keys, indices([0, 1, 2])) != [True] * 3:
+                assert time.monotonic() < deadline, "the backend never reached the kvactd"
+                time.sleep(0.05)
+            assert b.batch_get_v1(keys, indices([4, 5, 6])) == [True] * 3
+            for src, dst in ((0, 4), (1, 5), (2, 6)):
+                assert torch.equal(page(host, dst), page(host, src))
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=30) == 0
     finally:
         b.close()
