@@ -52,9 +52,11 @@ else
   echo "bootstrap: installed ${#missing[@]} package(s)"
 fi
 
-# The engines' virtual environments (vLLM 0.33 today: docs/vllm.md), after
-# apt, which brings python3-venv. Idempotent: a second run says "up to date".
-# The first install downloads ~9.5 GB from Python's package index (10.5 min
-# on the 2-core development VM); without the index it exits 2, and so does
-# bootstrap: the real-engine suites cannot run without their engines.
+# The engines' virtual environments (vLLM 0.33: docs/vllm.md; SGLang 0.5.23 and
+# Mooncake's store beside it: docs/sglang.md), after apt, which brings
+# python3-venv. Idempotent: a second run says "up to date". The first install
+# downloads ~21 GB from Python's package index (vLLM 10.5 min, SGLang 4 min,
+# Mooncake seconds, on the 2-core development VM); without the index it exits
+# 2, and so does bootstrap: the real-engine suites cannot run without their
+# engines.
 "$(dirname "$0")/peers/setup.sh"
