@@ -10,9 +10,11 @@
   kvactd serves the socket the same backend stores and reads.
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -85,10 +87,12 @@ def test_a_killed_process_leaves_no_lock(sock):
         b.close()
 
 
-def test_no_kvactd_means_misses_not_exceptions_and_a_daemon_later_serves(tmp_path):
+def test_no_kvactd_means_misses_not_exceptions_and_a_daemon_later_serves():
     host = mha_host("page_first")
     fill(host, 5)
-    path = str(tmp_path / "nobody.sock")
+    # under /tmp: a socket path has at most 107 bytes, and bazel's test tmpdir is longer
+    folder = tempfile.mkdtemp(prefix="kvsg-", dir="/tmp")
+    path = os.path.join(folder, "kvactd.sock")
     b = sglang_cpu.make_backend(host, kvact={"client.socket": path, "client.timeout_ms": 200})
     try:
         keys = page_keys(3, seed=41)
@@ -115,3 +119,4 @@ def test_no_kvactd_means_misses_not_exceptions_and_a_daemon_later_serves(tmp_pat
             assert daemon.wait(timeout=30) == 0
     finally:
         b.close()
+        shutil.rmtree(folder, ignore_errors=True)
