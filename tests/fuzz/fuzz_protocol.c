@@ -86,9 +86,11 @@ static void check_req_valid(const proto_req *r) {
   uint32_t n = r->type == P_L2_CONTAINS ? 1 : r->n;
   FUZZ_CHECK(sends_keys(r->type) ? n >= 1 && n <= PROTO_MAX_KEYS : n == (r->type == P_L2_CONTAINS));
   for (uint32_t i = 0; i < n; i++) FUZZ_CHECK(kva_key_valid(&r->keys[i]));
-  if (r->type == P_RESERVE_WRITE || (r->type == P_PREFETCH && r->flag))
+  /* PREFETCH's flag: bit 0 has_layout, bit 1 PROTO_PREFETCH_AS_PLANNED */
+  if (r->type == P_RESERVE_WRITE || (r->type == P_PREFETCH && (r->flag & 1)))
     FUZZ_CHECK(kva_layout_bytes(&r->layout) > 0);
-  FUZZ_CHECK(r->mode <= KVA_WRITE_ALL && r->flag <= 1 && r->readers <= 128);
+  FUZZ_CHECK(r->flag <= (r->type == P_PREFETCH ? 3u : 1u));
+  FUZZ_CHECK(r->mode <= KVA_WRITE_ALL && r->readers <= 128);
   FUZZ_CHECK(r->readers >= 1 || (r->type != P_PREFETCH && r->type != P_FINISH_READ));
   FUZZ_CHECK(r->report_len <= PROTO_MAX_TEXT);
   FUZZ_CHECK(memchr(r->tier, '\0', sizeof r->tier) != NULL);
