@@ -14,7 +14,8 @@ _PROBE = os.environ.get("KVACT_LAYOUT_PROBE",
 
 def _expected():
     if not os.path.exists(_PROBE):
-        pytest.skip("layout_probe not built (bazel build //python:layout_probe)")
+        pytest.fail("layout_probe not built (bazel build //python:layout_probe): a failed "
+                    "set-up, not a skip")
     out = subprocess.run([_PROBE], check=True, capture_output=True, text=True).stdout
     return dict((name, int(v)) for name, v in (line.split() for line in out.splitlines()))
 
