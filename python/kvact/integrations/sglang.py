@@ -261,7 +261,7 @@ class KvactStorage(HiCacheStorage):
             return [True] * len(keys)  # MLA: the storage writer stores the one copy
         t0 = time.perf_counter()
         parts = [p for v in views for p in pool.parts(v)]
-        reserved = self._reserve(okeys, pool.layout)
+        reserved, present = self._reserve(okeys, pool.layout)
         try:
             moves = []
             for key, part in zip(okeys, parts):
@@ -272,11 +272,7 @@ class KvactStorage(HiCacheStorage):
         finally:
             if reserved:
                 self._sm.finish_write(list(reserved))
-        ok = [key in reserved for key in okeys]
-        missing = [key for key, done in zip(okeys, ok) if not done]
-        if missing:  # refused: already stored (a success) or no room (a failure)
-            present = set(k for k in missing if self._sm.lookup([k]).total == 1)
-            ok = [done or key in present for key, done in zip(okeys, ok)]
+        ok = [key in reserved or key in present for key in okeys]
         per = len(okeys) // len(keys)
         pages = [all(ok[i * per:(i + 1) * per]) for i in range(len(keys))]
         self._metrics.backup(len(keys), _numel(pool.shape) * pool.dtype.itemsize,
@@ -284,21 +280,29 @@ class KvactStorage(HiCacheStorage):
         return pages
 
     def _reserve(self, okeys, layout):
-        """reserve_write, again once kvact's stores to L2 are done when L1 had no room for
-        some keys: an L1 full of pages still being stored cannot evict them yet, and SGLang
-        drops the rest of a backup at its first failed batch. Its backup thread can wait."""
+        """reserve_write: (the objects reserved, the keys refused as stored already). Keys
+        refused for lack of room are reserved again once kvact's stores to L2 are done: an
+        L1 full of pages still being stored cannot evict them yet, and SGLang drops the rest
+        of a backup at its first failed batch. Its backup thread can wait."""
         reserved = self._sm.reserve_write(okeys, layout, mode="new")
-        if len(reserved) == len(okeys):
-            return reserved
-        rest = [k for k in okeys if k not in reserved]
-        if self._sm.lookup(rest).total == len(rest):
-            return reserved  # all stored already
-        try:
-            self._sm.flush(timeout=_STORE_WAIT_S)
-        except kvact.KvactError:
-            return reserved  # still storing: those pages fail, as without the wait
-        reserved.update(self._sm.reserve_write(rest, layout, mode="new"))
-        return reserved
+        present = self._present([k for k in okeys if k not in reserved])
+        absent = [k for k in okeys if k not in reserved and k not in present]
+        if absent:
+            try:
+                self._sm.flush(timeout=_STORE_WAIT_S)
+            except kvact.KvactError:
+                return reserved, present  # still storing: those pages fail, as without the wait
+            reserved.update(self._sm.reserve_write(absent, layout, mode="new"))
+            present |= self._present([k for k in absent if k not in reserved])
+        return reserved, present
+
+    def _present(self, keys):
+        """The keys kvact holds: one lookup when they all are, else one per key."""
+        if not keys:
+            return set()
+        if self._sm.lookup(keys).total == len(keys):
+            return set(keys)
+        return {k for k in keys if self._sm.lookup([k]).total == 1}
 
     def _load(self, keys, views, pool, extra_info):
         okeys = self._keys(keys, pool, extra_info)
@@ -408,8 +412,9 @@ class KvactStorage(HiCacheStorage):
                 break
             pool = self._pool(t.name)
             try:
-                have = [self._sm.lookup(self._keys([k], pool, extra_info)).total == 1
-                        for k in keys[:kv_pages]]
+                okeys = self._keys(keys[:kv_pages], pool, extra_info)  # one per page
+                present = self._present(okeys)
+                have = [k in present for k in okeys]
             except kvact.KvactError as e:
                 _refused("lookup", kv_pages, e)
                 have = [False] * kv_pages
