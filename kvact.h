@@ -50,6 +50,7 @@ enum {
   KVA_ESHUTDOWN = -6,
   KVA_ENOTSUP = -7,
   KVA_ENOMEM = -8,
+  KVA_EUNAVAIL = -9, /* part of an L2 tier (a node, a shard) is down; the rest served */
 };
 KVA_API const char *kva_strerror(int status);
 
@@ -566,7 +567,9 @@ KVA_API const kva_config_node *kva_config_node_default(const char *type);
  *                   key stored, a negative error = the task failed (what it
  *                   stored may stay, but must not be served as another
  *                   key's bytes). Storing a key that exists replaces it,
- *                   unless it is locked (then the task may fail).
+ *                   unless it is locked (then the task may fail). The one
+ *                   exception is KVA_EUNAVAIL, below: then, when the sender
+ *                   gave `bits`, bit i = keys[i] was stored.
  *  LOOKUP_AND_LOCK  bit i of `bits` = keys[i] is present and now locked:
  *                   the adapter keeps it (no eviction, no replacement) until
  *                   as many UNLOCKs as LOCKs arrived. result < 0 = the tier
@@ -583,6 +586,15 @@ KVA_API const kva_config_node *kva_config_node_default(const char *type);
  *                   succeed eventually (retrying inside); the sender never
  *                   retries. Keys not locked are ignored.
  *  STATS            *stats is filled; result KVA_OK.
+ *
+ * KVA_EUNAVAIL: a tier made of several servers (a Redis Cluster's
+ * masters, the shards of a plug-in) answers it when some keys' server is
+ * down and every other key was served: for LOOKUP_AND_LOCK and LOAD the
+ * bits tell what was found or loaded, the unserved keys' bits are clear;
+ * for STORE the bits (when given) tell what was stored. It is not a failure
+ * of the tier: its health (l2_bypass_failures) counts it as neither a
+ * failure nor a success, so one dead server never bypasses the others.
+ * An adapter with a single server answers KVA_EIO as before.
  *
  * `bits` has (n + 7) / 8 bytes, zeroed by the sender; use kva_bit_*.
  * Adapters stop after the controllers (newest actors stop first), so every

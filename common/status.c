@@ -35,6 +35,8 @@ const char *kva_strerror(int status) {
     return "not supported";
   case KVA_ENOMEM:
     return "out of memory";
+  case KVA_EUNAVAIL:
+    return "part of the tier is unavailable";
   default:
     return "unknown status";
   }

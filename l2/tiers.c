@@ -1,6 +1,8 @@
 /*
  * tiers.c — tier health: automatic bypass after failures in a row, and
- * recovery when a probe is answered.
+ * recovery when a probe is answered. A tier of several servers answers
+ * KVA_EUNAVAIL when one of them is down and keeps its health per server
+ * (the redis adapter's nodes): that answer changes nothing here.
  */
 #include "l2/tiers.h"
 
@@ -10,7 +12,7 @@
 
 void l2_health(l2_tiers *t, uint32_t i, int result) {
   l2_tier *tier = &t->t[i];
-  if (result == KVA_OK || result == KVA_ENOMEM || result == KVA_EAGAIN) {
+  if (result == KVA_OK || result == KVA_ENOMEM || result == KVA_EAGAIN || result == KVA_EUNAVAIL) {
     if (result == KVA_OK) __atomic_store_n(&tier->failures, 0, __ATOMIC_RELAXED);
     return;
   }

@@ -19,7 +19,8 @@
  * libFuzzer's malloc limit), and that is hiredis's code, not kvact's.
  *
  * Without redis_conn.c (hiredis connections, the poller) the fuzzer uses
- * the stand-ins for redis_node_get and redis_node_connected below; the
+ * the stand-ins for redis_node_get, redis_node_connected and redis_now
+ * below; the
  * corpus test links the real ones.
  *
  * Build: bazel build //tests/fuzz:fuzz_redis_reply; run: tests/fuzz/run_fuzz.sh.
@@ -54,6 +55,11 @@ __attribute__((weak)) redis_node *redis_node_get(redis *r, const char *host, int
   return n;
 }
 
+/* redis_health.c's clock: the fuzzer needs none. */
+__attribute__((weak)) uint64_t redis_now(void) {
+  return 0;
+}
+
 /* redis_conn.c's: a connected connection of n; the fuzzer has none. */
 __attribute__((weak)) redis_conn *redis_node_connected(redis_node *n) {
   (void)n;
@@ -86,8 +92,13 @@ static void check_slots(const redisReply *rep, const redis_addr *from) {
   memset(r->slots, 0xff, sizeof r->slots); /* REDIS_NO_NODE */
   int rc = redis_slots_apply(r, rep, from);
   FUZZ_CHECK(rc == KVA_OK || rc == KVA_EIO);
-  for (uint32_t s = 0; s < REDIS_SLOTS; s++)
+  uint32_t held[REDIS_MAX_NODES] = {0};
+  for (uint32_t s = 0; s < REDIS_SLOTS; s++) {
     FUZZ_CHECK(r->slots[s] == REDIS_NO_NODE || r->slots[s] < r->nnodes);
+    if (r->slots[s] != REDIS_NO_NODE) held[r->slots[s]]++;
+  }
+  for (uint16_t i = 0; i < r->nnodes; i++) /* the counts follow the map, even a half-applied one */
+    FUZZ_CHECK(r->nodes[i]->slots == held[i]);
   for (uint16_t i = 0; i < r->nnodes; i++) {
     FUZZ_CHECK(addr_ok(&r->nodes[i]->addr));
     free(r->nodes[i]);

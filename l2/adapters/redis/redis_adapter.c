@@ -13,14 +13,21 @@
  * KVA_L2_STATS                         | KVA_L2_DONE at once
  * KVA_L2_UNLOCK (kva_key[n])           |
  * KVA_MSG_FD_READY (a node's socket)   | the replies of finished requests
- * KVA_MSG_TIMER (the tick)             | (timed-out connections dropped)
+ * KVA_MSG_TIMER (the timeout tick)     | (timed-out connections dropped)
+ * KVA_MSG_TIMER (the health tick,      | PING to a bypassed node, CLUSTER
+ *   cluster only)                      |   SLOTS while a node is failed
+ *                                      |   (redis_health.c)
  *
  * Invariants:
  *  - every request with a sender is answered exactly once: each command
  *    of it is answered by its server, or failed by a drop of its
  *    connection (hiredis calls its callback with NULL), by the back-off,
  *    or at stop; the task replies when its last command is settled;
- *  - a key's bit is set only for bytes that verified (redis_ops.c);
+ *  - a key's bit is set only for bytes that verified (redis_ops.c), or,
+ *    in a STORE, for a key the server said OK to;
+ *  - cluster: a command whose node is down fails with KVA_EUNAVAIL, and a
+ *    request answers KVA_EUNAVAIL only when every other failure of it was
+ *    one too (redis_health.c);
  *  - a key locked by LOOKUP_AND_LOCK is not replaced by a STORE of this
  *    adapter until as many UNLOCKs came; UNLOCK is local and never fails;
  *  - hiredis contexts are touched only from this actor's receive and
@@ -35,6 +42,8 @@
 
 #define REDIS_START (KVA_L2_ADAPTER_MSG + 21) /* the adapter to itself */
 #define TICK_MIN_NS 1000000ull
+#define TICK_TIMEOUT 0u /* timer tags */
+#define TICK_HEALTH 1u
 #define TICK_MAX_NS 250000000ull
 
 /* ---- tasks -------------------------------------------------------------- */
@@ -72,10 +81,9 @@ static void count(redis *r, const redis_task *t, int result) {
   const kva_l2_req *req = t->req;
   if (t->type == KVA_L2_STORE) {
     r->stats.stores++;
-    if (result != KVA_OK) {
-      r->stats.store_failures++;
-    } else {
-      r->stats.objects += req->n;
+    if (result != KVA_OK) r->stats.store_failures++;
+    if (result == KVA_OK || result == KVA_EUNAVAIL) { /* EUNAVAIL: the keys stored */
+      r->stats.objects += t->stored_keys;
       r->stats.bytes += t->stored;
     }
   } else if (t->type == KVA_L2_LOAD) {
@@ -100,8 +108,12 @@ static void task_finish(redis *r, redis_task *t, int result) {
   r->free_tasks = t;
 }
 
+/* The first failure wins, except that a failure of the request itself
+ * wins over KVA_EUNAVAIL (some keys' node down, the rest served). */
 void redis_task_step(redis *r, redis_task *t, int result) {
-  if (result != KVA_OK && t->result == KVA_OK) t->result = result;
+  if (result != KVA_OK &&
+      (t->result == KVA_OK || (t->result == KVA_EUNAVAIL && result != KVA_EUNAVAIL)))
+    t->result = result;
   if (--t->pending == 0) task_finish(r, t, t->result);
 }
 
@@ -175,12 +187,19 @@ static void on_unlock(redis *r, const kva_msg *msg) {
 
 /* ---- the actor ---------------------------------------------------------- */
 
-/* A quarter of the timeout: a dead server is noticed within 1.25 timeouts. */
+/* A quarter of the timeout: a dead server is noticed within 1.25 timeouts.
+ * A cluster has a second tick, for its nodes' health (redis_health.c:
+ * PINGs and slot map reads while a node is failed; nothing otherwise). */
 static void start_tick(redis *r) {
   uint64_t ns = r->cfg.timeout_ns / 4;
   ns = ns < TICK_MIN_NS ? TICK_MIN_NS : ns > TICK_MAX_NS ? TICK_MAX_NS : ns;
-  r->tick = kva_timer(r->self, ns, ns, 0);
+  r->tick = kva_timer(r->self, ns, ns, TICK_TIMEOUT);
   if (r->tick < 0) kva_log(KVA_LOG_ERROR, "%s: no timer: commands will not time out", r->cfg.name);
+  if (!r->cfg.cluster) return;
+  r->health_tick = kva_timer(r->self, REDIS_HEALTH_TICK_NS, REDIS_HEALTH_TICK_NS, TICK_HEALTH);
+  if (r->health_tick < 0)
+    kva_log(KVA_LOG_ERROR, "%s: no timer: failed nodes are probed only when requests come",
+            r->cfg.name);
 }
 
 static void receive(redis *r, const kva_msg *msg) {
@@ -188,11 +207,11 @@ static void receive(redis *r, const kva_msg *msg) {
   case REDIS_START: /* deterministic mode waits inside receive: no tick */
     if (!r->det) start_tick(r);
     break;
+  case KVA_MSG_TIMER: /* the timeout tick, or the health tick: the pump follows */
+    if (msg->tag == TICK_TIMEOUT) redis_on_tick(r);
+    break;
   case KVA_MSG_FD_READY:
     redis_on_fd(r, msg);
-    break;
-  case KVA_MSG_TIMER:
-    redis_on_tick(r);
     break;
   case KVA_L2_STORE:
   case KVA_L2_LOOKUP_AND_LOCK:
@@ -242,6 +261,7 @@ static void redis_on_stop(kva_actor *self, void *state) {
   redis_sigpipe g;
   redis_sigpipe_block(&g);
   if (r->tick >= 0) kva_timer_cancel(self, r->tick);
+  if (r->health_tick >= 0) kva_timer_cancel(self, r->health_tick);
   redis_nodes_close(r, KVA_ESHUTDOWN);
   redis_sigpipe_restore(&g);
   if (r->live) kva_log(KVA_LOG_ERROR, "%s: a request outlived its commands at stop", r->cfg.name);
@@ -272,7 +292,7 @@ kva_actor *redis_adapter_spawn(kva_runtime *rt, const kva_config_node *cfg, char
   char why[512] = "";
   redis *r = calloc(1, sizeof(*r));
   if (!rt || !r) return fail(r, err, errlen, rt ? "redis: out of memory" : "redis: no runtime");
-  r->tick = -1;
+  r->tick = r->health_tick = -1;
   r->det = kva_runtime_deterministic(rt);
   memset(r->slots, 0xff, sizeof(r->slots));
   const char *bad = redis_read_config(&r->cfg, cfg);

@@ -72,14 +72,24 @@ static bool apply_range(redis *r, const redisReply *e, const redis_addr *from) {
     snprintf(host, sizeof(host), "%.*s", (int)h->len, h->str);
   redis_node *n = redis_node_get(r, host, (int)port);
   if (!n) return false;
-  for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++) r->slots[s] = n->id;
+  for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+    redis_slot_set(r, (uint16_t)s, n->id);
   return true;
+}
+
+void redis_slot_set(redis *r, uint16_t s, uint16_t id) {
+  uint16_t old = r->slots[s];
+  if (old == id) return;
+  if (old != REDIS_NO_NODE) r->nodes[old]->slots--;
+  if (id != REDIS_NO_NODE) r->nodes[id]->slots++;
+  r->slots[s] = id;
 }
 
 int redis_slots_apply(redis *r, const redisReply *reply, const redis_addr *from) {
   if (!reply || reply->type != REDIS_REPLY_ARRAY) return KVA_EIO;
   for (size_t i = 0; i < reply->elements; i++)
     if (!apply_range(r, reply->element[i], from)) return KVA_EIO;
+  r->map_at = redis_now();
   return KVA_OK;
 }
 
@@ -119,5 +129,9 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *privdata) {
 
 void redis_slots_refresh(redis *r, redis_node *n) {
   redis_conn *k = r->refreshing ? NULL : redis_node_connected(n);
-  if (k && redisAsyncCommand(k->ac, on_slots, n, "CLUSTER SLOTS") == REDIS_OK) r->refreshing = true;
+  if (!k || redisAsyncCommand(k->ac, on_slots, n, "CLUSTER SLOTS") != REDIS_OK) return;
+  r->refreshing = true; /* bounded: redis_health.c drops k when unanswered */
+  r->refresh_conn = k;
+  r->refresh_gen = k->gen;
+  r->refresh_deadline = redis_now() + r->cfg.timeout_ns;
 }

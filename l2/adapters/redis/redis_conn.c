@@ -57,15 +57,9 @@
 
 #define WATCH_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP)
 
-static void redis_conn_drop(redis_conn *k, int result, const char *reason);
-
 /* Deadlines and back-off run on real time in both modes (the runtime's
- * virtual time stands still while a deterministic adapter waits). */
-static uint64_t redis_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+ * virtual time stands still while a deterministic adapter waits):
+ * redis_now (redis_health.c). */
 
 static bool sigpipe_pending(void) {
   sigset_t pend;
@@ -138,6 +132,7 @@ static void cmd_fail(redis *r, redis_cmd *c, int result) {
 }
 
 static void fail_queue(redis_conn *k, int result) {
+  if (result == KVA_EUNAVAIL) k->node->failed_cmds += k->queue.n;
   while (k->queue.head) {
     redis_cmd *c = k->queue.head;
     redis_list_remove(&k->queue, c);
@@ -206,6 +201,8 @@ static void ev_cleanup(void *privdata) {
   if (k->watched) kva_unwatch_fd(n->r->self, ac->c.fd);
   k->watched = false;
   if (k->drop_result != KVA_ESHUTDOWN) lost(n, k->reason ? k->reason : ac->errstr);
+  if (!clean && k->drop_result != KVA_ESHUTDOWN)
+    redis_node_failed(n, k->reason ? k->reason : ac->errstr);
   k->ac = NULL;
   redis_write_reset(k); /* the splices' commands were failed with it */
   k->kill = false;
@@ -248,14 +245,14 @@ static void hooks(redisAsyncContext *ac, redis_conn *k) {
   ac->ev.cleanup = ev_cleanup;
 }
 
-/* A non-blocking dial; AUTH goes first in the pipeline. False when it
- * failed at once (the back-off has started). */
-static bool dial(redis_conn *k) {
+bool redis_conn_dial(redis_conn *k) {
   redis_node *n = k->node;
   redis *r = n->r;
   redisAsyncContext *ac = redisAsyncConnect(n->addr.host, n->addr.port);
   if (!ac || ac->err) {
-    lost(n, ac ? ac->errstr : "out of memory");
+    const char *why = ac ? ac->errstr : "out of memory";
+    lost(n, why);
+    redis_node_failed(n, why);
     if (ac) redisAsyncFree(ac);
     backoff(n);
     return false;
@@ -282,8 +279,7 @@ static bool dial(redis_conn *k) {
   return true;
 }
 
-/* Drops k: every command on it fails with `result`. */
-static void redis_conn_drop(redis_conn *k, int result, const char *reason) {
+void redis_conn_drop(redis_conn *k, int result, const char *reason) {
   if (!k->ac) return;
   k->drop_result = result;
   k->reason = reason;
@@ -387,8 +383,10 @@ static void hand_off(redis *r, redis_conn *k, uint64_t now) {
 
 static void pump_conn(redis *r, redis_conn *k, uint64_t now) {
   if (k->kill) redis_conn_drop(k, KVA_EIO, k->kill_why ? k->kill_why : "AUTH refused");
-  if (k->queue.n && !k->ac && (now < k->node->retry_at || !dial(k))) {
-    fail_queue(k, KVA_EIO); /* in back-off: fail fast rather than wait */
+  if (k->queue.n && k->node->state == NODE_BYPASSED) {
+    fail_queue(k, KVA_EUNAVAIL); /* the other nodes go on (redis_health.c) */
+  } else if (k->queue.n && !k->ac && (now < k->node->retry_at || !redis_conn_dial(k))) {
+    fail_queue(k, redis_node_down_result(r, KVA_EIO)); /* in back-off: fail fast */
     return;
   }
   hand_off(r, k, now);
@@ -415,6 +413,7 @@ static void refresh_stale_map(redis *r) {
 static void pump_all(redis *r) {
   uint64_t now = redis_now();
   refresh_stale_map(r);
+  redis_health_pump(r, now);
   /* a node may be added (a redirect) while we go: re-read nnodes */
   for (uint16_t i = 0; i < r->nnodes; i++)
     for (uint16_t j = 0; j < r->nodes[i]->nconns; j++) pump_conn(r, &r->nodes[i]->conns[j], now);

@@ -9,6 +9,8 @@
  *                    always on the same one): hiredis event hooks, reads
  *                    and writes, the pipeline, timeouts, back-off
  *   redis_cluster.c  hash slots (CRC16), the slot map, MOVED / ASK
+ *   redis_health.c   a cluster node's health: failed, bypassed, probed
+ *                    with PING; the slot map re-read while one is failed
  *   redis_start.c    config, and the synchronous check at start (AUTH)
  *   redis_locks.c    client-side lookup lock counts
  *   redis_value.c    the value format's check (redis_value.h: pure)
@@ -41,6 +43,14 @@
 #define REDIS_FLIGHT_BYTES (2u << 20)
 #define REDIS_BACKOFF_MIN_NS 50000000ull
 #define REDIS_BACKOFF_MAX_NS 2000000000ull
+/* Cluster node health (redis_health.c): failures in a row that bypass a
+ * node, how often a bypassed node is sent a PING, how often the slot map
+ * is read again while a node that holds slots is failed, and the health
+ * tick that drives both. */
+#define REDIS_NODE_BYPASS_AFTER 3u
+#define REDIS_PROBE_NS 200000000ull
+#define REDIS_MAP_REFRESH_NS 100000000ull
+#define REDIS_HEALTH_TICK_NS 50000000ull
 
 typedef struct redis_addr {
   char host[REDIS_HOST_MAX];
@@ -93,6 +103,7 @@ typedef struct redis_task {
   uint32_t pending;               /* commands not answered yet */
   int result;                     /* first failure, else KVA_OK */
   uint64_t stored;                /* STORE: payload bytes of the SETs that succeeded */
+  uint64_t stored_keys;           /* STORE: keys of those SETs */
   struct redis_task *prev, *next; /* live list, or the free list */
 } redis_task;
 
@@ -126,8 +137,12 @@ typedef struct redis_conn {
   const char *reason;   /* why we drop it (NULL: hiredis's own error) */
 } redis_conn;
 
+/* A cluster node's health (redis_health.c). */
+enum { NODE_OK = 0, NODE_FAILED = 1, NODE_BYPASSED = 2 };
+
 /* One server. Never freed before the adapter stops. Its outage state
- * (back-off, the warning) is the server's, shared by its connections. */
+ * (back-off, the warning, its health) is the server's, shared by its
+ * connections. */
 typedef struct redis_node {
   struct redis *r;
   uint16_t id;
@@ -135,7 +150,17 @@ typedef struct redis_node {
   uint64_t retry_at;   /* back-off: not dialled before (CLOCK_MONOTONIC ns) */
   uint64_t backoff_ns; /* the next back-off; 0 after a connect that worked */
   bool warned;         /* this outage was logged */
-  uint16_t nconns;     /* cfg.connections */
+  /* health (cluster only; redis_health.c) */
+  uint8_t state;         /* NODE_* */
+  uint32_t fails;        /* failures in a row: failed dials, dropped connections */
+  uint64_t failed_since; /* when state left NODE_OK */
+  uint64_t outages;      /* times state left NODE_OK */
+  uint64_t failed_cmds;  /* commands failed by its outages */
+  uint32_t slots;        /* slots the map gives it now */
+  bool probing;          /* a PING is in flight on conns[0] */
+  uint64_t probe_at;     /* bypassed: the next PING not before */
+  uint64_t probe_deadline;
+  uint16_t nconns; /* cfg.connections */
   redis_conn conns[];
 } redis_node;
 
@@ -161,6 +186,13 @@ typedef struct redis {
   uint16_t slots[REDIS_SLOTS]; /* cluster: slot -> node id (REDIS_NO_NODE: ask a seed) */
   bool refreshing;             /* a CLUSTER SLOTS is in flight */
   bool map_stale;              /* a node was lost: read the map again */
+  redis_conn *refresh_conn;    /* where the CLUSTER SLOTS is in flight */
+  uint32_t refresh_gen;        /* of that connection */
+  uint64_t refresh_deadline;   /* dropped when unanswered by then */
+  uint64_t map_next;           /* a node is failed: the map is read again at */
+  uint64_t map_at;             /* the last map applied (CLOCK_MONOTONIC ns; 0: none) */
+  uint32_t nfailed;            /* nodes whose state is not NODE_OK */
+  int health_tick;             /* the health timer id, or -1 */
   redis_locks locks;
   redis_task *live, *free_tasks;
   redis_cmd *free_cmds;
@@ -192,6 +224,11 @@ redis_node *redis_node_get(redis *r, const char *host, int port); /* NULL when f
 void redis_node_enqueue(redis_node *n, redis_cmd *c);
 /* A command left its connection's flight list (answered or failed). */
 void redis_flight_done(redis_conn *k, redis_cmd *c);
+/* A non-blocking dial of k; AUTH goes first in the pipeline. False when
+ * it failed at once (the back-off has started). */
+bool redis_conn_dial(redis_conn *k);
+/* Drops k: every command on it fails with `result`. */
+void redis_conn_drop(redis_conn *k, int result, const char *reason);
 /* A connection of n that is up, or NULL. */
 redis_conn *redis_node_connected(redis_node *n);
 /* After every message: connects, hands queued commands to hiredis up to
@@ -217,7 +254,27 @@ typedef struct redis_sigpipe {
 void redis_sigpipe_block(redis_sigpipe *g);
 void redis_sigpipe_restore(redis_sigpipe *g);
 
+/* redis_health.c */
+uint64_t redis_now(void); /* CLOCK_MONOTONIC ns */
+/* A failure of n: a dial that failed, a connection dropped by an error or
+ * a timeout (not a close by the server, nor our stop). */
+void redis_node_failed(redis_node *n, const char *why);
+/* n answered a command (any reply): it is healthy again. */
+void redis_node_ok(redis_node *n);
+static inline void redis_node_answered(redis_node *n) {
+  if (n->state != NODE_OK) redis_node_ok(n);
+}
+/* What a command fails with when its node cannot take it: KVA_EUNAVAIL
+ * for a cluster (its other nodes go on), `single` for one server. */
+int redis_node_down_result(const redis *r, int single);
+/* After every message (redis_pump), at most every few ms: PINGs to
+ * bypassed nodes, probe timeouts, the slot map read again while a node
+ * that holds slots is failed. */
+void redis_health_pump(redis *r, uint64_t now);
+
 /* redis_cluster.c */
+/* Gives slot s to node id (REDIS_NO_NODE: none), keeping slot counts. */
+void redis_slot_set(redis *r, uint16_t s, uint16_t id);
 /* The node a key goes to: its slot's (cluster) or the first seed's. */
 redis_node *redis_route(redis *r, const char *key, size_t len);
 /* Applies a CLUSTER SLOTS reply to the map; `from` names hosts the reply

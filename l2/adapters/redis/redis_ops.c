@@ -177,8 +177,11 @@ static int got_exists(redis *r, redis_cmd *c, const redisReply *rep) {
 }
 
 static int got_set(redis_cmd *c, const redisReply *rep) {
+  redis_task *t = c->task;
   if (rep->type != REDIS_REPLY_STATUS || strcmp(rep->str, "OK") != 0) return KVA_EIO;
-  c->task->stored += c->task->req->bufs[c->key].len;
+  t->stored += t->req->bufs[c->key].len;
+  t->stored_keys++;
+  if (t->req->bits) kva_bit_set(t->req->bits, c->key); /* which keys, for KVA_EUNAVAIL */
   return KVA_OK;
 }
 
@@ -222,7 +225,7 @@ static bool redirect(redis *r, redis_node *n, redis_cmd *c, const redisReply *re
   if (ask) {
     c->asking = true;
   } else {
-    r->slots[slot] = target->id;
+    redis_slot_set(r, slot, target->id);
     redis_slots_refresh(r, n);
   }
   redis_node_enqueue(target, c);
@@ -236,8 +239,12 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
   redis *r = n->r;
   const redisReply *rep = reply;
   redis_flight_done(k, c);
+  if (rep) redis_node_answered(n);
   if (!rep) {
-    finish(r, c, k->drop_result);
+    int result = k->drop_result;
+    if (result != KVA_ESHUTDOWN && (result = redis_node_down_result(r, result)) == KVA_EUNAVAIL)
+      n->failed_cmds++;
+    finish(r, c, result);
   } else if (rep->type == REDIS_REPLY_ERROR) {
     if (!redirect(r, n, c, rep)) finish(r, c, got_error(r, n, c, rep));
   } else if (c->kind == CMD_GET) {
