@@ -640,6 +640,33 @@ typedef struct kva_l2_tier_stats {
   uint64_t lookups_skipped;
 } kva_l2_tier_stats;
 KVA_API int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out);
+/* What became of every key written toward one L2 tier since start: each
+ * write of a key that the store policy sends to the tier ends in exactly
+ * one of these, so once kva_flush has returned (and no write runs)
+ *
+ *   written = stored + coalesced + bypassed + frozen + gone + unavailable
+ *             + failed + dropped
+ *
+ * stored: reached the tier. coalesced: joined a store of the same key
+ * already queued, which carries the newest version. bypassed: not sent,
+ * the tier was bypassed (kva_set_tier_bypass, or automatically after
+ * failures). frozen: not sent, kva_set_freeze. gone: no longer in L1 as
+ * written when its store began (evicted, deleted, or written again with
+ * another layout, whose own store follows). unavailable: the server of
+ * its key was down (KVA_EUNAVAIL: a Redis Cluster master without a
+ * replica to take over). failed: the store failed. dropped: not stored
+ * for want of memory, or left queued at shutdown.
+ * absent_now is how many keys are marked absent from the tier now: their
+ * newest version did not reach it, so its older copy, if any, is not
+ * served until a store of them succeeds (absent_overflowed counts the
+ * marks past the bound, l2_absent_keys; see the README's redis section).
+ * KVA_EINVAL for an unknown tier or NULL out; KVA_ENOTSUP in a client of
+ * kvactd (ask the daemon's metrics endpoint). */
+typedef struct kva_l2_tier_keys {
+  uint64_t written, stored, coalesced, bypassed, frozen, gone, unavailable, failed, dropped;
+  uint64_t absent_now, absent_overflowed;
+} kva_l2_tier_keys;
+KVA_API int kva_l2_get_tier_keys(kva_storage *s, const char *tier, kva_l2_tier_keys *out);
 typedef struct kva_l2_req {
   const kva_key *keys;
   size_t n;

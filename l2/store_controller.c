@@ -65,6 +65,7 @@ typedef struct store_task {
   kva_buf *bufs;
   int *status;
   uint8_t *del;
+  uint8_t *stored_bits; /* STORE: which keys the tier stored (KVA_EUNAVAIL) */
   size_t n, cap;
   l1_req l1;
   kva_l2_req l2;
@@ -111,6 +112,7 @@ static store_task *task_get(store_controller *c, size_t n) {
     ok = cap && ARRAY_RESIZE(t->status, cap) && ok;
     ok = cap && ARRAY_RESIZE(t->del, cap) && ok;
     ok = cap && ARRAY_RESIZE(t->ids, cap) && ok;
+    ok = cap && ARRAY_RESIZE(t->stored_bits, (cap + 7) / 8) && ok;
     if (!ok) {
       t->next = c->free_tasks;
       c->free_tasks = t;
@@ -129,6 +131,7 @@ static void task_free(store_task *t) {
   free(t->status);
   free(t->del);
   free(t->ids);
+  free(t->stored_bits);
   free(t);
 }
 
@@ -152,6 +155,17 @@ static void send_l1(store_controller *c, store_task *t, uint32_t type) {
   l1_req *r = &t->l1;
   if (kva_send(c->l1, type, &r, sizeof(r), c->self, tag_of(c, t)) != KVA_OK)
     LOG_ERROR("store: the L1 manager is gone; a store task is abandoned");
+}
+
+/* ---- accounting (kva_l2_tier_keys) --------------------------------------- */
+
+/* n keys written toward tier did not reach it, for the reason `counter`
+ * counts (one of the tier's k_* fields); all but failed stores are the
+ * storage's l2_store_skipped too. */
+static void unstored(store_controller *c, uint32_t tier, uint64_t *counter, size_t n) {
+  if (!n) return;
+  l2_count(counter, n);
+  if (counter != &c->tiers->t[tier].k_failed) l2_count(&c->tiers->store_skipped, n);
 }
 
 /* ---- flush and drain ---------------------------------------------------- */
@@ -213,8 +227,8 @@ static void settle_keys(store_controller *c, store_task *t, const kva_key *keys,
     if (!e) continue;
     const kva_layout *layout = e->again_layout ? e->again_layout : &t->layout;
     store_task *next = e->again && !c->draining ? requeue_task(c, rq, t, layout, n) : NULL;
-    if (!next) {
-      if (e->again) l2_count(&c->tiers->store_skipped, 1);
+    if (!next) { /* a version written meanwhile is not stored: shutdown, or no memory */
+      if (e->again) unstored(c, t->tier, &c->tiers->t[t->tier].k_dropped, 1);
       pending_drop(&c->pending, e);
       continue;
     }
@@ -278,11 +292,13 @@ static void start_next(store_controller *c) {
  * policy's deletions applied by L1 in the same step. */
 static void release(store_controller *c, store_task *t) {
   const uint8_t *del = NULL;
-  if (t->stored == KVA_OK) {
+  if (t->stored == KVA_OK || t->stored == KVA_EUNAVAIL) {
     memset(t->del, 0, t->n);
     c->policy.select_l1_deletions(c->policy.arg, t->tier, t->keys, t->n, t->del);
-    for (size_t i = 0; i < t->n && !del; i++)
+    for (size_t i = 0; i < t->n; i++) {
+      if (t->stored != KVA_OK && !kva_bit_get(t->stored_bits, i)) t->del[i] = 0; /* not stored */
       if (t->del[i]) del = t->del;
+    }
   }
   t->state = RELEASING;
   t->l1 = (l1_req){.keys = t->keys,
@@ -298,10 +314,13 @@ static void release(store_controller *c, store_task *t) {
 /* The objects are read-locked (those still there): hand them to the tier. */
 static void on_reserved(store_controller *c, store_task *t) {
   size_t k = 0;
+  l2_tier *tier = &c->tiers->t[t->tier];
   /* a request refused as a whole (out of memory in L1) locked nothing and
    * left status[] as it was: nothing to store, nothing to release */
+  unstored(c, t->tier, &tier->k_dropped, t->l1.result < 0 ? t->n : 0);
   for (size_t i = 0; i < t->n; i++) {
     if (t->l1.result < 0 || t->status[i] != KVA_OK) {
+      if (t->l1.result >= 0) unstored(c, t->tier, &tier->k_gone, 1);
       settle_keys(c, t, &t->keys[i], 1); /* not locked: its store is over */
       continue;
     }
@@ -310,37 +329,52 @@ static void on_reserved(store_controller *c, store_task *t) {
     t->ids[k] = t->ids[i];
     k++;
   }
-  l2_count(&c->tiers->store_skipped, t->n - k);
   t->n = k;
   if (k == 0) {
     task_done(c, t);
     return;
   }
   t->state = STORING;
-  t->l2 = (kva_l2_req){.keys = t->keys, .n = t->n, .layout = &t->layout, .bufs = t->bufs};
+  memset(t->stored_bits, 0, (t->n + 7) / 8);
+  t->l2 = (kva_l2_req){
+      .keys = t->keys, .n = t->n, .layout = &t->layout, .bufs = t->bufs, .bits = t->stored_bits};
   kva_l2_req *r = &t->l2;
   int rc = kva_send(c->tiers->t[t->tier].actor, KVA_L2_STORE, &r, sizeof(r), c->self, tag_of(c, t));
   if (rc == KVA_OK)
     l2_meter_sent(&c->tiers->t[t->tier].meter, 0, t->n * kva_layout_bytes(&t->layout), now_ns(c));
   if (rc != KVA_OK) { /* the tier is gone: release what we hold */
     t->stored = rc;
+    unstored(c, t->tier, &tier->k_failed, t->n);
     release(c, t);
   }
 }
 
+/* The keys of t the tier stored: all (KVA_OK), those whose bit is set
+ * (KVA_EUNAVAIL: the others' server is down), or none. */
+static size_t stored_keys(const store_task *t) {
+  if (t->stored == KVA_OK) return t->n;
+  if (t->stored != KVA_EUNAVAIL) return 0;
+  size_t k = 0;
+  for (size_t i = 0; i < t->n; i++) k += (size_t)kva_bit_get(t->stored_bits, i);
+  return k;
+}
+
 static void on_stored(store_controller *c, store_task *t) {
+  l2_tier *tier = &c->tiers->t[t->tier];
   t->stored = t->l2.result;
-  uint64_t bytes = t->n * kva_layout_bytes(&t->layout);
-  l2_meter_done(&c->tiers->t[t->tier].meter, 0, bytes, t->stored == KVA_OK ? bytes : 0, now_ns(c));
+  size_t k = stored_keys(t);
+  uint64_t key_bytes = kva_layout_bytes(&t->layout);
+  l2_meter_done(&tier->meter, 0, t->n * key_bytes, k * key_bytes, now_ns(c));
   l2_health(c->tiers, t->tier, t->stored);
   l2_count(&c->tiers->store_tasks, 1);
-  if (t->stored == KVA_OK) {
-    l2_tier *tier = &c->tiers->t[t->tier];
-    l2_count(&c->tiers->stored_keys, t->n);
-    l2_count(&tier->stored_keys, t->n);
-    l2_count(&tier->stored_bytes, t->n * kva_layout_bytes(&t->layout));
-  } else
-    l2_count(&c->tiers->store_failures, 1);
+  l2_count(&c->tiers->stored_keys, k);
+  l2_count(&tier->stored_keys, k);
+  l2_count(&tier->stored_bytes, k * key_bytes);
+  if (t->stored == KVA_EUNAVAIL)
+    unstored(c, t->tier, &tier->k_unavailable, t->n - k);
+  else if (t->stored != KVA_OK)
+    unstored(c, t->tier, &tier->k_failed, t->n);
+  if (t->stored != KVA_OK) l2_count(&c->tiers->store_failures, 1);
   release(c, t);
 }
 
@@ -381,7 +415,9 @@ static void enqueue(store_controller *c, store_task *t) {
  * flight: it joins the queued one (same layout), or marks the key to be
  * queued again after the one in flight (or after the queued one, whose
  * reservation skips an object of another layout). False: k has none, and
- * is tracked now when there is memory for it. */
+ * is tracked now when there is memory for it. A write that joins a store
+ * or a mark already there is counted coalesced here; the one that sets
+ * the mark is counted where its store ends (settle_keys). */
 static bool coalesced(store_controller *c, const kva_key *k, uint32_t tier,
                       const kva_layout *layout, uint64_t fp) {
   store_pending *e = pending_find(&c->pending, k, tier);
@@ -391,6 +427,8 @@ static bool coalesced(store_controller *c, const kva_key *k, uint32_t tier,
                c->tiers->t[tier].name);
     return false;
   }
+  if ((e->queued && e->layout_fp == fp && !e->again) || e->again)
+    l2_count(&c->tiers->t[tier].k_coalesced, 1);
   if (e->queued && e->layout_fp == fp && !e->again) return true;
   if (!e->again) e->again_seq = c->seq;
   e->again = true;
@@ -402,20 +440,37 @@ static bool coalesced(store_controller *c, const kva_key *k, uint32_t tier,
   return true;
 }
 
-/* One layout's keys: the policy picks tiers, one task per usable tier. */
-static void plan_group(store_controller *c, const kva_layout *layout, size_t n) {
+/* The keys of the group that the policy sends to tier, counted written;
+ * when they cannot go (frozen, bypassed), counted for that reason too. */
+static size_t targeted(store_controller *c, uint32_t tier, size_t n, bool frozen) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) k += c->targets[i] >> tier & 1;
+  l2_tier *lt = &c->tiers->t[tier];
+  l2_count(&lt->k_written, k);
+  if (frozen || !l2_usable(c->tiers, tier)) {
+    unstored(c, tier, frozen ? &lt->k_frozen : &lt->k_bypassed, k);
+    return 0;
+  }
+  return k;
+}
+
+/* One layout's keys: the policy picks tiers, one task per usable tier
+ * (none while frozen: only counted). */
+static void plan_group(store_controller *c, const kva_layout *layout, size_t n, bool frozen) {
   memset(c->targets, 0, n);
   c->policy.select_targets(c->policy.arg, c->group, n, c->tiers->n, c->targets);
   uint64_t fp = layout_fingerprint(layout);
   for (uint32_t tier = 0; tier < c->tiers->n; tier++) {
-    if (!l2_usable(c->tiers, tier)) continue;
+    size_t left = targeted(c, tier, n, frozen);
     store_task *t = NULL;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; left && i < n; i++) {
       if (!(c->targets[i] >> tier & 1)) continue;
       if (!t && !(t = task_get(c, n))) {
         LOG_WARN("store: out of memory; %zu keys not stored to %s", n, c->tiers->t[tier].name);
+        unstored(c, tier, &c->tiers->t[tier].k_dropped, left);
         break;
       }
+      left--;
       if (coalesced(c, &c->group[i], tier, layout, fp)) continue;
       t->keys[t->n++] = c->group[i];
     }
@@ -442,10 +497,7 @@ static void on_written(store_controller *c, const kva_msg *msg) {
     return;
   }
   if (c->draining || c->tiers->n == 0) return;
-  if (l2_frozen(c->tiers)) {
-    l2_count(&c->tiers->store_skipped, h->n);
-    return;
-  }
+  bool frozen = l2_frozen(c->tiers); /* planned only to be counted */
   const kva_layout *layouts = (const kva_layout *)(h + 1);
   const l1_written_entry *e = (const l1_written_entry *)(layouts + h->nlayouts);
   if (!grow_scratch(c, h->n)) {
@@ -457,7 +509,7 @@ static void on_written(store_controller *c, const kva_msg *msg) {
     size_t n = 0;
     for (uint32_t i = 0; i < h->n; i++)
       if (e[i].layout == li) c->group[n++] = e[i].key;
-    if (n) plan_group(c, &layouts[li], n);
+    if (n) plan_group(c, &layouts[li], n, frozen);
   }
   start_next(c);
 }
@@ -493,7 +545,7 @@ static void on_drain(store_controller *c, const kva_msg *msg) {
   while (c->head) {
     store_task *t = c->head;
     c->head = t->next;
-    l2_count(&c->tiers->store_skipped, t->n);
+    unstored(c, t->tier, &c->tiers->t[t->tier].k_dropped, t->n);
     settle_keys(c, t, t->keys, t->n); /* draining: they leave the index */
     t->next = c->free_tasks;
     c->free_tasks = t;

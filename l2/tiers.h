@@ -28,7 +28,10 @@ typedef struct l2_tier {
   uint64_t stored_keys, stored_bytes, loaded_keys, loaded_bytes;
   uint64_t skipped_slow_keys; /* found, left to the engine to recompute (load_plan.h) */
   uint64_t lookups_skipped;   /* prefetches that did not ask it: the lookup could not pay */
-  l2_meter meter;             /* its queue, rate and round trip (meter.h) */
+  /* what became of each key written toward it (kva_l2_tier_keys): written
+   * = stored_keys + the rest, once no store is in flight */
+  uint64_t k_written, k_coalesced, k_bypassed, k_frozen, k_gone, k_unavailable, k_failed, k_dropped;
+  l2_meter meter; /* its queue, rate and round trip (meter.h) */
 } l2_tier;
 
 typedef struct l2_tiers {
@@ -54,7 +57,8 @@ static inline void l2_count(uint64_t *counter, uint64_t n) {
 /* Records the outcome of one operation on tier i: a failure that is the
  * bypass_after-th in a row bypasses the tier (with a warning); a success
  * resets the count. Errors that say "full" or "busy" (KVA_ENOMEM,
- * KVA_EAGAIN) are not health failures. */
+ * KVA_EAGAIN) are not health failures, nor is KVA_EUNAVAIL (one server of
+ * the tier is down: the adapter keeps that server's health). */
 void l2_health(l2_tiers *t, uint32_t i, int result);
 /* A probe of an automatically bypassed tier was answered: clears it. */
 void l2_recovered(l2_tiers *t, uint32_t i);

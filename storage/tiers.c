@@ -29,11 +29,13 @@ static int tier_prefix(kva_storage *s, session *ss, uint32_t t, const kva_key *k
     uint64_t now = kva_runtime_now_ns(s->rt);
     l2_meter_lookup(&s->tiers.t[t].meter, now - t0, now);
   }
+  /* KVA_EUNAVAIL: some keys' server is down, the others were looked up */
+  int result = r.result < 0 && r.result != KVA_EUNAVAIL ? r.result : KVA_OK;
   size_t found = 0;
   *prefix = 0;
   while (*prefix < n && kva_bit_get(bits, *prefix)) (*prefix)++;
   for (size_t i = 0; i < n; i++) found += kva_bit_get(bits, i);
-  if (found == 0) return r.result < 0 ? r.result : KVA_OK;
+  if (found == 0) return result;
   kva_key *locked = malloc(found * sizeof(*locked));
   if (!locked) return KVA_ENOMEM; /* cannot happen twice: the adapter keeps the locks */
   for (size_t i = 0, j = 0; i < n; i++)
@@ -42,7 +44,7 @@ static int tier_prefix(kva_storage *s, session *ss, uint32_t t, const kva_key *k
                 NULL, 0);
   free(locked);
   if (rc != KVA_OK) return rc;
-  return r.result < 0 ? r.result : KVA_OK;
+  return result;
 }
 
 typedef struct lookup_args {
@@ -300,4 +302,23 @@ int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *o
   int rc = storage_with_session(s, do_tier_stats, &(tier_stats_args){(uint32_t)t, &adapter});
   if (rc == KVA_OK) out->adapter = adapter;
   return rc;
+}
+
+int kva_l2_get_tier_keys(kva_storage *s, const char *tier, kva_l2_tier_keys *out) {
+  if (s && s->client) return KVA_ENOTSUP;
+  int t = s ? l2_tier_index(&s->tiers, tier) : -1;
+  if (t < 0 || !out) return KVA_EINVAL;
+  const l2_tier *lt = &s->tiers.t[t];
+#define LOAD(f) __atomic_load_n(&lt->f, __ATOMIC_RELAXED)
+  *out = (kva_l2_tier_keys){.written = LOAD(k_written),
+                            .stored = LOAD(stored_keys),
+                            .coalesced = LOAD(k_coalesced),
+                            .bypassed = LOAD(k_bypassed),
+                            .frozen = LOAD(k_frozen),
+                            .gone = LOAD(k_gone),
+                            .unavailable = LOAD(k_unavailable),
+                            .failed = LOAD(k_failed),
+                            .dropped = LOAD(k_dropped)};
+#undef LOAD
+  return KVA_OK;
 }

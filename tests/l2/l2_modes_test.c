@@ -32,13 +32,20 @@ START_TEST(freeze_stores_nothing) {
   write_range(s, 0, 3, &l);
   for (uint32_t t = 0; t < 2; t++) ck_assert_uint_eq(l2_stats(s, t).stores, 0);
   kva_storage_stats st = l2_storage_stats(s);
-  ck_assert_uint_eq(st.l2_store_skipped, 3);
+  ck_assert_uint_eq(st.l2_store_skipped, 6); /* 3 keys, each sent to 2 tiers */
+  for (uint32_t t = 0; t < 2; t++) {
+    kva_l2_tier_keys k;
+    ck_assert_int_eq(kva_l2_get_tier_keys(s, t ? "mock1" : "mock0", &k), KVA_OK);
+    ck_assert_uint_eq(k.written, 3);
+    ck_assert_uint_eq(k.frozen, 3);
+    ck_assert_uint_eq(k.stored, 0);
+  }
   ck_assert_uint_eq(st.l2_store_tasks, 0);
   ck_assert_uint_eq(st.l1_read_locked, 0);
   ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
   write_range(s, 3, 1, &l);
   for (uint32_t t = 0; t < 2; t++) ck_assert_uint_eq(l2_stats(s, t).objects, 1);
-  ck_assert_uint_eq(l2_storage_stats(s).l2_store_skipped, 3);
+  ck_assert_uint_eq(l2_storage_stats(s).l2_store_skipped, 6);
   l2_finish(rt);
 }
 END_TEST

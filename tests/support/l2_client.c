@@ -50,6 +50,7 @@ kva_actor *l2_tier_actor(kva_storage *s, uint32_t tier) {
 
 void l2_finish(kva_runtime *rt) {
   kva_storage *s = kva_storage_of(rt);
+  l2_assert_accounted(s);
   l2_assert_unlocked(s);
   fixture_memcheck_clean(s);
   kva_runtime_shutdown(rt);
@@ -233,6 +234,25 @@ void l2_set_down(kva_storage *s, uint32_t tier, bool down) {
 
 /* Unlocks are fire and forget; a STATS request sent after them from a
  * port still may overtake the controllers' own UNLOCKs, so retry. */
+void l2_assert_accounted(kva_storage *s) {
+  l2_flush(s);
+  for (uint32_t t = 0; t < s->tiers.n; t++) {
+    kva_l2_tier_keys k;
+    ck_assert_int_eq(kva_l2_get_tier_keys(s, s->tiers.t[t].name, &k), KVA_OK);
+    uint64_t ended = k.stored + k.coalesced + k.bypassed + k.frozen + k.gone + k.unavailable +
+                     k.failed + k.dropped;
+    ck_assert_msg(k.written == ended,
+                  "tier %s: %llu keys written, %llu accounted for (stored %llu, coalesced %llu, "
+                  "bypassed %llu, frozen %llu, gone %llu, unavailable %llu, failed %llu, "
+                  "dropped %llu)",
+                  s->tiers.t[t].name, (unsigned long long)k.written, (unsigned long long)ended,
+                  (unsigned long long)k.stored, (unsigned long long)k.coalesced,
+                  (unsigned long long)k.bypassed, (unsigned long long)k.frozen,
+                  (unsigned long long)k.gone, (unsigned long long)k.unavailable,
+                  (unsigned long long)k.failed, (unsigned long long)k.dropped);
+  }
+}
+
 void l2_assert_unlocked(kva_storage *s) {
   for (uint32_t t = 0; t < s->tiers.n; t++) {
     uint64_t deadline = fixture_now_ns() + 5000000000ull, locked;

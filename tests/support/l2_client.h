@@ -63,6 +63,10 @@ kva_l2_stats l2_stats(kva_storage *s, uint32_t tier);
 void l2_control(kva_storage *s, uint32_t tier, const mock_control *c);
 void l2_fail_loads(kva_storage *s, uint32_t tier, const uint64_t *ids, size_t n);
 void l2_set_down(kva_storage *s, uint32_t tier, bool down);
+/* kva_flush, then every tier's keys accounted for: written = stored +
+ * coalesced + bypassed + frozen + gone + unavailable + failed + dropped
+ * (kva_l2_tier_keys). l2_finish checks it. */
+void l2_assert_accounted(kva_storage *s);
 /* Waits (up to 5 s) until every tier holds no lock, and asserts it. */
 void l2_assert_unlocked(kva_storage *s);
 
