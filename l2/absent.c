@@ -92,17 +92,7 @@ static bool mark_locked(l2_absent *a, uint64_t h) {
 }
 
 void l2_absent_mark(l2_absent *a, const kva_key *k) {
-  uint64_t h = absent_hash(k);
-  pthread_mutex_lock(&a->mu);
-  bool warn = mark_locked(a, h);
-  size_t cap = a->cap;
-  pthread_mutex_unlock(&a->mu);
-  /* once per overflow episode, outside the lock: logging may write */
-  if (warn)
-    kva_log(KVA_LOG_WARN,
-            "%s: more than %zu keys marked absent: further marks go to the overflow filter; "
-            "the keys of its buckets miss in this tier until it is reset",
-            a->name ? a->name : "l2", cap);
+  l2_absent_mark_many(a, k, 1, NULL);
 }
 
 /* Empties slot i, then moves back each entry of the cluster after it
@@ -121,12 +111,32 @@ static void remove_at(l2_absent *a, size_t i) {
 }
 
 void l2_absent_clear(l2_absent *a, const kva_key *k) {
-  uint64_t h = absent_hash(k);
+  l2_absent_clear_many(a, k, 1, NULL);
+}
+
+void l2_absent_mark_many(l2_absent *a, const kva_key *keys, size_t n, const uint8_t *skip) {
+  bool warn = false;
   pthread_mutex_lock(&a->mu);
-  if (a->n) {
-    size_t i = probe(a, h);
-    if (a->slots[i] == h) {
-      remove_at(a, i);
+  for (size_t i = 0; i < n; i++)
+    if (!skip || !kva_bit_get(skip, i)) warn |= mark_locked(a, absent_hash(&keys[i]));
+  size_t cap = a->cap;
+  pthread_mutex_unlock(&a->mu);
+  if (warn)
+    kva_log(KVA_LOG_WARN,
+            "%s: more than %zu keys marked absent: further marks go to the overflow filter; "
+            "the keys of its buckets miss in this tier until it is reset",
+            a->name ? a->name : "l2", cap);
+}
+
+void l2_absent_clear_many(l2_absent *a, const kva_key *keys, size_t n, const uint8_t *only) {
+  pthread_mutex_lock(&a->mu);
+  /* nothing marked (the usual case): no key is hashed */
+  for (size_t i = 0; a->n && i < n; i++) {
+    if (only && !kva_bit_get(only, i)) continue;
+    uint64_t h = absent_hash(&keys[i]);
+    size_t j = probe(a, h);
+    if (a->slots[j] == h) {
+      remove_at(a, j);
       a->clears++;
     }
   }
@@ -146,6 +156,28 @@ size_t l2_absent_filter(l2_absent *a, const kva_key *keys, size_t n, uint8_t *bi
   a->filtered += m;
   pthread_mutex_unlock(&a->mu);
   return m;
+}
+
+bool l2_absent_any(l2_absent *a) {
+  pthread_mutex_lock(&a->mu);
+  bool any = a->n || a->overflow_now;
+  pthread_mutex_unlock(&a->mu);
+  return any;
+}
+
+size_t l2_absent_settle_lookup(l2_absent *a, kva_actor *tier, const kva_key *keys, size_t n,
+                               uint8_t *bits) {
+  if (!l2_absent_any(a)) return 0;
+  enum { CHUNK = 64 }; /* keys per filter call: a multiple of 8, so bits + off / 8 */
+  kva_key out[CHUNK];
+  size_t total = 0;
+  for (size_t off = 0; off < n; off += CHUNK) {
+    size_t k = n - off < CHUNK ? n - off : CHUNK;
+    size_t m = l2_absent_filter(a, keys + off, k, bits + off / 8, out);
+    if (m) kva_send(tier, KVA_L2_UNLOCK, out, (uint32_t)(m * sizeof(*out)), NULL, 0);
+    total += m;
+  }
+  return total;
 }
 
 bool l2_absent_has(l2_absent *a, const kva_key *k) {

@@ -91,10 +91,24 @@ void l2_absent_mark(l2_absent *a, const kva_key *k);
 /* A store of k to the tier succeeded: k's mark goes (its overflow bucket,
  * if set, stays). */
 void l2_absent_clear(l2_absent *a, const kva_key *k);
+/* The same for many keys, under one lock: every keys[i] whose bit in
+ * skip is clear (skip NULL: every key) is marked; every keys[i] whose bit
+ * in only is set (only NULL: every key) is cleared. */
+void l2_absent_mark_many(l2_absent *a, const kva_key *keys, size_t n, const uint8_t *skip);
+void l2_absent_clear_many(l2_absent *a, const kva_key *keys, size_t n, const uint8_t *only);
 /* Clears bit i of bits (kva_bit_* of kvact.h) for each keys[i] marked
  * absent and whose bit is set; writes those indices' keys to out[] (may be
  * NULL; room for n) and returns how many. One lock per call. */
 size_t l2_absent_filter(l2_absent *a, const kva_key *keys, size_t n, uint8_t *bits, kva_key *out);
+/* Whether any key is marked (exact set or filter). */
+bool l2_absent_any(l2_absent *a);
+/* A LOOKUP_AND_LOCK of keys[0, n) on the tier actor `tier` answered
+ * `bits`: the marked keys found there become misses and their locks go
+ * back to the tier (a KVA_L2_UNLOCK per 64 keys, only when some were
+ * marked). Returns how many. No allocation: the keys are gathered on the
+ * stack, 64 at a time. */
+size_t l2_absent_settle_lookup(l2_absent *a, kva_actor *tier, const kva_key *keys, size_t n,
+                               uint8_t *bits);
 /* Whether k is absent: marked in the exact set, or in an overflow bucket. */
 bool l2_absent_has(l2_absent *a, const kva_key *k);
 /* Empties the overflow filter. Call it only when the tier is known empty

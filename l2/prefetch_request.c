@@ -18,6 +18,8 @@
  *           Phase-1 unlock: every L2 lock not in the final plan.
  *  DROP     buffers reserved past the reservation gap are removed.
  *  LOAD     one load per tier into the reserved buffers; wait for all.
+ *           A key marked absent from its tier (l2/absent.h: its newest
+ *           version did not reach it) counts as not loaded.
  *           Phase-2 unlock: every key of the final plan, loaded or not.
  *  COMMIT   finish_write_and_reserve_read of the loaded keys of the
  *           loaded-or-held prefix [0, nfilled): write lock -> 1 +
@@ -371,6 +373,12 @@ void pf_on_l2(prefetch_controller *c, prefetch_req *req, const kva_l2_req *r) {
     if (req->state == PF_LOOKUP) {
       if (r->result >= 0) l2_meter_lookup(m, now - req->sent_ns, now);
     } else {
+      /* a key whose newest version did not reach the tier: the copy it
+       * loaded is older, not loaded (absent.h). Filtered here, not at the
+       * lookup, so that a key L1 holds past a gap still continues the
+       * prefix (it is obtained from L1, never loaded). Its tier lock goes
+       * back with the others' (phase-2 unlock). */
+      l2_absent_filter(&c->tiers->t[t].absent, r->keys, r->n, r->bits, NULL);
       size_t moved = 0;
       for (size_t j = 0; j < r->n; j++)
         if (kva_bit_get(r->bits, j)) {

@@ -159,13 +159,19 @@ static void send_l1(store_controller *c, store_task *t, uint32_t type) {
 
 /* ---- accounting (kva_l2_tier_keys) --------------------------------------- */
 
-/* n keys written toward tier did not reach it, for the reason `counter`
- * counts (one of the tier's k_* fields); all but failed stores are the
- * storage's l2_store_skipped too. */
-static void unstored(store_controller *c, uint32_t tier, uint64_t *counter, size_t n) {
-  if (!n) return;
-  l2_count(counter, n);
-  if (counter != &c->tiers->t[tier].k_failed) l2_count(&c->tiers->store_skipped, n);
+/* keys[0, n) written toward tier did not reach it (but those whose bit is
+ * set in skip, when given), for the reason `counter` counts (one of the
+ * tier's k_* fields); all but failed stores are the storage's
+ * l2_store_skipped too. Each is marked absent there: the tier's older
+ * version of it, if any, is no longer served (absent.h). */
+static void unstored(store_controller *c, uint32_t tier, uint64_t *counter, const kva_key *keys,
+                     size_t n, const uint8_t *skip) {
+  size_t k = n;
+  for (size_t i = 0; skip && i < n; i++) k -= (size_t)kva_bit_get(skip, i);
+  if (!k) return;
+  l2_count(counter, k);
+  if (counter != &c->tiers->t[tier].k_failed) l2_count(&c->tiers->store_skipped, k);
+  l2_absent_mark_many(&c->tiers->t[tier].absent, keys, n, skip);
 }
 
 /* ---- flush and drain ---------------------------------------------------- */
@@ -228,7 +234,7 @@ static void settle_keys(store_controller *c, store_task *t, const kva_key *keys,
     const kva_layout *layout = e->again_layout ? e->again_layout : &t->layout;
     store_task *next = e->again && !c->draining ? requeue_task(c, rq, t, layout, n) : NULL;
     if (!next) { /* a version written meanwhile is not stored: shutdown, or no memory */
-      if (e->again) unstored(c, t->tier, &c->tiers->t[t->tier].k_dropped, 1);
+      if (e->again) unstored(c, t->tier, &c->tiers->t[t->tier].k_dropped, &keys[i], 1, NULL);
       pending_drop(&c->pending, e);
       continue;
     }
@@ -317,10 +323,10 @@ static void on_reserved(store_controller *c, store_task *t) {
   l2_tier *tier = &c->tiers->t[t->tier];
   /* a request refused as a whole (out of memory in L1) locked nothing and
    * left status[] as it was: nothing to store, nothing to release */
-  unstored(c, t->tier, &tier->k_dropped, t->l1.result < 0 ? t->n : 0);
+  if (t->l1.result < 0) unstored(c, t->tier, &tier->k_dropped, t->keys, t->n, NULL);
   for (size_t i = 0; i < t->n; i++) {
     if (t->l1.result < 0 || t->status[i] != KVA_OK) {
-      if (t->l1.result >= 0) unstored(c, t->tier, &tier->k_gone, 1);
+      if (t->l1.result >= 0) unstored(c, t->tier, &tier->k_gone, &t->keys[i], 1, NULL);
       settle_keys(c, t, &t->keys[i], 1); /* not locked: its store is over */
       continue;
     }
@@ -344,7 +350,7 @@ static void on_reserved(store_controller *c, store_task *t) {
     l2_meter_sent(&c->tiers->t[t->tier].meter, 0, t->n * kva_layout_bytes(&t->layout), now_ns(c));
   if (rc != KVA_OK) { /* the tier is gone: release what we hold */
     t->stored = rc;
-    unstored(c, t->tier, &tier->k_failed, t->n);
+    unstored(c, t->tier, &tier->k_failed, t->keys, t->n, NULL);
     release(c, t);
   }
 }
@@ -370,10 +376,13 @@ static void on_stored(store_controller *c, store_task *t) {
   l2_count(&c->tiers->stored_keys, k);
   l2_count(&tier->stored_keys, k);
   l2_count(&tier->stored_bytes, k * key_bytes);
+  /* a key stored is no longer absent there; the others are, now */
+  if (k)
+    l2_absent_clear_many(&tier->absent, t->keys, t->n, t->stored == KVA_OK ? NULL : t->stored_bits);
   if (t->stored == KVA_EUNAVAIL)
-    unstored(c, t->tier, &tier->k_unavailable, t->n - k);
+    unstored(c, t->tier, &tier->k_unavailable, t->keys, t->n, t->stored_bits);
   else if (t->stored != KVA_OK)
-    unstored(c, t->tier, &tier->k_failed, t->n);
+    unstored(c, t->tier, &tier->k_failed, t->keys, t->n, NULL);
   if (t->stored != KVA_OK) l2_count(&c->tiers->store_failures, 1);
   release(c, t);
 }
@@ -440,6 +449,14 @@ static bool coalesced(store_controller *c, const kva_key *k, uint32_t tier,
   return true;
 }
 
+/* The group's keys from i on that the policy sends to tier did not reach
+ * it, for the reason `counter` counts. */
+static void unstored_targets(store_controller *c, uint32_t tier, uint64_t *counter, size_t i,
+                             size_t n) {
+  for (; i < n; i++)
+    if (c->targets[i] >> tier & 1) unstored(c, tier, counter, &c->group[i], 1, NULL);
+}
+
 /* The keys of the group that the policy sends to tier, counted written;
  * when they cannot go (frozen, bypassed), counted for that reason too. */
 static size_t targeted(store_controller *c, uint32_t tier, size_t n, bool frozen) {
@@ -447,8 +464,8 @@ static size_t targeted(store_controller *c, uint32_t tier, size_t n, bool frozen
   for (size_t i = 0; i < n; i++) k += c->targets[i] >> tier & 1;
   l2_tier *lt = &c->tiers->t[tier];
   l2_count(&lt->k_written, k);
-  if (frozen || !l2_usable(c->tiers, tier)) {
-    unstored(c, tier, frozen ? &lt->k_frozen : &lt->k_bypassed, k);
+  if (k && (frozen || !l2_usable(c->tiers, tier))) {
+    unstored_targets(c, tier, frozen ? &lt->k_frozen : &lt->k_bypassed, 0, n);
     return 0;
   }
   return k;
@@ -467,7 +484,7 @@ static void plan_group(store_controller *c, const kva_layout *layout, size_t n, 
       if (!(c->targets[i] >> tier & 1)) continue;
       if (!t && !(t = task_get(c, n))) {
         LOG_WARN("store: out of memory; %zu keys not stored to %s", n, c->tiers->t[tier].name);
-        unstored(c, tier, &c->tiers->t[tier].k_dropped, left);
+        unstored_targets(c, tier, &c->tiers->t[tier].k_dropped, i, n);
         break;
       }
       left--;
@@ -545,7 +562,7 @@ static void on_drain(store_controller *c, const kva_msg *msg) {
   while (c->head) {
     store_task *t = c->head;
     c->head = t->next;
-    unstored(c, t->tier, &c->tiers->t[t->tier].k_dropped, t->n);
+    unstored(c, t->tier, &c->tiers->t[t->tier].k_dropped, t->keys, t->n, NULL);
     settle_keys(c, t, t->keys, t->n); /* draining: they leave the index */
     t->next = c->free_tasks;
     c->free_tasks = t;

@@ -3,9 +3,11 @@
  * the two controllers: each tier's adapter actor and name, its bypass
  * flags and health, the freeze flag, and the L2 counters.
  *
- * Only flags, counters and each tier's meter (meter.h, its own mutex)
- * live here; no lock invariant depends on them (a store or prefetch that starts just before a
- * bypass or freeze is set finishes normally, holding and releasing its locks as usual).
+ * Only flags, counters, each tier's meter (meter.h) and absent marks
+ * (absent.h), each with its own mutex, live here; no lock invariant
+ * depends on them (a store or prefetch that starts just before a bypass
+ * or freeze is set finishes normally, holding and releasing its locks as
+ * usual).
  */
 #ifndef KVA_L2_TIERS_H
 #define KVA_L2_TIERS_H
@@ -14,6 +16,7 @@
 #include <stdint.h>
 
 #include "kvact.h"
+#include "l2/absent.h"
 #include "l2/meter.h"
 
 #define L2_MAX_TIERS 8u
@@ -31,7 +34,8 @@ typedef struct l2_tier {
   /* what became of each key written toward it (kva_l2_tier_keys): written
    * = stored_keys + the rest, once no store is in flight */
   uint64_t k_written, k_coalesced, k_bypassed, k_frozen, k_gone, k_unavailable, k_failed, k_dropped;
-  l2_meter meter; /* its queue, rate and round trip (meter.h) */
+  l2_meter meter;   /* its queue, rate and round trip (meter.h) */
+  l2_absent absent; /* keys whose newest version did not reach it (absent.h) */
 } l2_tier;
 
 typedef struct l2_tiers {

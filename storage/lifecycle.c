@@ -149,7 +149,10 @@ void storage_free(kva_storage *s) {
     free(ss); /* its port is freed with the runtime */
   }
   prober_free(s->prober);
-  for (uint32_t t = 0; t < L2_MAX_TIERS; t++) l2_meter_destroy(&s->tiers.t[t].meter);
+  for (uint32_t t = 0; t < L2_MAX_TIERS; t++) {
+    l2_meter_destroy(&s->tiers.t[t].meter);
+    l2_absent_destroy(&s->tiers.t[t].absent); /* nothing when never initialised */
+  }
   prefill_destroy(&s->prefill);
   pthread_mutex_destroy(&s->lock);
   free(s);

@@ -43,6 +43,11 @@ static int start_adapter(kva_storage *s, const kva_config *c, size_t i) {
   l2_tier *t = &s->tiers.t[s->tiers.n++];
   snprintf(t->name, sizeof(t->name), "%s", name);
   t->actor = a;
+  if (l2_absent_init(&t->absent, 0) != KVA_OK) {
+    LOG_ERROR("l2[%zu] (%s): no memory for its absent marks", i, name);
+    return KVA_ENOMEM;
+  }
+  t->absent.name = t->name;
   return KVA_OK;
 }
 

@@ -29,6 +29,9 @@ static int tier_prefix(kva_storage *s, session *ss, uint32_t t, const kva_key *k
     uint64_t now = kva_runtime_now_ns(s->rt);
     l2_meter_lookup(&s->tiers.t[t].meter, now - t0, now);
   }
+  /* a key whose newest version did not reach the tier is a miss there:
+   * its copy is older (absent.h); its lock goes back at once */
+  l2_absent_settle_lookup(&s->tiers.t[t].absent, s->tiers.t[t].actor, k, n, bits);
   /* KVA_EUNAVAIL: some keys' server is down, the others were looked up */
   int result = r.result < 0 && r.result != KVA_EUNAVAIL ? r.result : KVA_OK;
   size_t found = 0;
@@ -320,5 +323,9 @@ int kva_l2_get_tier_keys(kva_storage *s, const char *tier, kva_l2_tier_keys *out
                             .failed = LOAD(k_failed),
                             .dropped = LOAD(k_dropped)};
 #undef LOAD
+  l2_absent_stats a;
+  l2_absent_stats_get(&s->tiers.t[t].absent, &a);
+  out->absent_now = a.marked_now;
+  out->absent_overflowed = a.overflowed;
   return KVA_OK;
 }

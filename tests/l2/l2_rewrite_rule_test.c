@@ -1,0 +1,120 @@
+/*
+ * l2_rewrite_rule_test.c — a key whose newest version did not reach a
+ * tier is never read back from that tier's older copy (issue 35, item 4;
+ * l2/absent.h): rewrites dropped because the tier was bypassed, because
+ * its store failed, or because the tier was frozen miss there until a
+ * store of the key succeeds; the keys stored meanwhile are served; every
+ * write is accounted for (l2_finish).
+ */
+#include <check.h>
+#include <stdlib.h>
+
+#include "storage/storage_internal.h"
+#include "tests/support/fixture.h"
+#include "tests/support/l2_client.h"
+
+#define MiB (1024u * 1024u)
+
+/* Keys 0..3 stored as version 1, then rewritten as version 2 while `drop`
+ * keeps version 2 of key 1 and 2 from the tier; L1 is emptied. A prefetch
+ * of all four finds 0 only (3 is not contiguous after the miss of 1): key
+ * 1's version 1, still in the tier, is not served. */
+static kva_runtime *rewrite_dropped(void (*drop)(kva_storage *s, bool on)) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", "l2_bypass_failures=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  const uint64_t all[] = {0, 1, 2, 3}, mid[] = {1, 2}, ends[] = {0, 3};
+  l2_write(s, all, 4, &l, 1);
+  l2_flush(s);
+  ck_assert_uint_eq(l2_stats(s, 0).objects, 4);
+  drop(s, true);
+  l2_rewrite(s, mid, 2, &l, 2);
+  l2_flush(s);
+  drop(s, false);
+  l2_rewrite(s, ends, 2, &l, 2);
+  l2_flush(s);
+  ck_assert_int_ge(kva_clear(s, 0), 4);
+  ck_assert_uint_eq(l2_prefetch(s, all, 4, &l, 0), 1);
+  l2_read_release(s, all, 1, 2, 0); /* key 0, version 2: stored after the drop */
+  /* key 3 alone is served, in its newest version */
+  ck_assert_uint_eq(l2_prefetch(s, &all[3], 1, &l, 0), 1);
+  l2_read_release(s, &all[3], 1, 2, 0);
+  /* keys 1 and 2 miss in the tier, although it holds version 1 of each */
+  ck_assert_uint_eq(l2_prefetch(s, mid, 2, &l, 0), 0);
+  ck_assert_uint_eq(l2_lookup_range(s, 1, 2, 0).total, 0);
+  kva_l2_tier_keys k;
+  ck_assert_int_eq(kva_l2_get_tier_keys(s, "mock0", &k), KVA_OK);
+  ck_assert_uint_eq(k.absent_now, 2);
+  return rt;
+}
+
+static void bypass(kva_storage *s, bool on) {
+  ck_assert_int_eq(kva_set_tier_bypass(s, "mock0", on), KVA_OK);
+}
+
+static void fail_stores(kva_storage *s, bool on) {
+  const uint64_t mid[] = {1, 2};
+  l2_fail_stores(s, 0, mid, on ? 2 : 0);
+}
+
+static void freeze(kva_storage *s, bool on) {
+  ck_assert_int_eq(kva_set_freeze(s, on), KVA_OK);
+}
+
+START_TEST(a_rewrite_not_sent_to_a_bypassed_tier_is_not_read_in_its_older_version) {
+  kva_runtime *rt = rewrite_dropped(bypass);
+  kva_l2_tier_keys k;
+  ck_assert_int_eq(kva_l2_get_tier_keys(kva_storage_of(rt), "mock0", &k), KVA_OK);
+  ck_assert_uint_eq(k.bypassed, 2);
+  l2_finish(rt);
+}
+END_TEST
+
+START_TEST(a_rewrite_whose_store_failed_is_not_read_in_its_older_version) {
+  kva_runtime *rt = rewrite_dropped(fail_stores);
+  kva_l2_tier_keys k;
+  ck_assert_int_eq(kva_l2_get_tier_keys(kva_storage_of(rt), "mock0", &k), KVA_OK);
+  ck_assert_uint_eq(k.failed, 2);
+  l2_finish(rt);
+}
+END_TEST
+
+START_TEST(a_rewrite_written_while_frozen_is_not_read_in_its_older_version) {
+  kva_runtime *rt = rewrite_dropped(freeze);
+  kva_l2_tier_keys k;
+  ck_assert_int_eq(kva_l2_get_tier_keys(kva_storage_of(rt), "mock0", &k), KVA_OK);
+  ck_assert_uint_eq(k.frozen, 2);
+  l2_finish(rt);
+}
+END_TEST
+
+/* Once a store of the key succeeds, the tier serves it again, in that
+ * version; the mark is gone. */
+START_TEST(a_later_store_serves_the_key_again) {
+  kva_runtime *rt = rewrite_dropped(bypass);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  const uint64_t mid[] = {1, 2};
+  l2_write(s, mid, 2, &l, 3); /* L1 was cleared: written as new */
+  l2_flush(s);
+  ck_assert_int_ge(kva_clear(s, 0), 2);
+  ck_assert_uint_eq(l2_prefetch(s, mid, 2, &l, 0), 2);
+  l2_read_release(s, mid, 2, 3, 0);
+  kva_l2_tier_keys k;
+  ck_assert_int_eq(kva_l2_get_tier_keys(s, "mock0", &k), KVA_OK);
+  ck_assert_uint_eq(k.absent_now, 0);
+  l2_finish(rt);
+}
+END_TEST
+
+Suite *kva_test_suite(void) {
+  Suite *su = suite_create("l2_rewrite_rule");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, a_rewrite_not_sent_to_a_bypassed_tier_is_not_read_in_its_older_version);
+  tcase_add_test(tc, a_rewrite_whose_store_failed_is_not_read_in_its_older_version);
+  tcase_add_test(tc, a_rewrite_written_while_frozen_is_not_read_in_its_older_version);
+  tcase_add_test(tc, a_later_store_serves_the_key_again);
+  suite_add_tcase(su, tc);
+  return su;
+}
