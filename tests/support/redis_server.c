@@ -275,3 +275,82 @@ void rs_cluster_wait_owner(const rs_cluster *c, int slot, int owner) {
   }
   ck_abort_msg("slot %d did not move to node %d", slot, owner);
 }
+
+/* ---- a cluster with replicas -------------------------------------------- */
+
+/* The reply of cmd on port (a text reply) holds `want`. */
+static bool info_has(int port, const char *cmd, const char *want) {
+  redisReply *r = rs_cmd(port, cmd);
+  bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, want);
+  freeReplyObject(r);
+  return ok;
+}
+
+bool rs_cluster_state_ok(int port) {
+  return info_has(port, "CLUSTER INFO", "cluster_state:ok");
+}
+
+bool rs_is_master(int port) {
+  return info_has(port, "INFO replication", "role:master");
+}
+
+/* The replica of master m has every byte m has written: its offset in
+ * m's INFO replication equals m's master_repl_offset. */
+static bool replicated(int port) {
+  redisReply *r = rs_cmd(port, "INFO replication");
+  bool ok = false;
+  const char *mo = r && r->type != REDIS_REPLY_ERROR ? strstr(r->str, "master_repl_offset:") : NULL;
+  const char *so = r && r->type != REDIS_REPLY_ERROR ? strstr(r->str, "slave0:") : NULL;
+  if (mo && so) {
+    long long m = atoll(mo + strlen("master_repl_offset:"));
+    const char *off = strstr(so, "offset=");
+    ok = off && atoll(off + strlen("offset=")) == m;
+  }
+  freeReplyObject(r);
+  return ok;
+}
+
+void rs_cluster6_wait_replicated(const rs_cluster6 *c) {
+  for (int t = 0; t < 1000; t++) {
+    bool all = true;
+    for (int i = 0; i < 3 && all; i++) all = c->node[i].pid == 0 || replicated(c->node[i].port);
+    if (all) return;
+    sleep_ms(10);
+  }
+  ck_abort_msg("a replica did not catch up with its master");
+}
+
+void rs_cluster6_start(rs_cluster6 *c, const char *node_timeout_ms, bool full_coverage) {
+  memset(c, 0, sizeof(*c));
+  for (int i = 0; i < 6; i++) {
+    rs_start(&c->node[i], "--cluster-enabled", "yes", "--cluster-node-timeout", node_timeout_ms,
+             "--cluster-require-full-coverage", full_coverage ? "yes" : "no", NULL);
+    node_id(c->node[i].port, c->id[i], sizeof(c->id[i]));
+  }
+  const int first[3] = {0, 5461, 10923}, last[3] = {5460, 10922, 16383};
+  for (int i = 0; i < 3; i++)
+    rs_ok(c->node[i].port, "CLUSTER ADDSLOTSRANGE %d %d", first[i], last[i]);
+  for (int i = 1; i < 6; i++) rs_ok(c->node[0].port, "CLUSTER MEET 127.0.0.1 %d", c->node[i].port);
+  /* a replica can follow its master once it knows it */
+  for (int i = 3; i < 6; i++) {
+    int t = 0;
+    while (!info_has(c->node[i].port, "CLUSTER NODES", c->id[i - 3]) && t++ < 1000) sleep_ms(10);
+    rs_ok(c->node[i].port, "CLUSTER REPLICATE %s", c->id[i - 3]);
+  }
+  for (int t = 0; t < 2000; t++) {
+    bool ok = true;
+    for (int i = 0; i < 6 && ok; i++)
+      ok = rs_cluster_state_ok(c->node[i].port) &&
+           info_has(c->node[i].port, "CLUSTER INFO", "cluster_known_nodes:6");
+    for (int i = 0; i < 3 && ok; i++)
+      ok = info_has(c->node[i].port, "INFO replication", "connected_slaves:1") &&
+           replicated(c->node[i].port);
+    if (ok) return;
+    sleep_ms(10);
+  }
+  ck_abort_msg("the cluster of 3 masters and 3 replicas did not come up");
+}
+
+void rs_cluster6_stop(rs_cluster6 *c) {
+  for (int i = 0; i < 6; i++) rs_stop(&c->node[i]);
+}

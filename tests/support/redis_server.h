@@ -57,4 +57,22 @@ void rs_cluster_wait_owner(const rs_cluster *c, int slot, int owner);
 /* Keys in a node: DBSIZE. */
 long long rs_dbsize(int port);
 
+/* 3 masters (node[0..2], slots split evenly) each with one replica
+ * (node[3 + i] replicates node[i]), started with cluster-node-timeout
+ * node_timeout_ms and cluster-require-full-coverage as asked; returns once
+ * every node reports cluster_state:ok and knows all six, and every replica
+ * is connected and caught up. */
+typedef struct rs_cluster6 {
+  rs_server node[6];
+  char id[6][48];
+} rs_cluster6;
+void rs_cluster6_start(rs_cluster6 *c, const char *node_timeout_ms, bool full_coverage);
+void rs_cluster6_stop(rs_cluster6 *c);
+/* Waits (10 s) until each live master's replica has all it wrote. */
+void rs_cluster6_wait_replicated(const rs_cluster6 *c);
+/* CLUSTER INFO of port says cluster_state:ok; INFO replication says
+ * role:master. */
+bool rs_cluster_state_ok(int port);
+bool rs_is_master(int port);
+
 #endif
