@@ -204,8 +204,8 @@ static void header(const bench_opts *o, const topo *t, int reps) {
 }
 
 static int run_cluster(const bench_opts *o, int reps) {
-  rb_server nodes[RB_MASTERS] = {0};
-  if (rb_cluster_start(nodes) != 0) {
+  rb_server nodes[RB_MAX_NODES] = {0};
+  if (rb_cluster_start(nodes, NULL) != 0) {
     bench_missed("cluster");
     bench_suite_end("redis-cluster");
     return 1;
