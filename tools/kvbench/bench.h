@@ -28,7 +28,10 @@ typedef struct bench_opts {
   unsigned redis_objects;     /* redis: objects per pass and size */
   unsigned redis_connections; /* redis: the tier's connections (0: its default) */
   unsigned redis_pipeline;    /* redis: the tier's pipeline (0: its default) */
-  int redis_no_cluster;       /* redis: skip the three-master cluster pass */
+  int redis_no_cluster;       /* redis: skip the three-master cluster pass (and failover) */
+  int redis_no_failover;      /* redis: skip the failover pass */
+  int redis_only_failover;    /* redis: the failover pass alone */
+  unsigned redis_failover_s;  /* redis: seconds of the failover pass's workload */
   uint64_t mp_iters;          /* mp: timed single-key round trips per rep */
 } bench_opts;
 

@@ -117,7 +117,16 @@ static const opt_spec opts[] = {
     {"redis-pipeline", "N", OPT_UNSIGNED, A(bench.redis_pipeline), OPT_SUITE, 0, NULL, NULL,
      "redis: the tier's pipeline (default: its default)"},
     {"redis-no-cluster", NULL, OPT_FLAG, A(bench.redis_no_cluster), OPT_SUITE, 0, NULL, NULL,
-     "redis: one server only (no three-master pass)"},
+     "redis: one server only (no three-master pass, no\n"
+     "failover pass)"},
+    {"redis-no-failover", NULL, OPT_FLAG, A(bench.redis_no_failover), OPT_SUITE, 0, NULL, NULL,
+     "redis: no failover pass (3 masters + 3 replicas, one\n"
+     "master killed under a workload)"},
+    {"redis-only-failover", NULL, OPT_FLAG, A(bench.redis_only_failover), OPT_SUITE, 0, NULL, NULL,
+     "redis: the failover pass alone"},
+    {"redis-failover-s", "N", OPT_UNSIGNED, A(bench.redis_failover_s), OPT_SUITE, 1, "12", "6",
+     "redis: seconds of the failover workload (a master\n"
+     "is killed at 3 s)"},
     {"mp-iters", "N", OPT_U64, A(bench.mp_iters), OPT_SUITE, 1, "50000", "5000",
      "mp: single-key round trips per rep; each\n"
      "batch client makes N / 10 + 1"},

@@ -2,10 +2,12 @@
  * suite_redis.c — kvbench --suite redis: store and load bandwidth of 1 MiB
  * and 8 MiB objects through kvact's redis tier, against the best that
  * redis-benchmark reaches on the same server in the same run; once on one
- * server, once on a cluster of three masters (redis_servers.h):
+ * server, once on a cluster of three masters (redis_servers.h), then a
+ * failover pass (redis_failover.c: a master killed under a workload):
  *
  *  - the server: a redis-server this suite starts on a free loopback port
- *    (no persistence), or --redis-addr HOST:PORT (then no cluster pass);
+ *    (no persistence), or --redis-addr HOST:PORT (then no cluster pass and
+ *    no failover pass: it kills a server, so only one it started);
  *  - store: N objects (--redis-objects, 64) reserved and filled, timed from
  *    finish_write to kva_flush's return;
  *  - load: with L1 cleared, a prefetch of the N keys timed to its wait
@@ -31,12 +33,12 @@
 
 #include "tools/kvbench/bench.h"
 #include "tools/kvbench/suites/redis_servers.h"
+#include "tools/kvbench/suites/suite_redis.h"
 #include "tools/kvbench/suites/tier_side.h"
 
 #define MiB (1024ull * 1024ull)
 #define TARGET 0.8
 #define GB 1e9
-#define TIER "redis0"
 #define MAX_REPS 64
 #define POINT_BYTES (128 * MiB) /* an anchor point moves at least this much */
 
@@ -133,19 +135,24 @@ static void report(const topo *t, const size_run *r, const tier_side *k, int kvm
   printf(" unit=GB/s\n");
 }
 
-/* The tier's JSON: every node a seed; connections and pipeline only when
- * asked for (else the tier's defaults). */
-static void tier_json(const bench_opts *o, const topo *t, char *out, size_t len) {
-  int w = snprintf(out, len, "[{\"type\":\"redis\",\"name\":\"" TIER "\",\"addrs\":[");
-  for (int i = 0; i < t->nnodes; i++)
-    w += snprintf(out + w, len - (size_t)w, "%s\"%s:%d\"", i ? "," : "", t->nodes[i].host,
-                  t->nodes[i].port);
-  w += snprintf(out + w, len - (size_t)w, "],\"cluster\":%s", t->cluster ? "true" : "false");
+void redis_tier_json(const bench_opts *o, const rb_server *nodes, int n, int cluster,
+                     int timeout_ms, char *out, size_t len) {
+  int w = snprintf(out, len, "[{\"type\":\"redis\",\"name\":\"" REDIS_TIER "\",\"addrs\":[");
+  for (int i = 0; i < n; i++)
+    w += snprintf(out + w, len - (size_t)w, "%s\"%s:%d\"", i ? "," : "", nodes[i].host,
+                  nodes[i].port);
+  w += snprintf(out + w, len - (size_t)w, "],\"cluster\":%s", cluster ? "true" : "false");
   if (o->redis_connections)
     w += snprintf(out + w, len - (size_t)w, ",\"connections\":%u", o->redis_connections);
   if (o->redis_pipeline)
     w += snprintf(out + w, len - (size_t)w, ",\"pipeline\":%u", o->redis_pipeline);
-  snprintf(out + w, len - (size_t)w, ",\"timeout_ms\":60000,\"namespace\":\"kvbench\"}]");
+  snprintf(out + w, len - (size_t)w, ",\"timeout_ms\":%d,\"namespace\":\"kvbench\"}]", timeout_ms);
+}
+
+/* The bandwidth passes' tier: every node a seed, a timeout no pass
+ * reaches. */
+static void tier_json(const bench_opts *o, const topo *t, char *out, size_t len) {
+  redis_tier_json(o, t->nodes, t->nnodes, t->cluster, 60000, out, len);
 }
 
 static void kv_pass(tier_side *k, size_run *r, int slot, int fill, int store) {
@@ -163,7 +170,7 @@ static void run_size(const bench_opts *o, const topo *t, size_run *r, unsigned n
   tier_side k = {0};
   snprintf(model, sizeof model, "kvbench-redis-%s%llu", t->label,
            (unsigned long long)(r->size / MiB));
-  tier_side_start(&k, o->workers, model, n, r->size, TIER, tier);
+  tier_side_start(&k, o->workers, model, n, r->size, REDIS_TIER, tier);
   for (int rep = -1; rep < reps; rep++) {
     int slot = rep < 0 ? 0 : rep, fill = 5 + 3 * (rep + 1);
     if (rep >= 0) sweep(t, r, A_SET, rep);
@@ -188,10 +195,16 @@ static void run_topo(const bench_opts *o, const topo *t, int reps) {
   for (int i = 0; i < 2; i++) run_size(o, t, &runs[i], o->redis_objects, reps);
 }
 
+void redis_version(char *out, size_t len) {
+  if (bench_capture("redis-server --version 2>/dev/null", out, len) == 0)
+    out[strcspn(out, "\n")] = 0;
+  else
+    snprintf(out, len, "unknown");
+}
+
 static void header(const bench_opts *o, const topo *t, int reps) {
-  char version[128] = "unknown";
-  if (bench_capture("redis-server --version 2>/dev/null", version, sizeof version) == 0)
-    version[strcspn(version, "\n")] = 0;
+  char version[128];
+  redis_version(version, sizeof version);
   printf("suite=redis%s workers=%d reps=%d (medians) server=%s:%d%s masters=%d objects=%u "
          "connections=%s pipeline=%s version=\"%s\"\n",
          t->cluster ? "-cluster" : "", o->workers, reps, t->nodes[0].host, t->nodes[0].port,
@@ -204,8 +217,8 @@ static void header(const bench_opts *o, const topo *t, int reps) {
 }
 
 static int run_cluster(const bench_opts *o, int reps) {
-  rb_server nodes[RB_MASTERS] = {0};
-  if (rb_cluster_start(nodes) != 0) {
+  rb_server nodes[RB_MAX_NODES] = {0};
+  if (rb_cluster_start(nodes, NULL) != 0) {
     bench_missed("cluster");
     bench_suite_end("redis-cluster");
     return 1;
@@ -218,7 +231,21 @@ static int run_cluster(const bench_opts *o, int reps) {
   return 0;
 }
 
+/* --redis-only-failover with a flag that skips the failover pass. */
+static int conflicting(const bench_opts *o) {
+  if (!o->redis_only_failover || !(o->redis_addr || o->redis_no_cluster || o->redis_no_failover))
+    return 0;
+  fprintf(stderr, "kvbench: --redis-only-failover runs the pass that --redis-addr, "
+                  "--redis-no-cluster and --redis-no-failover skip\n");
+  return 1;
+}
+
+/* One server, then the cluster, then the failover pass: the cluster passes
+ * need servers of their own, and the failover pass kills one it started,
+ * so --redis-addr runs the first alone. */
 int suite_redis(const bench_opts *o) {
+  if (conflicting(o)) return 2;
+  if (o->redis_only_failover) return redis_failover(o);
   int reps = o->reps < MAX_REPS ? o->reps : MAX_REPS;
   rb_server sv = {0};
   if (o->redis_addr ? rb_server_parse(&sv, o->redis_addr) : rb_server_start(&sv)) {
@@ -231,5 +258,7 @@ int suite_redis(const bench_opts *o) {
   run_topo(o, &t, reps);
   rb_server_stop(&sv);
   bench_suite_end("redis");
-  return o->redis_addr || o->redis_no_cluster ? 0 : run_cluster(o, reps);
+  if (o->redis_addr || o->redis_no_cluster) return 0;
+  int rc = run_cluster(o, reps);
+  return o->redis_no_failover ? rc : rc | redis_failover(o);
 }

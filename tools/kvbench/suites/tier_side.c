@@ -37,15 +37,21 @@ static void alloc_keys(tier_side *k, const char *model, unsigned n, uint64_t chu
 
 void tier_side_start(tier_side *k, int workers, const char *model, unsigned n, uint64_t chunk_bytes,
                      const char *tier, const char *tier_json) {
+  uint64_t l1 = 1024 * MiB;
+  if ((uint64_t)n * chunk_bytes + 64 * MiB > l1) l1 = (uint64_t)n * chunk_bytes + 64 * MiB;
+  tier_side_start_l1(k, workers, model, n, chunk_bytes, tier, tier_json, l1);
+}
+
+void tier_side_start_l1(tier_side *k, int workers, const char *model, unsigned n,
+                        uint64_t chunk_bytes, const char *tier, const char *tier_json,
+                        uint64_t l1_bytes) {
   char err[256];
   const char *const settings[] = {"l1.hugepages", "true", "prefetch_writeback", "false", "l2",
                                   tier_json,      NULL};
-  uint64_t l1 = 1024 * MiB;
-  if ((uint64_t)n * chunk_bytes + 64 * MiB > l1) l1 = (uint64_t)n * chunk_bytes + 64 * MiB;
   alloc_keys(k, model, n, chunk_bytes);
   k->tier = tier;
   k->ok = 1;
-  int rc = bench_try_start_with(workers, l1, settings, &k->rt, err, sizeof(err));
+  int rc = bench_try_start_with(workers, l1_bytes, settings, &k->rt, err, sizeof(err));
   if (rc != KVA_OK) {
     fail(k, "kva_runtime_start: %s%s%s", kva_strerror(rc), err[0] ? ": " : "", err);
     return;

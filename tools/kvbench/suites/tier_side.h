@@ -32,6 +32,11 @@ typedef struct tier_side {
  * failure k->ok is 0 and k->why says why. */
 void tier_side_start(tier_side *k, int workers, const char *model, unsigned n, uint64_t chunk_bytes,
                      const char *tier, const char *tier_json);
+/* The same with an L1 of l1_bytes, for a workload that keeps fewer objects
+ * in L1 than it has keys (they are read from L2 or evicted). */
+void tier_side_start_l1(tier_side *k, int workers, const char *model, unsigned n,
+                        uint64_t chunk_bytes, const char *tier, const char *tier_json,
+                        uint64_t l1_bytes);
 /* Writes the chunks (chunk i = bytes fill + i) and stores them; *secs is
  * the time from finish_write to kva_flush's return. 0, or -1 (k->why). */
 int tier_side_store(tier_side *k, int fill, double *secs);
