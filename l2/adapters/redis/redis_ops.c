@@ -187,11 +187,17 @@ static int got_set(redis_cmd *c, const redisReply *rep) {
 
 /* An error reply that is no redirect: WRONGTYPE is a key holding
  * something else (a miss), "OOM ..." a full server (not a health
- * failure), anything else an I/O error. */
+ * failure), CLUSTERDOWN a cluster that refuses while a slot has no live
+ * master (with cluster-require-full-coverage: a node of it is down, the
+ * tier is not: KVA_EUNAVAIL), anything else an I/O error. */
 static int got_error(redis *r, const redis_node *n, redis_cmd *c, const redisReply *rep) {
   if (strncmp(rep->str, "WRONGTYPE", 9) == 0) {
     bad_value(r, c, "not a string");
     return KVA_OK;
+  }
+  if (r->cfg.cluster && strncmp(rep->str, "CLUSTERDOWN", 11) == 0) {
+    if (n->state == NODE_OK) r->map_next = 0; /* the slots are moving: read the map */
+    return KVA_EUNAVAIL;
   }
   if (!r->warned_error)
     kva_log(KVA_LOG_WARN, "%s: redis %s:%d: %s (said once)", r->cfg.name, n->addr.host,
