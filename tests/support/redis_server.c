@@ -236,7 +236,7 @@ void rs_cluster_start(rs_cluster *c) {
     rs_ok(c->node[i].port, "CLUSTER ADDSLOTSRANGE %d %d", first[i], last[i]);
     if (i) rs_ok(c->node[0].port, "CLUSTER MEET 127.0.0.1 %d", c->node[i].port);
   }
-  for (int t = 0; t < 1000; t++) {
+  for (int t = 0; t < 3000; t++) { /* 30 s: a loaded 2-core CI machine */
     if (cluster_ok(c->node[0].port) && cluster_ok(c->node[1].port) && cluster_ok(c->node[2].port))
       return;
     sleep_ms(10);
