@@ -586,6 +586,12 @@ KVA_API const kva_config_node *kva_config_node_default(const char *type);
  *                   succeed eventually (retrying inside); the sender never
  *                   retries. Keys not locked are ignored.
  *  STATS            *stats is filled; result KVA_OK.
+ *  NODES            up to nodes_cap servers of the tier into nodes,
+ *                   nodes_n = how many it has (may exceed the cap),
+ *                   map_age_s = seconds since its map of keys to servers
+ *                   was read (-1: none); result KVA_OK. Optional: a tier
+ *                   of one server answers KVA_ENOTSUP (mock, disk); a
+ *                   sender waits 1 s for an adapter that does not know it.
  *
  * KVA_EUNAVAIL: a tier made of several servers (a Redis Cluster's
  * masters, the shards of a plug-in) answers it when some keys' server is
@@ -606,7 +612,8 @@ enum {
   KVA_L2_LOAD = 258,
   KVA_L2_UNLOCK = 259,
   KVA_L2_STATS = 260,
-  KVA_L2_DONE = 271, /* the reply to every request but UNLOCK */
+  KVA_L2_NODES = 261, /* optional: the servers of a tier of several */
+  KVA_L2_DONE = 271,  /* the reply to every request but UNLOCK */
   /* An adapter's messages to itself (a start, a tick of its own) take ids
    * from KVA_L2_ADAPTER_MSG up to below KVA_L2_ADAPTER_MSG_END, never one
    * of the protocol's. */
@@ -667,6 +674,27 @@ typedef struct kva_l2_tier_keys {
   uint64_t absent_now, absent_overflowed;
 } kva_l2_tier_keys;
 KVA_API int kva_l2_get_tier_keys(kva_storage *s, const char *tier, kva_l2_tier_keys *out);
+/* One server of an L2 tier (KVA_L2_NODES, kva_l2_get_tier_nodes). */
+enum { KVA_L2_NODE_OK = 0, KVA_L2_NODE_FAILED = 1, KVA_L2_NODE_BYPASSED = 2 };
+typedef struct kva_l2_node_stats {
+  char addr[272];       /* "host:port" */
+  int state;            /* KVA_L2_NODE_*: FAILED = failing, still tried; BYPASSED = its
+                           keys fail at once (KVA_EUNAVAIL) until it answers a probe */
+  uint32_t slots;       /* hash slots the tier's map gives it now (cluster; else 0) */
+  double failed_s;      /* seconds since it left OK; 0 when OK */
+  uint64_t outages;     /* times it left OK, since start */
+  uint64_t failures;    /* failures in a row now (toward its bypass) */
+  uint64_t failed_cmds; /* commands failed because it was down, since start */
+} kva_l2_node_stats;
+/* The servers of one L2 tier (a Redis Cluster's masters and every node it
+ * met; a single redis server): up to cap of them into out, *n = how many
+ * there are, *map_age_s (may be NULL) = seconds since the tier last read
+ * its slot map (-1: it has none). KVA_ENOTSUP for a tier of no servers
+ * (mock, disk), an adapter that does not answer KVA_L2_NODES within 1 s,
+ * or in a client of kvactd (the daemon's metrics endpoint has them);
+ * KVA_EINVAL for an unknown tier or n NULL (out may be NULL when cap is 0). */
+KVA_API int kva_l2_get_tier_nodes(kva_storage *s, const char *tier, kva_l2_node_stats *out,
+                                  size_t cap, size_t *n, double *map_age_s);
 typedef struct kva_l2_req {
   const kva_key *keys;
   size_t n;
@@ -679,6 +707,11 @@ typedef struct kva_l2_req {
    * L1 held), or NULL; a hint for tiers that evict chains from their end
    * (keys[i] continues keys[i - 1] in every request). */
   const kva_key *prev;
+  /* NODES: out (see above). Appended: an adapter built against an older
+   * kvact.h never reads them. */
+  kva_l2_node_stats *nodes;
+  size_t nodes_cap, nodes_n;
+  double map_age_s;
 } kva_l2_req;
 static inline int kva_bit_get(const uint8_t *bits, size_t i) {
   return (bits[i >> 3] >> (i & 7)) & 1;

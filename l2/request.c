@@ -28,6 +28,7 @@ static const char *bufs_problem(uint32_t type, const kva_l2_req *r) {
 const char *kva_l2_req_problem(uint32_t type, const kva_l2_req *r) {
   if (!r) return "not a request pointer";
   if (type == KVA_L2_STATS) return r->stats ? NULL : "no stats to fill";
+  if (type == KVA_L2_NODES) return r->nodes || !r->nodes_cap ? NULL : "no nodes to fill";
   if (type != KVA_L2_STORE && type != KVA_L2_LOOKUP_AND_LOCK && type != KVA_L2_LOAD)
     return "not a request type";
   if (!r->keys || r->n == 0) return "no keys";

@@ -36,6 +36,7 @@ typedef struct l2_tier {
   uint64_t k_written, k_coalesced, k_bypassed, k_frozen, k_gone, k_unavailable, k_failed, k_dropped;
   l2_meter meter;   /* its queue, rate and round trip (meter.h) */
   l2_absent absent; /* keys whose newest version did not reach it (absent.h) */
+  bool has_nodes;   /* a built-in adapter of servers (redis): asked KVA_L2_NODES */
 } l2_tier;
 
 typedef struct l2_tiers {

@@ -48,6 +48,7 @@ static int start_adapter(kva_storage *s, const kva_config *c, size_t i) {
     return KVA_ENOMEM;
   }
   t->absent.name = t->name;
+  t->has_nodes = strcmp(type, "redis") == 0; /* answers KVA_L2_NODES (kvact.h) */
   return KVA_OK;
 }
 

@@ -329,3 +329,31 @@ int kva_l2_get_tier_keys(kva_storage *s, const char *tier, kva_l2_tier_keys *out
   out->absent_overflowed = a.overflowed;
   return KVA_OK;
 }
+
+typedef struct tier_nodes_args {
+  uint32_t tier;
+  kva_l2_req r;
+} tier_nodes_args;
+
+static int do_tier_nodes(kva_storage *s, session *ss, void *arg) {
+  tier_nodes_args *a = arg;
+  int rc = session_ask(ss, s->tiers.t[a->tier].actor, KVA_L2_NODES, &a->r, -1);
+  return rc != KVA_OK ? rc : a->r.result;
+}
+
+/* Only built-in adapters of servers are asked (has_nodes): one that does
+ * not know KVA_L2_NODES would never answer, and the request lives on this
+ * stack. */
+int kva_l2_get_tier_nodes(kva_storage *s, const char *tier, kva_l2_node_stats *out, size_t cap,
+                          size_t *n, double *map_age_s) {
+  if (s && s->client) return KVA_ENOTSUP;
+  int t = s ? l2_tier_index(&s->tiers, tier) : -1;
+  if (t < 0 || !n || (cap && !out)) return KVA_EINVAL;
+  if (!s->tiers.t[t].has_nodes) return KVA_ENOTSUP;
+  tier_nodes_args a = {.tier = (uint32_t)t, .r = {.nodes = out, .nodes_cap = cap}};
+  int rc = storage_with_session(s, do_tier_nodes, &a);
+  if (rc != KVA_OK) return rc;
+  *n = a.r.nodes_n;
+  if (map_age_s) *map_age_s = a.r.map_age_s;
+  return KVA_OK;
+}

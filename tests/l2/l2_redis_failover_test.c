@@ -123,6 +123,18 @@ static size_t read_back(world *w, uint64_t first, size_t n) {
   return hits;
 }
 
+/* The tier's node at port, from kva_l2_get_tier_nodes; *map_age_s too. */
+static kva_l2_node_stats node_at(const world *w, int port, double *map_age_s) {
+  kva_l2_node_stats nodes[16];
+  size_t n = 0;
+  ck_assert_int_eq(kva_l2_get_tier_nodes(w->s, "redis0", nodes, 16, &n, map_age_s), KVA_OK);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+  for (size_t i = 0; i < n && i < 16; i++)
+    if (strcmp(nodes[i].addr, addr) == 0) return nodes[i];
+  return (kva_l2_node_stats){.state = -1};
+}
+
 static size_t count_shard(const world *w, uint64_t first, size_t n, int shard, bool want) {
   size_t k = 0;
   for (uint64_t id = first; id < first + n; id++) k += (w->shard[id] == shard) == want;
@@ -141,6 +153,14 @@ START_TEST(a_killed_master_costs_only_its_slots_until_its_replica_takes_over) {
   write_keys(w, KEYS, OUTAGE, 1, false);
   write_keys(w, 0, REWRITES, 2, true);
   ck_assert_int_eq(kva_tier_bypassed(w->s, "redis0"), 0);
+  /* the dead master is bypassed on its own, the others are fine */
+  double age;
+  kva_l2_node_stats dead = node_at(w, w->c.node[0].port, &age);
+  ck_assert_int_eq(dead.state, KVA_L2_NODE_BYPASSED);
+  ck_assert(dead.failed_s > 0 && dead.outages == 1 && dead.failed_cmds > 0);
+  ck_assert_uint_eq(dead.slots, 5461);
+  ck_assert(age >= 0 && age < 5); /* read again while it is failed */
+  ck_assert_int_eq(node_at(w, w->c.node[1].port, NULL).state, KVA_L2_NODE_OK);
   size_t lost_alive = 0, alive = count_shard(w, KEYS, OUTAGE, 0, false);
   for (uint64_t id = KEYS; id < KEYS + OUTAGE; id++)
     lost_alive += w->shard[id] != 0 && !in_redis(w, id);
@@ -167,6 +187,9 @@ START_TEST(a_killed_master_costs_only_its_slots_until_its_replica_takes_over) {
     id++;
   }
   ck_assert_msg(t_back, "no store reached the promoted replica within 10 s");
+  /* the map moved the dead master's slots to the replica */
+  ck_assert_uint_eq(node_at(w, w->c.node[3].port, NULL).slots, 5461);
+  ck_assert_uint_eq(node_at(w, w->c.node[0].port, NULL).slots, 0);
   fprintf(stderr,
           "failover: killed at 0 s, cluster ok at %.2f s, stores to its slots back %.3f s "
           "after the cluster was ok\n",

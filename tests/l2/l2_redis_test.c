@@ -219,11 +219,20 @@ START_TEST(unreachable_server_at_start_starts_failing) {
   for (int i = 0; i < 3; i++) ck_assert_int_lt(kva_l2_contains(s, "redis0", &k), 0);
   ck_assert_uint_lt(fixture_now_ns() - t0, 900000000ull);
   ck_assert(rt_wait_bypass(s, 1, 1000));
+  kva_l2_node_stats node;
+  size_t n = 0;
+  double age = 0;
+  ck_assert_int_eq(kva_l2_get_tier_nodes(s, "redis0", &node, 1, &n, &age), KVA_OK);
+  ck_assert_uint_eq(n, 1); /* one server: it is the tier */
+  ck_assert_int_eq(node.state, KVA_L2_NODE_FAILED);
+  ck_assert(age == -1); /* no slot map */
   rs_restart(&srv); /* the server comes: the prober clears the bypass */
   ck_assert_msg(rt_wait_bypass(s, 0, 10000), "the tier did not recover");
   const uint64_t ids[] = {1};
   ck_assert_int_eq(dt_store(s, ids, 1, 1, true), KVA_OK);
   ck_assert_int_eq(kva_l2_contains(s, "redis0", &k), 1);
+  ck_assert_int_eq(kva_l2_get_tier_nodes(s, "redis0", &node, 1, &n, NULL), KVA_OK);
+  ck_assert_int_eq(node.state, KVA_L2_NODE_OK);
   rt_close(s, &srv);
 }
 END_TEST

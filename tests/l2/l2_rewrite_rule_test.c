@@ -102,6 +102,11 @@ START_TEST(a_later_store_serves_the_key_again) {
   ck_assert_uint_eq(l2_prefetch(s, mid, 2, &l, 0), 2);
   l2_read_release(s, mid, 2, 3, 0);
   ck_assert_uint_eq(tier_keys(rt).absent_now, 0);
+  size_t n = 9;
+  ck_assert_int_eq(kva_l2_get_tier_nodes(s, "mock0", NULL, 0, &n, NULL),
+                   KVA_ENOTSUP); /* no servers */
+  ck_assert_int_eq(kva_l2_get_tier_nodes(s, "nope", NULL, 0, &n, NULL), KVA_EINVAL);
+  ck_assert_int_eq(kva_l2_get_tier_nodes(s, "mock0", NULL, 0, NULL, NULL), KVA_EINVAL);
   l2_finish(rt);
 }
 END_TEST

@@ -10,6 +10,7 @@
  *   (kva_l2_req *)                     |   and pointer, once every I/O of
  *                                      |   the request completed
  * KVA_L2_STATS                         | KVA_L2_DONE at once (in memory)
+ * KVA_L2_NODES                         | KVA_L2_DONE at once, KVA_ENOTSUP
  * KVA_L2_LOOKUP_AND_LOCK               | KVA_L2_DONE at once, or once a
  *                                      |   probe read answered (see below)
  * KVA_L2_UNLOCK (kva_key[n])           |
@@ -233,6 +234,9 @@ static void on_request(disk *d, const kva_msg *msg) {
     on_lookup(d, msg, r);
   } else if (msg->type == KVA_L2_STATS) {
     on_stats(d, msg, r);
+  } else if (msg->type == KVA_L2_NODES) { /* one device, no servers */
+    r->result = KVA_ENOTSUP;
+    reply_now(d, msg, r);
   } else {
     on_io_request(d, msg, r);
   }
@@ -289,6 +293,7 @@ static void disk_receive(kva_actor *self, void *state, const kva_msg *msg) {
   case KVA_L2_LOOKUP_AND_LOCK:
   case KVA_L2_LOAD:
   case KVA_L2_STATS:
+  case KVA_L2_NODES:
     on_request(d, msg);
     break;
   case KVA_L2_UNLOCK:

@@ -7,8 +7,8 @@
  * -------------------------------------+-----------------------------------
  * KVA_L2_STORE, KVA_L2_LOAD,          | KVA_L2_DONE (same tag, same
  *   KVA_L2_LOOKUP_AND_LOCK,            |   pointer) to msg->from, once, at
- *   KVA_L2_STATS (kva_l2_req *)        |
- *                                      |   the emulated completion time
+ *   KVA_L2_STATS (kva_l2_req *)        |   the emulated completion time
+ * KVA_L2_NODES (kva_l2_req *)          | KVA_L2_DONE at once, KVA_ENOTSUP
  * KVA_L2_UNLOCK (kva_key[n])           |
  * MOCK_CONTROL (mock_control)          | KVA_L2_DONE (no payload) if from
  * KVA_MSG_TIMER (a reply is due)       | the due KVA_L2_DONEs
@@ -195,6 +195,9 @@ static void on_request(mock *m, const kva_msg *msg) {
     kva_log(KVA_LOG_WARN, "%s: %s refused: %s", m->name, what, bad);
     r->result = KVA_EINVAL;
     mock_reply_now(m, msg->from, msg->tag, r);
+  } else if (msg->type == KVA_L2_NODES) { /* no servers to list */
+    r->result = KVA_ENOTSUP;
+    mock_reply_now(m, msg->from, msg->tag, r);
   } else if (m->down && msg->type != KVA_L2_STATS) {
     on_down(m, msg, r);
   } else if (msg->type == KVA_L2_STORE) {
@@ -284,6 +287,7 @@ static void mock_receive(kva_actor *self, void *state, const kva_msg *msg) {
   case KVA_L2_LOOKUP_AND_LOCK:
   case KVA_L2_LOAD:
   case KVA_L2_STATS:
+  case KVA_L2_NODES:
     on_request(m, msg);
     break;
   case KVA_L2_UNLOCK:

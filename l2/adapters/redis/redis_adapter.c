@@ -10,7 +10,7 @@
  *   KVA_L2_LOOKUP_AND_LOCK             |   and pointer, once every command
  *                                      |   of the request is answered or
  *                                      |   failed
- * KVA_L2_STATS                         | KVA_L2_DONE at once
+ * KVA_L2_STATS, KVA_L2_NODES          | KVA_L2_DONE at once
  * KVA_L2_UNLOCK (kva_key[n])           |
  * KVA_MSG_FD_READY (a node's socket)   | the replies of finished requests
  * KVA_MSG_TIMER (the timeout tick)     | (timed-out connections dropped)
@@ -166,6 +166,9 @@ static void on_request(redis *r, const kva_msg *msg) {
     reply_now(r, msg, req);
   } else if (msg->type == KVA_L2_STATS) {
     on_stats(r, msg, req);
+  } else if (msg->type == KVA_L2_NODES) {
+    redis_nodes_report(r, req);
+    reply_now(r, msg, req);
   } else {
     on_task(r, msg, req);
   }
@@ -217,6 +220,7 @@ static void receive(redis *r, const kva_msg *msg) {
   case KVA_L2_LOOKUP_AND_LOCK:
   case KVA_L2_LOAD:
   case KVA_L2_STATS:
+  case KVA_L2_NODES:
     on_request(r, msg);
     break;
   case KVA_L2_UNLOCK:

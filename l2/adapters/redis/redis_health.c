@@ -145,3 +145,33 @@ void redis_health_pump(redis *r, uint64_t now) {
   probe_nodes(r, now);
   refresh_map(r, now);
 }
+
+/* ---- KVA_L2_NODES -------------------------------------------------------- */
+
+static int public_state(const redis *r, const redis_node *n) {
+  if (!r->cfg.cluster) return n->warned ? KVA_L2_NODE_FAILED : KVA_L2_NODE_OK;
+  return n->state == NODE_BYPASSED ? KVA_L2_NODE_BYPASSED
+         : n->state == NODE_FAILED ? KVA_L2_NODE_FAILED
+                                   : KVA_L2_NODE_OK;
+}
+
+void redis_nodes_report(const redis *r, kva_l2_req *req) {
+  uint64_t now = redis_now();
+  uint16_t n = r->cfg.cluster ? r->nnodes : 1;
+  for (uint16_t i = 0; i < n && i < req->nodes_cap; i++) {
+    const redis_node *nd = r->nodes[i];
+    kva_l2_node_stats *o = &req->nodes[i];
+    memset(o, 0, sizeof(*o));
+    snprintf(o->addr, sizeof(o->addr), "%s:%d", nd->addr.host, nd->addr.port);
+    o->state = public_state(r, nd);
+    o->slots = r->cfg.cluster ? nd->slots : 0;
+    o->failed_s =
+        r->cfg.cluster && nd->state != NODE_OK ? (double)(now - nd->failed_since) / 1e9 : 0;
+    o->outages = nd->outages;
+    o->failures = nd->fails;
+    o->failed_cmds = nd->failed_cmds;
+  }
+  req->nodes_n = n;
+  req->map_age_s = r->cfg.cluster && r->map_at ? (double)(now - r->map_at) / 1e9 : -1;
+  req->result = KVA_OK;
+}

@@ -267,6 +267,10 @@ static inline void redis_node_answered(redis_node *n) {
 /* What a command fails with when its node cannot take it: KVA_EUNAVAIL
  * for a cluster (its other nodes go on), `single` for one server. */
 int redis_node_down_result(const redis *r, int single);
+/* KVA_L2_NODES: every node's health, and the map's age, into req. A
+ * single server is FAILED while its outage lasts (logged, not answered
+ * since), else OK. */
+void redis_nodes_report(const redis *r, kva_l2_req *req);
 /* After every message (redis_pump), at most every few ms: PINGs to
  * bypassed nodes, probe timeouts, the slot map read again while a node
  * that holds slots is failed. */
