@@ -188,6 +188,14 @@ KVA_API void kva_actor_release(kva_actor *a);
 KVA_API int kva_actor_eventfd(const kva_actor *a);
 KVA_API const char *kva_actor_name(const kva_actor *a);
 KVA_API kva_runtime *kva_actor_runtime(const kva_actor *a);
+/* What kvinspect shows of an actor besides its mailbox: a label (cut to
+ * 31 bytes) and up to 4 gauges named by gauge_names, separated by spaces
+ * (cut to 63 bytes); gauge 0 counts up (kvinspect shows its rate too), the
+ * others are levels. Called by the actor itself, from its receive (one
+ * writer per slot): a gauge is one relaxed store. NULL self, or an actor
+ * without a stats slot, is ignored; a gauge index past 3 too. */
+KVA_API void kva_actor_label(kva_actor *self, const char *label, const char *gauge_names);
+KVA_API void kva_actor_gauge(kva_actor *self, unsigned i, uint64_t v);
 /* The three calls below are made by an actor for itself, from its receive. */
 KVA_API int kva_watch_fd(kva_actor *self, int fd, uint32_t epoll_events, uint64_t tag);
 KVA_API int kva_unwatch_fd(kva_actor *self, int fd);

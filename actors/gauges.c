@@ -55,3 +55,13 @@ bool stats_label_read(const stats_slot *slot, stats_label_copy *out) {
   out->label[0] = out->gauge_names[0] = '\0';
   return false;
 }
+
+/* The adapter kit's (kvact.h): the same, for actors built against kvact.h
+ * alone. */
+void kva_actor_label(kva_actor *self, const char *label, const char *gauge_names) {
+  if (self && self->stats) actor_stats_label(self, label, gauge_names);
+}
+
+void kva_actor_gauge(kva_actor *self, unsigned i, uint64_t v) {
+  if (self && self->stats) actor_stats_gauge(self, i, v);
+}

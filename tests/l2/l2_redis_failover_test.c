@@ -20,10 +20,13 @@
  * trade, not what is tested here.
  */
 #include <check.h>
+#include <ck_pr.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/gauges.h"
+#include "actors/runtime_internal.h"
 #include "storage/storage_internal.h"
 #include "tests/l2/l2_redis_test.h"
 #include "tests/support/fixture.h"
@@ -161,6 +164,19 @@ START_TEST(a_killed_master_costs_only_its_slots_until_its_replica_takes_over) {
   ck_assert_uint_eq(dead.slots, 5461);
   ck_assert(age >= 0 && age < 5); /* read again while it is failed */
   ck_assert_int_eq(node_at(w, w->c.node[1].port, NULL).state, KVA_L2_NODE_OK);
+  /* kvinspect shows it: the adapter's label and gauges (the health tick, 50 ms) */
+  char want[64];
+  snprintf(want, sizeof(want), "byp 127.0.0.1:%d", w->c.node[0].port);
+  const stats_slot *slot = l2_tier_actor(w->s, 0)->stats;
+  stats_label_copy shown = {{0}};
+  for (int t = 0; t < 100 && !strstr(shown.label, want); t++) {
+    l2_sleep_ms(10);
+    stats_label_read(slot, &shown);
+  }
+  ck_assert_msg(strstr(shown.label, want), "label \"%s\"", shown.label);
+  ck_assert_str_eq(shown.gauge_names, "failed_cmds failed bypassed map_age_ms");
+  ck_assert_uint_eq(ck_pr_load_64((uint64_t *)&slot->gauge[2]), 1);
+  ck_assert_uint_gt(ck_pr_load_64((uint64_t *)&slot->gauge[0]), 0);
   size_t lost_alive = 0, alive = count_shard(w, KEYS, OUTAGE, 0, false);
   for (uint64_t id = KEYS; id < KEYS + OUTAGE; id++)
     lost_alive += w->shard[id] != 0 && !in_redis(w, id);

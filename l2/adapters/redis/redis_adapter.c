@@ -16,7 +16,8 @@
  * KVA_MSG_TIMER (the timeout tick)     | (timed-out connections dropped)
  * KVA_MSG_TIMER (the health tick,      | PING to a bypassed node, CLUSTER
  *   cluster only)                      |   SLOTS while a node is failed
- *                                      |   (redis_health.c)
+ *                                      |   (redis_health.c); the nodes'
+ *                                      |   health in kvinspect's label
  *
  * Invariants:
  *  - every request with a sender is answered exactly once: each command
@@ -211,7 +212,10 @@ static void receive(redis *r, const kva_msg *msg) {
     if (!r->det) start_tick(r);
     break;
   case KVA_MSG_TIMER: /* the timeout tick, or the health tick: the pump follows */
-    if (msg->tag == TICK_TIMEOUT) redis_on_tick(r);
+    if (msg->tag == TICK_TIMEOUT)
+      redis_on_tick(r);
+    else
+      redis_health_show(r);
     break;
   case KVA_MSG_FD_READY:
     redis_on_fd(r, msg);

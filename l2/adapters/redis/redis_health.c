@@ -175,3 +175,33 @@ void redis_nodes_report(const redis *r, kva_l2_req *req) {
   req->map_age_s = r->cfg.cluster && r->map_at ? (double)(now - r->map_at) / 1e9 : -1;
   req->result = KVA_OK;
 }
+
+/* ---- kvinspect ----------------------------------------------------------- */
+
+void redis_health_show(redis *r) {
+  uint64_t now = redis_now(), failed_cmds = 0;
+  uint32_t ok = 0, failed = 0, bypassed = 0;
+  const redis_node *first = NULL; /* the first node not OK, named in the label */
+  for (uint16_t i = 0; i < r->nnodes; i++) {
+    const redis_node *n = r->nodes[i];
+    failed_cmds += n->failed_cmds;
+    ok += n->state == NODE_OK;
+    failed += n->state == NODE_FAILED;
+    bypassed += n->state == NODE_BYPASSED;
+    if (n->state != NODE_OK && !first) first = n;
+  }
+  char label[320]; /* cut to 31 bytes by the slot */
+  if (first)
+    snprintf(label, sizeof(label), "%u/%u ok; %s %s:%d", ok, (unsigned)r->nnodes,
+             first->state == NODE_BYPASSED ? "byp" : "fail", first->addr.host, first->addr.port);
+  else
+    snprintf(label, sizeof(label), "%u/%u nodes ok", ok, (unsigned)r->nnodes);
+  if (strcmp(label, r->shown) != 0) { /* the strings change rarely: keep the seqlock quiet */
+    kva_actor_label(r->self, label, "failed_cmds failed bypassed map_age_ms");
+    snprintf(r->shown, sizeof(r->shown), "%s", label);
+  }
+  kva_actor_gauge(r->self, 0, failed_cmds);
+  kva_actor_gauge(r->self, 1, failed);
+  kva_actor_gauge(r->self, 2, bypassed);
+  kva_actor_gauge(r->self, 3, r->map_at ? (now - r->map_at) / 1000000u : 0);
+}

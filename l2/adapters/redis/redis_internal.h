@@ -193,6 +193,7 @@ typedef struct redis {
   uint64_t map_at;             /* the last map applied (CLOCK_MONOTONIC ns; 0: none) */
   uint32_t nfailed;            /* nodes whose state is not NODE_OK */
   int health_tick;             /* the health timer id, or -1 */
+  char shown[320];             /* the label kvinspect shows now */
   redis_locks locks;
   redis_task *live, *free_tasks;
   redis_cmd *free_cmds;
@@ -271,6 +272,10 @@ int redis_node_down_result(const redis *r, int single);
  * single server is FAILED while its outage lasts (logged, not answered
  * since), else OK. */
 void redis_nodes_report(const redis *r, kva_l2_req *req);
+/* Cluster: the nodes' health as kvinspect shows the adapter: label
+ * "2/3 ok; byp host:port" (the first node not OK: byp or fail), gauges failed_cmds
+ * (all nodes'), failed, bypassed, map_age_ms. On the health tick. */
+void redis_health_show(redis *r);
 /* After every message (redis_pump), at most every few ms: PINGs to
  * bypassed nodes, probe timeouts, the slot map read again while a node
  * that holds slots is failed. */
