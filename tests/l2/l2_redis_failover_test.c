@@ -2,13 +2,13 @@
  * l2_redis_failover_test.c — a Redis Cluster of 3 masters and 3 replicas
  * loses nodes while kvact writes and reads through it (issue 35):
  *
- *  - one master SIGKILLed, its replica promoted: no key of the other
+ *  - one master SIGKILLed (cluster-node-timeout 5 s), its replica promoted: no key of the other
  *    masters' slots is lost during the outage, the tier is never bypassed,
  *    stores to the dead master's slots resume once the cluster has
  *    promoted the replica (the delay is printed; only a generous deadline
  *    is asserted), and every byte read back is the newest version written;
  *  - a master and its replica both killed, cluster-require-full-coverage
- *    no: the other two shards are served throughout, the lost shard's
+ *    no (cluster-node-timeout 1 s): the other two shards are served throughout, the lost shard's
  *    keys are counted unavailable;
  *  - in both, a rewrite dropped while its node was down is never read back
  *    in its older version, and l2_finish checks that every key written is
@@ -54,9 +54,9 @@ static int slot_of(const world *w, uint64_t id) {
   return slot;
 }
 
-static void open_world(world *w, bool full_coverage) {
+static void open_world(world *w, const char *node_timeout_ms, bool full_coverage) {
   memset(w, 0, sizeof(*w));
-  rs_cluster6_start(&w->c, "1000", full_coverage);
+  rs_cluster6_start(&w->c, node_timeout_ms, full_coverage);
   char tiers[512];
   snprintf(tiers, sizeof(tiers),
            "[{\"type\":\"redis\",\"cluster\":true,\"timeout_ms\":500,"
@@ -146,7 +146,7 @@ static size_t count_shard(const world *w, uint64_t first, size_t n, int shard, b
 
 START_TEST(a_killed_master_costs_only_its_slots_until_its_replica_takes_over) {
   world *w = calloc(1, sizeof(*w));
-  open_world(w, true);
+  open_world(w, "5000", true); /* the outage's checks are done before the cluster fails */
   write_keys(w, 0, KEYS, 1, false);
   ck_assert_uint_eq(read_back(w, 0, KEYS), KEYS);
   rs_cluster6_wait_replicated(&w->c);
@@ -182,9 +182,17 @@ START_TEST(a_killed_master_costs_only_its_slots_until_its_replica_takes_over) {
     lost_alive += w->shard[id] != 0 && !in_redis(w, id);
   ck_assert_msg(lost_alive == 0, "%zu of %zu keys of the live masters' slots not stored",
                 lost_alive, alive);
-  /* the other masters' keys are served during the outage, in their newest version */
+  /* the other masters' keys are served during the outage, in their newest
+   * version, as long as the cluster has not failed (cluster_state:fail
+   * after cluster-node-timeout: every master refuses, Redis's choice under
+   * cluster-require-full-coverage; only a very slow run, under TSan, gets
+   * there before the reads end) */
   size_t hits = read_back(w, 0, KEYS + OUTAGE);
-  ck_assert_uint_ge(hits, count_shard(w, 0, KEYS + OUTAGE, 0, false));
+  if (rs_cluster_state_ok(w->c.node[1].port))
+    ck_assert_uint_ge(hits, count_shard(w, 0, KEYS + OUTAGE, 0, false));
+  else
+    fprintf(stderr, "failover: the cluster failed before the reads ended: their bytes checked, "
+                    "not their count\n");
   /* the promotion: the replica becomes master, the cluster is ok again */
   uint64_t deadline = t_kill + 30000000000ull, t_ok = 0;
   while (fixture_now_ns() < deadline && !t_ok)
@@ -224,7 +232,7 @@ END_TEST
 
 START_TEST(a_lost_shard_leaves_the_others_served) {
   world *w = calloc(1, sizeof(*w));
-  open_world(w, false);
+  open_world(w, "1000", false);
   write_keys(w, 0, KEYS, 1, false);
   rs_kill(&w->c.node[3]); /* the replica first: no failover */
   rs_kill(&w->c.node[0]);
