@@ -9,6 +9,7 @@
 #include <check.h>
 #include <stdlib.h>
 
+#include "l1/l1_manager.h"
 #include "storage/storage_internal.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
@@ -111,6 +112,64 @@ START_TEST(a_later_store_serves_the_key_again) {
 }
 END_TEST
 
+/* Randomized (fixed seeds): 32 keys written again and again while the
+ * tier is bypassed, frozen or failing some keys' stores at random, L1
+ * emptied now and then; every read must be a key's newest version. */
+static uint32_t next(uint64_t *x) {
+  *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(*x >> 33);
+}
+
+START_TEST(random_drops_never_serve_an_older_version) {
+  kva_runtime *rt = l2_start(2, 64 * MiB, 1, "", "l2_bypass_failures=0", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  enum { KEYS = 32, STEPS = 400 };
+  uint32_t ver[KEYS] = {0};
+  uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(_i + 1);
+  size_t served = 0;
+  for (int step = 0; step < STEPS; step++) {
+    uint32_t r = next(&x) % 100;
+    if (r < 8) {
+      bypass(s, next(&x) % 2);
+    } else if (r < 12) {
+      freeze(s, next(&x) % 4 == 0);
+    } else if (r < 20) {
+      uint64_t bad[4];
+      size_t nbad = next(&x) % 5;
+      for (size_t i = 0; i < nbad; i++) bad[i] = next(&x) % KEYS;
+      l2_fail_stores(s, 0, bad, nbad);
+    } else if (r < 30) {
+      l2_flush(s);
+      ck_assert_int_ge(kva_clear(s, 0), 0);
+    } else if (r < 70) {
+      uint64_t id = next(&x) % KEYS;
+      uint32_t v = ++ver[id];
+      l2_flush(s); /* no store holds it read-locked: a rewrite may take it */
+      int st = l2_l1_state(s, id);
+      if (st != L1_ABSENT && (st & L1_TEMPORARY)) { /* a prefetched copy: written anew */
+        l2_delete_one(s, id, 1);
+        st = L1_ABSENT;
+      }
+      if (st == L1_ABSENT)
+        l2_write(s, &id, 1, &l, v);
+      else
+        l2_rewrite(s, &id, 1, &l, v);
+    } else {
+      l2_flush(s);
+      uint64_t id = next(&x) % KEYS;
+      if (!ver[id] || l2_prefetch(s, &id, 1, &l, 0) == 0) continue;
+      l2_read_release(s, &id, 1, ver[id], 0); /* asserts the newest version's bytes */
+      served++;
+    }
+  }
+  bypass(s, false);
+  freeze(s, false);
+  ck_assert_uint_gt(served, 0);
+  l2_finish(rt);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *su = suite_create("l2_rewrite_rule");
   TCase *tc = tcase_create("core");
@@ -119,6 +178,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, a_rewrite_whose_store_failed_is_not_read_in_its_older_version);
   tcase_add_test(tc, a_rewrite_written_while_frozen_is_not_read_in_its_older_version);
   tcase_add_test(tc, a_later_store_serves_the_key_again);
+  tcase_add_loop_test(tc, random_drops_never_serve_an_older_version, 0, 8);
   suite_add_tcase(su, tc);
   return su;
 }
