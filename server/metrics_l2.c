@@ -1,11 +1,17 @@
 /*
  * metrics_l2.c — the L2 families of kvactd's Prometheus page
  * (metrics_page.h): per tier, what moved through it and the adapter's own
- * answer (kva_l2_get_tier_stats), and the load plan's view of it.
+ * answer (kva_l2_get_tier_stats), the load plan's view of it, what became
+ * of every key written toward it (kva_l2_get_tier_keys); per server of a
+ * tier of servers (redis: a Redis Cluster's nodes, or its one server),
+ * its state, slots and failures (kva_l2_get_tier_nodes), and the age of
+ * the tier's slot map.
  *
  * Every tier is read (metrics_l2_read) before a family is written
  * (metrics_l2_put), as the page's other parts are. A part a source cannot
- * answer is left out: a tier's adapter fields when its adapter fails.
+ * answer is left out: a tier's adapter fields when its adapter fails, its
+ * keys when the call fails, its servers when it has none (mock, disk:
+ * KVA_ENOTSUP) or cannot say; the map age while there is no map (-1).
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,6 +27,11 @@ typedef struct tier_view {
   const char *name;
   int rc; /* of kva_l2_get_tier_stats: KVA_EIO = adapter unknown, the rest filled */
   kva_l2_tier_stats st;
+  int keys_rc; /* of kva_l2_get_tier_keys */
+  kva_l2_tier_keys keys;
+  kva_l2_node_stats *nodes; /* its servers (NULL: none, or not known) */
+  size_t nnodes;
+  double map_age_s; /* < 0: no slot map */
 } tier_view;
 
 struct metrics_l2 {
@@ -29,6 +40,22 @@ struct metrics_l2 {
 };
 
 /* ---- reading -------------------------------------------------------------- */
+
+/* The tier's servers into a buffer sized by their count (as the clients
+ * are read): none when it has none or cannot say. */
+static void read_nodes(kva_storage *s, tier_view *t) {
+  size_t n = 0, now = 0;
+  t->map_age_s = -1;
+  if (kva_l2_get_tier_nodes(s, t->name, NULL, 0, &n, NULL) != KVA_OK || n == 0) return;
+  kva_l2_node_stats *nodes = calloc(n, sizeof(*nodes));
+  if (!nodes || kva_l2_get_tier_nodes(s, t->name, nodes, n, &now, &t->map_age_s) != KVA_OK) {
+    free(nodes);
+    t->map_age_s = -1;
+    return;
+  }
+  t->nodes = nodes;
+  t->nnodes = now < n ? now : n; /* some may have been met in between */
+}
 
 /* The tiers' names and counts are fixed once the runtime started. */
 metrics_l2 *metrics_l2_read(kva_storage *s) {
@@ -39,11 +66,15 @@ metrics_l2 *metrics_l2_read(kva_storage *s) {
     tier_view *t = &v->t[i];
     t->name = s->tiers.t[i].name;
     t->rc = kva_l2_get_tier_stats(s, t->name, &t->st);
+    t->keys_rc = kva_l2_get_tier_keys(s, t->name, &t->keys);
+    read_nodes(s, t);
   }
   return v;
 }
 
 void metrics_l2_free(metrics_l2 *v) {
+  if (!v) return;
+  for (uint32_t i = 0; i < v->n; i++) free(v->t[i].nodes);
   free(v);
 }
 
@@ -133,6 +164,131 @@ static void put_traffic(page *p, const metrics_l2 *v) {
   }
 }
 
+/* ---- what became of the keys written toward a tier -------------------------------- */
+
+typedef struct outcome {
+  const char *name;
+  size_t off; /* of a uint64_t in kva_l2_tier_keys */
+} outcome;
+#define OUTCOME(f)                                                                                 \
+  { #f, offsetof(kva_l2_tier_keys, f) }
+static const outcome outcomes[] = {
+    OUTCOME(stored), OUTCOME(coalesced),   OUTCOME(bypassed), OUTCOME(frozen),
+    OUTCOME(gone),   OUTCOME(unavailable), OUTCOME(failed),   OUTCOME(dropped),
+};
+
+static const tier_field key_fields[] = {
+    {"kvact_l2_tier_keys_written_total", "counter",
+     "Keys written toward the tier; once stores are flushed, each is in one outcome of "
+     "kvact_l2_tier_keys_total.",
+     offsetof(kva_l2_tier_keys, written), 0},
+    {"kvact_l2_tier_absent_keys", "gauge",
+     "Keys marked absent from the tier now: their newest version did not reach it, so it does "
+     "not serve them.",
+     offsetof(kva_l2_tier_keys, absent_now), 0},
+    {"kvact_l2_tier_absent_overflowed_total", "counter",
+     "Absent marks past the tier's bound (l2_absent_keys).",
+     offsetof(kva_l2_tier_keys, absent_overflowed), 0},
+};
+
+static void put_keys(page *p, const metrics_l2 *v) {
+  const char *name = "kvact_l2_tier_keys_total";
+  page_family(p, name, "counter",
+              "Keys written toward the tier, by what became of them: stored, coalesced into a "
+              "newer store, bypassed, frozen, gone from L1 first, unavailable (their server "
+              "down), failed, dropped.");
+  for (uint32_t i = 0; i < v->n; i++) {
+    if (v->t[i].keys_rc != KVA_OK) continue;
+    for (size_t k = 0; k < COUNT(outcomes); k++) {
+      put_tier_labels(p, name, &v->t[i]);
+      page_put(p, ",outcome=\"%s\"} %lu\n", outcomes[k].name,
+               (unsigned long)page_u64_at(&v->t[i].keys, outcomes[k].off));
+    }
+  }
+  for (size_t k = 0; k < COUNT(key_fields); k++) {
+    const tier_field *f = &key_fields[k];
+    page_family(p, f->name, f->type, f->help);
+    for (uint32_t i = 0; i < v->n; i++)
+      if (v->t[i].keys_rc == KVA_OK)
+        put_tier_sample(p, f->name, &v->t[i], page_u64_at(&v->t[i].keys, f->off));
+  }
+}
+
+/* ---- a tier's servers ----------------------------------------------------------------- */
+
+enum { NF_INT, NF_U32, NF_F64, NF_U64 };
+
+typedef struct node_field {
+  const char *name, *type, *help;
+  int kind;   /* NF_*: the field's C type */
+  size_t off; /* in kva_l2_node_stats */
+} node_field;
+
+static const node_field node_fields[] = {
+    {"kvact_l2_node_state", "gauge",
+     "A server of the tier: 0 ok, 1 failed (still tried), 2 bypassed (its keys fail at once "
+     "until it answers a probe).",
+     NF_INT, offsetof(kva_l2_node_stats, state)},
+    {"kvact_l2_node_failed_seconds", "gauge", "Seconds since the server left ok (0 while ok).",
+     NF_F64, offsetof(kva_l2_node_stats, failed_s)},
+    {"kvact_l2_node_slots", "gauge",
+     "Hash slots the tier's slot map gives the server (a Redis Cluster; else 0).", NF_U32,
+     offsetof(kva_l2_node_stats, slots)},
+    {"kvact_l2_node_outages_total", "counter", "Times the server left ok.", NF_U64,
+     offsetof(kva_l2_node_stats, outages)},
+    {"kvact_l2_node_failed_commands_total", "counter",
+     "Commands that failed because the server was down.", NF_U64,
+     offsetof(kva_l2_node_stats, failed_cmds)},
+};
+
+static void put_node_value(page *p, const node_field *f, const kva_l2_node_stats *n) {
+  const char *at = (const char *)n + f->off;
+  int i;
+  uint32_t u;
+  double d;
+  switch (f->kind) {
+  case NF_INT:
+    memcpy(&i, at, sizeof(i));
+    page_put(p, " %d\n", i);
+    return;
+  case NF_U32:
+    memcpy(&u, at, sizeof(u));
+    page_put(p, " %u\n", u);
+    return;
+  case NF_F64:
+    memcpy(&d, at, sizeof(d));
+    page_put(p, " %.9g\n", d);
+    return;
+  default:
+    page_put(p, " %lu\n", (unsigned long)page_u64_at(n, f->off));
+  }
+}
+
+static void put_node_field(page *p, const node_field *f, const metrics_l2 *v) {
+  page_family(p, f->name, f->type, f->help);
+  for (uint32_t i = 0; i < v->n; i++)
+    for (size_t k = 0; k < v->t[i].nnodes; k++) {
+      put_tier_labels(p, f->name, &v->t[i]);
+      page_put(p, ",node=\"");
+      page_label_value(p, v->t[i].nodes[k].addr);
+      page_put(p, "\"}");
+      put_node_value(p, f, &v->t[i].nodes[k]);
+    }
+}
+
+static void put_nodes(page *p, const metrics_l2 *v) {
+  for (size_t k = 0; k < COUNT(node_fields); k++) put_node_field(p, &node_fields[k], v);
+  const char *age = "kvact_l2_tier_map_age_seconds";
+  page_family(p, age, "gauge", "Seconds since the tier last read its slot map (a Redis Cluster).");
+  for (uint32_t i = 0; i < v->n; i++) {
+    if (!v->t[i].nodes || v->t[i].map_age_s < 0) continue;
+    put_tier_labels(p, age, &v->t[i]);
+    page_put(p, "} %.9g\n", v->t[i].map_age_s);
+  }
+}
+
 void metrics_l2_put(page *p, const metrics_l2 *v) {
   put_traffic(p, v);
+  put_keys(p, v);
+  put_nodes(p, v);
 }

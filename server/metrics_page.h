@@ -37,7 +37,7 @@ static inline uint64_t page_u64_at(const void *base, size_t off) {
   return v;
 }
 
-/* metrics_l2.c: every tier's stats, read from storage s
+/* metrics_l2.c: every tier's stats, keys and servers, read from storage s
  * (NULL when out of memory: the page then has no L2 families), written,
  * freed (NULL is fine). */
 typedef struct metrics_l2 metrics_l2;
