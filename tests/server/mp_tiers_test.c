@@ -150,7 +150,7 @@ END_TEST
 
 typedef struct old_daemon {
   int fd;
-  volatile int stop;
+  int stop; /* atomic: the test tells the thread */
   pthread_t thread;
 } old_daemon;
 
@@ -174,7 +174,7 @@ static void refuse_as_older(int fd) {
 
 static void *old_daemon_main(void *arg) {
   old_daemon *o = arg;
-  while (!o->stop) {
+  while (!__atomic_load_n(&o->stop, __ATOMIC_RELAXED)) { /* relaxed: a flag, nothing with it */
     struct pollfd p = {o->fd, POLLIN, 0};
     if (poll(&p, 1, 20) != 1) continue;
     int fd = accept(o->fd, NULL, NULL);
@@ -191,12 +191,12 @@ static void old_daemon_start(old_daemon *o) {
   ck_assert_int_ge(o->fd, 0);
   ck_assert_int_eq(bind(o->fd, (struct sockaddr *)&a, sizeof(a)), 0);
   ck_assert_int_eq(listen(o->fd, 16), 0);
-  o->stop = 0;
+  __atomic_store_n(&o->stop, 0, __ATOMIC_RELAXED); /* before the thread exists */
   ck_assert_int_eq(pthread_create(&o->thread, NULL, old_daemon_main, o), 0);
 }
 
 static void old_daemon_stop(old_daemon *o) {
-  o->stop = 1;
+  __atomic_store_n(&o->stop, 1, __ATOMIC_RELAXED); /* the join orders the rest */
   pthread_join(o->thread, NULL);
   close(o->fd);
   unlink(sock_path);
