@@ -675,8 +675,8 @@ KVA_API int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_
  * newest version did not reach it, so its older copy, if any, is not
  * served until a store of them succeeds (absent_overflowed counts the
  * marks past the bound, l2_absent_keys; see the README's redis section).
- * KVA_EINVAL for an unknown tier or NULL out; KVA_ENOTSUP in a client of
- * kvactd (ask the daemon's metrics endpoint). */
+ * KVA_EINVAL for an unknown tier or NULL out. In a client of kvactd, the
+ * daemon's counts (KVA_ENOTSUP from a daemon of another protocol). */
 typedef struct kva_l2_tier_keys {
   uint64_t written, stored, coalesced, bypassed, frozen, gone, unavailable, failed, dropped;
   uint64_t absent_now, absent_overflowed;
@@ -699,7 +699,8 @@ typedef struct kva_l2_node_stats {
  * there are, *map_age_s (may be NULL) = seconds since the tier last read
  * its slot map (-1: it has none). KVA_ENOTSUP for a tier of no servers
  * (mock, disk), an adapter that does not answer KVA_L2_NODES within 1 s,
- * or in a client of kvactd (the daemon's metrics endpoint has them);
+ * or a kvactd of another protocol (a client gets the daemon's tier, at most
+ * 1024 entries of it; *n counts them all);
  * KVA_EINVAL for an unknown tier or n NULL (out may be NULL when cap is 0). */
 KVA_API int kva_l2_get_tier_nodes(kva_storage *s, const char *tier, kva_l2_node_stats *out,
                                   size_t cap, size_t *n, double *map_age_s);

@@ -11,7 +11,9 @@
  * (undone: P_ABORT_WRITE / P_FINISH_READ / P_UNPIN), the deadlines
  * (client.timeout_ms: KVA_ETIMEDOUT, misses for prefetches and lookups),
  * and the output the socket could not take at once. A round trip so
- * wakes the daemon and then one thread here, not three.
+ * wakes the daemon and then one thread here, not three. A daemon of
+ * another protocol version refuses the hello: until a daemon welcomes
+ * this client (or none answers at all), its calls answer KVA_ENOTSUP.
  *
  * Message (type)                 | Action
  * -------------------------------|--------------------------------------------
@@ -65,6 +67,7 @@ typedef struct slot {
   kva_key *keys;
   size_t keys_cap;
   uint32_t n, readers;
+  uint32_t nodes_cap; /* TIER_NODES: the entries asked */
   uint32_t next_free;
 } slot;
 
@@ -91,7 +94,8 @@ struct client_conn {
   uint64_t hello_deadline_ns, retry_at_ns;
   int retry_ms;
   bool refused_logged, stop;
-  mapping pool; /* the current connection's */
+  int other_version; /* KVA_ENOTSUP: the daemon speaks another protocol version */
+  mapping pool;      /* the current connection's */
   mapping *old;
   size_t nold, old_cap;
   wire_buf out;
@@ -302,6 +306,7 @@ static void try_connect(client_conn *c) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, (struct sockaddr *)&c->addr, sizeof(c->addr)) != 0) {
     if (fd >= 0) close(fd);
+    c->other_version = 0; /* no daemon at all now */
     retry_later(c);
     return;
   }
@@ -327,6 +332,7 @@ static void on_welcome(client_conn *c, const proto_hdr *h, const uint8_t *p) {
     if (!c->refused_logged)
       LOG_ERROR("client: kvactd at %s refused this client: %s", c->addr.sun_path, c->text);
     c->refused_logged = true;
+    c->other_version = h->version != PROTO_VERSION ? KVA_ENOTSUP : 0;
     c->retry_ms = RETRY_MAX_MS;
     drop(c, "refused");
     return;
@@ -347,6 +353,7 @@ static void on_welcome(client_conn *c, const proto_hdr *h, const uint8_t *p) {
   c->state = UP;
   c->retry_ms = RETRY_MIN_MS;
   c->refused_logged = false;
+  c->other_version = 0;
   __atomic_store_n(&c->up, 1, __ATOMIC_RELEASE);
   LOG_INFO("client: connected to kvactd (pid %u) at %s, pool %lu bytes", rep.pid, c->addr.sun_path,
            (unsigned long)rep.pool_bytes);
@@ -422,6 +429,7 @@ static bool keep_keys(slot *s, const kva_key *k, size_t n) {
 
 /* A request into a slot and onto the socket, under the lock. */
 static int start_request(client_conn *c, slot *tmp, const proto_req *q) {
+  if (c->state != UP && c->other_version) return c->other_version;
   if (c->state == DOWN) return KVA_ESHUTDOWN;
   slot *s = slot_take(c);
   if (!s) return KVA_EAGAIN;
@@ -448,7 +456,8 @@ static int start_request(client_conn *c, slot *tmp, const proto_req *q) {
               .keys = s->keys,
               .keys_cap = s->keys_cap,
               .n = n,
-              .readers = q->readers};
+              .readers = q->readers,
+              .nodes_cap = q->cap};
   flush(c);
   return KVA_OK;
 }
@@ -514,17 +523,27 @@ static void on_late(client_conn *c, slot *s, const proto_rep *rep) {
   }
 }
 
+/* Where the outputs of a reply without a caller go (a late one's nodes
+ * are checked, not kept). */
+typedef struct scratch {
+  kva_tier_hits lookup;
+  kva_l2_tier_stats tier_stats;
+  kva_l2_tier_keys tier_keys;
+  kva_storage_stats stats;
+} scratch;
+
 /* Where a reply's outputs go: the caller's request, or scratch for a late
  * one. */
-static void rep_targets(client_conn *c, slot *s, proto_rep *rep, kva_tier_hits *lk,
-                        kva_l2_tier_stats *ts, kva_storage_stats *st) {
+static void rep_targets(client_conn *c, slot *s, proto_rep *rep, scratch *x) {
   *rep = (proto_rep){.type = s->ptype,
                      .n = s->state == SLOT_CALLER && s->r ? (uint32_t)s->r->n : s->n,
                      .status = c->status,
                      .spans = c->spans,
-                     .lookup = lk,
-                     .tier_stats = ts,
-                     .stats = st,
+                     .lookup = &x->lookup,
+                     .tier_stats = &x->tier_stats,
+                     .tier_keys = &x->tier_keys,
+                     .stats = &x->stats,
+                     .nodes_cap = s->nodes_cap,
                      .text = c->text,
                      .text_cap = sizeof(c->text)};
   if (s->state != SLOT_CALLER) return;
@@ -532,6 +551,8 @@ static void rep_targets(client_conn *c, slot *s, proto_rep *rep, kva_tier_hits *
     rep->n = s->c->req.n;
     if (s->c->lookup) rep->lookup = s->c->lookup;
     if (s->c->tier_stats) rep->tier_stats = s->c->tier_stats;
+    if (s->c->tier_keys) rep->tier_keys = s->c->tier_keys;
+    rep->nodes = s->c->nodes;
   } else if (s->r->stats) {
     rep->stats = s->r->stats;
   } else if (s->r->memcheck) {
@@ -542,6 +563,10 @@ static void rep_targets(client_conn *c, slot *s, proto_rep *rep, kva_tier_hits *
 static void fill_request(client_conn *c, slot *s, const proto_rep *rep) {
   if (s->c) {
     s->c->result = rep->result;
+    if (rep->result >= 0 && s->ptype == P_TIER_NODES) {
+      s->c->nodes_n = rep->nodes_n;
+      s->c->map_age_s = rep->map_age_s;
+    }
     return;
   }
   l1_req *r = s->r;
@@ -580,11 +605,9 @@ static void on_reply(client_conn *c, const proto_hdr *h, const uint8_t *p) {
     drop(c, "a reply to no request");
     return;
   }
-  kva_tier_hits lk;
-  kva_l2_tier_stats ts;
-  kva_storage_stats st;
+  scratch x;
   proto_rep rep;
-  rep_targets(c, s, &rep, &lk, &ts, &st);
+  rep_targets(c, s, &rep, &x);
   c->text[0] = 0;
   char why[128];
   if (proto_rep_get(h, p, c->pool.bytes, &rep, why, sizeof(why)) != PROTO_OK ||
@@ -603,6 +626,15 @@ static void on_reply(client_conn *c, const proto_hdr *h, const uint8_t *p) {
   slot_put(c, s);
 }
 
+/* The next frame; before the welcome, a refusal of another protocol
+ * version too (wire_next_refusal), so that its reason is read. */
+static int next_frame(client_conn *c, proto_hdr *h, const uint8_t **p, char *why, size_t whylen) {
+  int f = wire_next(&c->in, h, p, why, whylen);
+  if (f != PROTO_EVERSION || c->state != HELLO) return f;
+  int r = wire_next_refusal(&c->in, h, p);
+  return r == PROTO_EVERSION ? f : r;
+}
+
 static void on_readable(client_conn *c) {
   for (;;) {
     int rc = wire_fill(c->fd, &c->in, &c->fd_in);
@@ -610,7 +642,7 @@ static void on_readable(client_conn *c) {
     const uint8_t *p;
     char why[128];
     int f = 1;
-    while (c->fd >= 0 && (f = wire_next(&c->in, &h, &p, why, sizeof(why))) == PROTO_OK) {
+    while (c->fd >= 0 && (f = next_frame(c, &h, &p, why, sizeof(why))) == PROTO_OK) {
       if (c->state == HELLO)
         on_welcome(c, &h, p);
       else

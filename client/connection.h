@@ -39,6 +39,10 @@ typedef struct client_call {
   int result;                    /* out: the call's return value */
   kva_tier_hits *lookup;         /* out: LOOKUP */
   kva_l2_tier_stats *tier_stats; /* out: TIER_STATS */
+  kva_l2_tier_keys *tier_keys;   /* out: TIER_KEYS */
+  kva_l2_node_stats *nodes;      /* out: TIER_NODES, req.cap of them (NULL when 0) */
+  uint32_t nodes_n;              /* out: TIER_NODES, the tier's servers */
+  double map_age_s;              /* out: TIER_NODES */
 } client_call;
 
 typedef struct client_conn client_conn;

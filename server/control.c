@@ -1,7 +1,8 @@
 /*
  * control.c — the control threads: the calls of a session that span the
  * daemon's tiers (lookup with its L2 walk, memcheck and stats of the
- * whole storage, flush, freeze, bypass, L2 contains, tier stats) run here
+ * whole storage, flush, freeze, bypass, L2 contains, a tier's stats,
+ * keys and nodes) run here
  * through the in-process facade, which blocks, so no scheduler worker
  * ever waits for them. Thread 0 takes lookups, thread 1 the rest: a flush
  * that waits for its deadline holds up no lookup.
@@ -43,6 +44,12 @@ static void run_job(ctl_job *j) {
     break;
   case P_TIER_STATS:
     j->result = kva_l2_get_tier_stats(s, j->tier, &j->tier_stats);
+    break;
+  case P_TIER_KEYS:
+    j->result = kva_l2_get_tier_keys(s, j->tier, &j->tier_keys);
+    break;
+  case P_TIER_NODES:
+    j->result = kva_l2_get_tier_nodes(s, j->tier, j->nodes, j->cap, &j->nodes_n, &j->map_age_s);
     break;
   default:
     j->result = KVA_ENOTSUP;

@@ -1,6 +1,7 @@
 /*
  * metrics.c — the Prometheus endpoint (metrics.h): the page, rendered from
- * the facade's stats calls into one caller-sized buffer, and the HTTP
+ * the facade's stats calls into one caller-sized buffer (its writer and
+ * the L2 tiers' families: metrics_page.h, metrics_l2.c), and the HTTP
  * server (libmicrohttpd) that answers it.
  *
  * Families are written whole, one after the other (the format wants every
@@ -39,7 +40,7 @@
 #include <unistd.h>
 
 #include "server/metrics_deadline.h"
-#include "storage/storage_internal.h"
+#include "server/metrics_page.h"
 
 /* ---- latency histogram ---------------------------------------------------- */
 
@@ -58,15 +59,9 @@ void latency_observe(latency_hist *h, uint64_t ns) {
   __atomic_fetch_add(&h->sum_ns, ns, __ATOMIC_RELAXED);
 }
 
-/* ---- the page writer: snprintf's contract over many appends ---------------- */
+/* ---- the page writer (metrics_page.h) -------------------------------------- */
 
-typedef struct page {
-  char *buf;
-  size_t cap, len; /* len counts what would have been written */
-} page;
-
-static void put(page *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(page *p, const char *fmt, ...) {
+void page_put(page *p, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   size_t room = p->len < p->cap ? p->cap - p->len : 0;
@@ -76,19 +71,19 @@ static void put(page *p, const char *fmt, ...) {
 }
 
 /* A label value with \, " and newline escaped, as the format requires. */
-static void put_label_value(page *p, const char *v) {
+void page_label_value(page *p, const char *v) {
   for (; *v; v++) {
     if (*v == '\\' || *v == '"')
-      put(p, "\\%c", *v);
+      page_put(p, "\\%c", *v);
     else if (*v == '\n')
-      put(p, "\\n");
+      page_put(p, "\\n");
     else
-      put(p, "%c", *v);
+      page_put(p, "%c", *v);
   }
 }
 
-static void family(page *p, const char *name, const char *type, const char *help) {
-  put(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+void page_family(page *p, const char *name, const char *type, const char *help) {
+  page_put(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* ---- storage counters ------------------------------------------------------- */
@@ -126,26 +121,20 @@ static const field l2_fields[] = {
          "(prefetch_policy load_or_recompute)."),
 };
 
-static uint64_t u64_at(const void *base, size_t off) {
-  uint64_t v;
-  memcpy(&v, (const char *)base + off, sizeof(v));
-  return v;
-}
-
 /* The L1 manager counts watermark rounds in `evicted` and demand
  * evictions inside a reservation in `evicted_on_demand` (l1_admin.c's
  * l1_evict, l1_write.c's l1_demand_candidates): two disjoint counts. */
 static void put_evictions(page *p, const kva_storage_stats *st) {
   const char *name = "kvact_l1_evictions_total";
-  family(p, name, "counter", "Objects evicted from L1, by what asked for the room.");
-  put(p, "%s{reason=\"watermark\"} %lu\n", name, (unsigned long)st->evicted);
-  put(p, "%s{reason=\"demand\"} %lu\n", name, (unsigned long)st->evicted_on_demand);
+  page_family(p, name, "counter", "Objects evicted from L1, by what asked for the room.");
+  page_put(p, "%s{reason=\"watermark\"} %lu\n", name, (unsigned long)st->evicted);
+  page_put(p, "%s{reason=\"demand\"} %lu\n", name, (unsigned long)st->evicted_on_demand);
 }
 
 static void put_fields(page *p, const kva_storage_stats *st, const field *f, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    family(p, f[i].name, f[i].type, f[i].help);
-    put(p, "%s %lu\n", f[i].name, (unsigned long)u64_at(st, f[i].off));
+    page_family(p, f[i].name, f[i].type, f[i].help);
+    page_put(p, "%s %lu\n", f[i].name, (unsigned long)page_u64_at(st, f[i].off));
   }
 }
 
@@ -157,123 +146,28 @@ static void put_storage(page *p, const kva_storage_stats *st) {
   put_fields(p, st, l2_fields, COUNT(l2_fields));
 }
 
-/* ---- L2 tiers ---------------------------------------------------------------- */
-
-typedef struct tier_view {
-  const char *name;
-  int rc; /* of kva_l2_get_tier_stats: KVA_EIO = adapter unknown, the rest filled */
-  kva_l2_tier_stats st;
-} tier_view;
-
-typedef struct tier_field {
-  field f;
-  int adapter; /* from the adapter's answer: left out when it failed */
-} tier_field;
-
-#define TIER(n, t, f, h, a)                                                                        \
-  { {"kvact_l2_tier_" n, t, h, offsetof(kva_l2_tier_stats, f)}, a }
-static const tier_field tier_fields[] = {
-    TIER("stored_keys_total", "counter", stored_keys, "Keys stored to the tier.", 0),
-    TIER("stored_bytes_total", "counter", stored_bytes, "Bytes stored to the tier.", 0),
-    TIER("loaded_keys_total", "counter", loaded_keys, "Keys loaded from the tier.", 0),
-    TIER("loaded_bytes_total", "counter", loaded_bytes, "Bytes loaded from the tier.", 0),
-    TIER("objects", "gauge", adapter.objects, "Objects the tier holds.", 1),
-    TIER("bytes", "gauge", adapter.bytes, "Bytes the tier holds.", 1),
-    TIER("keys_locked", "gauge", adapter.keys_locked, "Lookup locks the tier holds.", 1),
-    TIER("store_failures_total", "counter", adapter.store_failures,
-         "Store tasks the tier's adapter failed.", 1),
-    TIER("load_failures_total", "counter", adapter.load_failures,
-         "Keys the tier's adapter failed to load.", 1),
-    TIER("skipped_slow_keys_total", "counter", skipped_slow_keys,
-         "Keys found in the tier but left to the engine to recompute, as slower to load.", 0),
-    TIER("queued_bytes", "gauge", queued_bytes,
-         "Bytes the load plan sees queued on the tier (loads, or loads and stores before a load "
-         "was measured), not yet answered.",
-         0),
-    TIER("lookups_skipped_total", "counter", lookups_skipped,
-         "Prefetches and plans that did not ask the tier, as its lookup could not pay.", 0),
-};
-
-/* The meter's measurements (doubles), as the load plan sees them. */
-typedef struct tier_rate {
-  const char *name, *help;
-  size_t off;
-} tier_rate;
-static const tier_rate tier_rates[] = {
-    {"kvact_l2_tier_bytes_per_second",
-     "The tier's measured throughput while busy, loads and stores (0 = not measured yet).",
-     offsetof(kva_l2_tier_stats, bytes_per_s)},
-    {"kvact_l2_tier_lookup_seconds", "The tier's measured lookup round trip (average).",
-     offsetof(kva_l2_tier_stats, latency_s)},
-};
-
-static void put_tier_sample(page *p, const char *name, const tier_view *t, uint64_t v) {
-  put(p, "%s{tier=\"", name);
-  put_label_value(p, t->name);
-  put(p, "\"} %lu\n", (unsigned long)v);
-}
-
-static bool tier_has(const tier_view *t, int adapter) {
-  return t->rc == KVA_OK || (t->rc == KVA_EIO && !adapter);
-}
-
-static void put_tiers(page *p, const tier_view *t, uint32_t n) {
-  family(p, "kvact_l2_tier_bypassed", "gauge", "1 while the tier is bypassed, else 0.");
-  for (uint32_t i = 0; i < n; i++)
-    if (tier_has(&t[i], 0)) put_tier_sample(p, "kvact_l2_tier_bypassed", &t[i], t[i].st.bypassed);
-  for (size_t k = 0; k < COUNT(tier_fields); k++) {
-    const tier_field *f = &tier_fields[k];
-    family(p, f->f.name, f->f.type, f->f.help);
-    for (uint32_t i = 0; i < n; i++)
-      if (tier_has(&t[i], f->adapter))
-        put_tier_sample(p, f->f.name, &t[i], u64_at(&t[i].st, f->f.off));
-  }
-  for (size_t k = 0; k < COUNT(tier_rates); k++) {
-    const tier_rate *r = &tier_rates[k];
-    family(p, r->name, "gauge", r->help);
-    for (uint32_t i = 0; i < n; i++) {
-      if (!tier_has(&t[i], 0)) continue;
-      double v;
-      memcpy(&v, (const char *)&t[i].st + r->off, sizeof(v));
-      put(p, "%s{tier=\"", r->name);
-      put_label_value(p, t[i].name);
-      put(p, "\"} %.9g\n", v);
-    }
-  }
-}
-
-/* The tiers' names and counts are fixed once the runtime started. */
-static uint32_t read_tiers(kva_storage *s, tier_view *out) {
-  uint32_t n = s->tiers.n;
-  for (uint32_t i = 0; i < n; i++) {
-    out[i].name = s->tiers.t[i].name;
-    out[i].rc = kva_l2_get_tier_stats(s, out[i].name, &out[i].st);
-  }
-  return n;
-}
-
 /* ---- clients ------------------------------------------------------------------- */
 
 static void put_client_labels(page *p, const char *name, const metrics_client *c) {
-  put(p, "%s{pid=\"%u\",uid=\"%u\"", name, c->pid, c->uid);
+  page_put(p, "%s{pid=\"%u\",uid=\"%u\"", name, c->pid, c->uid);
 }
 
 static void put_clients(page *p, size_t connected, const metrics_client *c, size_t n) {
-  family(p, "kvact_clients_connected", "gauge", "Client processes connected now.");
-  put(p, "kvact_clients_connected %zu\n", connected);
+  page_family(p, "kvact_clients_connected", "gauge", "Client processes connected now.");
+  page_put(p, "kvact_clients_connected %zu\n", connected);
   const char *req = "kvact_client_requests_total", *locks = "kvact_client_locks";
-  family(p, req, "counter", "Requests of a client since it connected.");
+  page_family(p, req, "counter", "Requests of a client since it connected.");
   for (size_t i = 0; i < n; i++) {
     put_client_labels(p, req, &c[i]);
-    put(p, "} %lu\n", (unsigned long)c[i].requests);
+    page_put(p, "} %lu\n", (unsigned long)c[i].requests);
   }
-  family(p, locks, "gauge", "Locks a client holds now, by kind.");
+  page_family(p, locks, "gauge", "Locks a client holds now, by kind.");
   static const char *const kinds[] = {"write", "read", "pin"};
   for (size_t i = 0; i < n; i++) {
     const uint64_t held[] = {c[i].write_locks, c[i].read_locks, c[i].pins};
     for (size_t k = 0; k < 3; k++) {
       put_client_labels(p, locks, &c[i]);
-      put(p, ",kind=\"%s\"} %lu\n", kinds[k], (unsigned long)held[k]);
+      page_put(p, ",kind=\"%s\"} %lu\n", kinds[k], (unsigned long)held[k]);
     }
   }
 }
@@ -296,17 +190,18 @@ static size_t read_clients(const metrics_source *src, metrics_client **list, siz
 
 static void put_histogram(page *p, const latency_hist *h) {
   const char *name = "kvact_prefetch_latency_seconds";
-  family(p, name, "histogram", "Time from a prefetch's submission to its answer.");
+  page_family(p, name, "histogram", "Time from a prefetch's submission to its answer.");
   uint64_t cum = 0;
   for (uint32_t i = 0; i < LATENCY_BUCKETS; i++) {
     cum += __atomic_load_n(&h->bucket[i], __ATOMIC_RELAXED); /* relaxed: see latency_observe */
     if (i < LATENCY_BUCKETS - 1)
-      put(p, "%s_bucket{le=\"%g\"} %lu\n", name, (double)bound_ns[i] / 1e9, (unsigned long)cum);
+      page_put(p, "%s_bucket{le=\"%g\"} %lu\n", name, (double)bound_ns[i] / 1e9,
+               (unsigned long)cum);
     else
-      put(p, "%s_bucket{le=\"+Inf\"} %lu\n", name, (unsigned long)cum);
+      page_put(p, "%s_bucket{le=\"+Inf\"} %lu\n", name, (unsigned long)cum);
   }
   uint64_t sum = __atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED);
-  put(p, "%s_sum %.9f\n%s_count %lu\n", name, (double)sum / 1e9, name, (unsigned long)cum);
+  page_put(p, "%s_sum %.9f\n%s_count %lu\n", name, (double)sum / 1e9, name, (unsigned long)cum);
 }
 
 /* ---- the page ------------------------------------------------------------------------ */
@@ -315,15 +210,15 @@ size_t metrics_render(const metrics_source *src, char *buf, size_t cap) {
   page p = {.buf = buf, .cap = cap};
   if (cap) buf[0] = '\0';
   kva_storage_stats st;
-  tier_view tiers[L2_MAX_TIERS];
   bool have_stats = kva_storage_get_stats(src->s, &st) == KVA_OK;
-  uint32_t ntiers = read_tiers(src->s, tiers);
+  metrics_l2 *l2 = metrics_l2_read(src->s);
   metrics_client *list;
   size_t nlist, connected = read_clients(src, &list, &nlist);
   if (have_stats) put_storage(&p, &st);
-  put_tiers(&p, tiers, ntiers);
+  if (l2) metrics_l2_put(&p, l2);
   put_clients(&p, connected, list, nlist);
   free(list);
+  metrics_l2_free(l2);
   if (src->prefetch) put_histogram(&p, src->prefetch);
   return p.len;
 }

@@ -49,8 +49,13 @@ typedef struct ctl_job {
   kva_tier_hits lookup;
   kva_storage_stats stats;
   kva_l2_tier_stats tier_stats;
+  kva_l2_tier_keys tier_keys;
   kva_memcheck_report memcheck; /* MEMCHECK (flag: callers_only) */
   char *text;                   /* MEMCHECK: report_len bytes */
+  kva_l2_node_stats *nodes;     /* TIER_NODES: cap entries (zeroed) */
+  uint32_t cap;
+  size_t nodes_n; /* TIER_NODES: out */
+  double map_age_s;
 } ctl_job;
 
 #define CTL_THREADS 2 /* 0: lookups; 1: the rest (a flush may take long) */

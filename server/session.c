@@ -348,6 +348,7 @@ static void on_stop(kva_actor *self, void *state) {
     free(s->pos);
     free(s->held);
     free(s->text);
+    free(s->nodes);
     free(s);
   }
   free(ss->slots);

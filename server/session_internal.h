@@ -45,6 +45,8 @@ typedef struct slot {
   size_t keys_cap, sub_cap, status_cap, sub_status_cap, bufs_cap, ids_cap, pos_cap, held_cap;
   ctl_job job;
   char *text;
+  kva_l2_node_stats *nodes; /* TIER_NODES' answers, nodes_room of them */
+  size_t nodes_room;
 } slot;
 
 struct srv_session {

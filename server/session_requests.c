@@ -165,6 +165,16 @@ void start_l1(srv_session *ss, slot *s, const proto_req *q) {
   send_frame(ss, &r, s->id);
 }
 
+/* TIER_NODES' room for the request's cap entries, zeroed (nothing of an
+ * earlier answer travels): false when out of memory. */
+static bool nodes_room(slot *s, uint32_t cap) {
+  if (cap && !ARRAY_GROW(s->nodes, &s->nodes_room, cap)) return false;
+  if (cap) memset(s->nodes, 0, cap * sizeof(*s->nodes));
+  s->job.nodes = cap ? s->nodes : NULL;
+  s->job.cap = cap;
+  return true;
+}
+
 /* The calls that span the tiers go to a control thread. */
 void start_ctl(srv_session *ss, slot *s, const proto_req *q) {
   ctl_job *j = &s->job;
@@ -180,6 +190,11 @@ void start_ctl(srv_session *ss, slot *s, const proto_req *q) {
     if (!s->text && !(s->text = malloc(PROTO_MAX_TEXT))) j->report_len = 0;
     j->text = s->text;
   }
+  if (q->type == P_TIER_NODES && !nodes_room(s, q->cap)) {
+    slot_put(ss, s);
+    reply_result(ss, q->type, s->id, KVA_ENOMEM);
+    return;
+  }
   s->state = SL_CTL;
   if (control_submit(ss->sv, q->type == P_LOOKUP ? 0 : 1, j, ss->self, s->index) != KVA_OK) {
     slot_put(ss, s);
@@ -190,7 +205,7 @@ void start_ctl(srv_session *ss, slot *s, const proto_req *q) {
 bool is_ctl(uint16_t type) {
   return type == P_LOOKUP || type == P_MEMCHECK || type == P_STATS || type == P_FLUSH ||
          type == P_FREEZE || type == P_SET_BYPASS || type == P_BYPASSED || type == P_L2_CONTAINS ||
-         type == P_TIER_STATS;
+         type == P_TIER_STATS || type == P_TIER_KEYS || type == P_TIER_NODES;
 }
 
 /* ---- replies from the L1 manager and the control threads --------------------- */
@@ -300,6 +315,13 @@ void on_ctl_done(srv_session *ss, slot *s) {
     rep.stats = &j->stats;
   } else if (s->ptype == P_TIER_STATS) {
     rep.tier_stats = &j->tier_stats;
+  } else if (s->ptype == P_TIER_KEYS) {
+    rep.tier_keys = &j->tier_keys;
+  } else if (s->ptype == P_TIER_NODES) {
+    rep.nodes = j->nodes;
+    rep.nodes_cap = j->cap;
+    rep.nodes_n = j->nodes_n < UINT32_MAX ? (uint32_t)j->nodes_n : UINT32_MAX;
+    rep.map_age_s = j->map_age_s;
   } else if (s->ptype == P_MEMCHECK) {
     rep.memcheck = &j->memcheck;
     rep.text = j->text;

@@ -1,10 +1,11 @@
 /*
  * tiers.c — the facade's calls across tiers (LMCache v1 StorageManager's
  * features; docs/invariants.md I-FA-2, I-L2-7): kva_lookup
- * (get_block_mapping) and pins, freeze, bypass, kva_flush, kva_l2_contains
- * and kva_l2_get_tier_stats. Each is a short sequence of requests from one
- * borrowed session: to the L1 manager, then tier by tier. In a client
- * (client.socket) each is one CL_CALL: the daemon walks its own tiers.
+ * (get_block_mapping) and pins, freeze, bypass, kva_flush, kva_l2_contains,
+ * kva_l2_get_tier_stats, _keys and _nodes. Each is a short sequence of
+ * requests from one borrowed session: to the L1 manager, then tier by
+ * tier. In a client (client.socket) each is one CL_CALL: the daemon walks
+ * its own tiers.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -195,14 +196,18 @@ int kva_unpin(kva_storage *s, const kva_key *k, size_t n) {
   return storage_call(s, L1_UNPIN, &r);
 }
 
-/* A call naming a tier, in a client. */
-static int remote_tier_call(kva_storage *s, uint16_t type, const char *tier, int on,
-                            const kva_key *k, kva_l2_tier_stats *ts) {
+/* A call naming a tier, in a client: c holds its other arguments and
+ * outputs. */
+static int remote_tier_call(kva_storage *s, const char *tier, client_call *c) {
   if (!tier || strlen(tier) >= PROTO_TIER_BYTES) return KVA_EINVAL;
-  client_call c = {.req = {.type = type, .flag = on != 0, .n = k ? 1 : 0, .keys = k},
-                   .tier_stats = ts};
-  strcpy(c.req.tier, tier);
-  return storage_remote(s, &c);
+  strcpy(c->req.tier, tier);
+  return storage_remote(s, c);
+}
+
+static int remote_tier_ask(kva_storage *s, uint16_t type, const char *tier, int on,
+                           const kva_key *k) {
+  client_call c = {.req = {.type = type, .flag = on != 0, .n = k ? 1 : 0, .keys = k}};
+  return remote_tier_call(s, tier, &c);
 }
 
 int kva_set_freeze(kva_storage *s, int on) {
@@ -214,7 +219,7 @@ int kva_set_freeze(kva_storage *s, int on) {
 }
 
 int kva_set_tier_bypass(kva_storage *s, const char *tier, int on) {
-  if (s && s->client) return remote_tier_call(s, P_SET_BYPASS, tier, on, NULL, NULL);
+  if (s && s->client) return remote_tier_ask(s, P_SET_BYPASS, tier, on, NULL);
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0) return KVA_EINVAL;
   __atomic_store_n(&s->tiers.t[t].bypass_manual, on != 0, __ATOMIC_RELAXED);
@@ -223,7 +228,7 @@ int kva_set_tier_bypass(kva_storage *s, const char *tier, int on) {
 }
 
 int kva_tier_bypassed(kva_storage *s, const char *tier) {
-  if (s && s->client) return remote_tier_call(s, P_BYPASSED, tier, 0, NULL, NULL);
+  if (s && s->client) return remote_tier_ask(s, P_BYPASSED, tier, 0, NULL);
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0) return KVA_EINVAL;
   return !l2_usable(&s->tiers, (uint32_t)t);
@@ -258,7 +263,7 @@ static int do_contains(kva_storage *s, session *ss, void *arg) {
 
 int kva_l2_contains(kva_storage *s, const char *tier, const kva_key *k) {
   if (s && s->client)
-    return k && key_valid(k) ? remote_tier_call(s, P_L2_CONTAINS, tier, 0, k, NULL) : KVA_EINVAL;
+    return k && key_valid(k) ? remote_tier_ask(s, P_L2_CONTAINS, tier, 0, k) : KVA_EINVAL;
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !k || !key_valid(k)) return KVA_EINVAL;
   contains_args a = {(uint32_t)t, k};
@@ -284,7 +289,9 @@ static int do_tier_stats(kva_storage *s, session *ss, void *arg) {
 
 int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *out) {
   if (s && s->client)
-    return out ? remote_tier_call(s, P_TIER_STATS, tier, 0, NULL, out) : KVA_EINVAL;
+    return out ? remote_tier_call(s, tier,
+                                  &(client_call){.req = {.type = P_TIER_STATS}, .tier_stats = out})
+               : KVA_EINVAL;
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !out) return KVA_EINVAL;
   const l2_tier *lt = &s->tiers.t[t];
@@ -308,7 +315,10 @@ int kva_l2_get_tier_stats(kva_storage *s, const char *tier, kva_l2_tier_stats *o
 }
 
 int kva_l2_get_tier_keys(kva_storage *s, const char *tier, kva_l2_tier_keys *out) {
-  if (s && s->client) return KVA_ENOTSUP;
+  if (s && s->client)
+    return out ? remote_tier_call(s, tier,
+                                  &(client_call){.req = {.type = P_TIER_KEYS}, .tier_keys = out})
+               : KVA_EINVAL;
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !out) return KVA_EINVAL;
   const l2_tier *lt = &s->tiers.t[t];
@@ -341,12 +351,27 @@ static int do_tier_nodes(kva_storage *s, session *ss, void *arg) {
   return rc != KVA_OK ? rc : a->r.result;
 }
 
+/* In a client: the daemon's answer, at most PROTO_MAX_NODES entries of
+ * it (*n still counts them all). */
+static int remote_tier_nodes(kva_storage *s, const char *tier, kva_l2_node_stats *out, size_t cap,
+                             size_t *n, double *map_age_s) {
+  if (!n || (cap && !out)) return KVA_EINVAL;
+  client_call c = {
+      .req = {.type = P_TIER_NODES, .cap = cap < PROTO_MAX_NODES ? (uint32_t)cap : PROTO_MAX_NODES},
+      .nodes = out};
+  int rc = remote_tier_call(s, tier, &c);
+  if (rc != KVA_OK) return rc;
+  *n = c.nodes_n;
+  if (map_age_s) *map_age_s = c.map_age_s;
+  return KVA_OK;
+}
+
 /* Only built-in adapters of servers are asked (has_nodes): one that does
  * not know KVA_L2_NODES would never answer, and the request lives on this
  * stack. */
 int kva_l2_get_tier_nodes(kva_storage *s, const char *tier, kva_l2_node_stats *out, size_t cap,
                           size_t *n, double *map_age_s) {
-  if (s && s->client) return KVA_ENOTSUP;
+  if (s && s->client) return remote_tier_nodes(s, tier, out, cap, n, map_age_s);
   int t = s ? l2_tier_index(&s->tiers, tier) : -1;
   if (t < 0 || !n || (cap && !out)) return KVA_EINVAL;
   if (!s->tiers.t[t].has_nodes) return KVA_ENOTSUP;

@@ -51,6 +51,8 @@ static const char *const type_names[P_TYPE_END] = {
     [P_L2_CONTAINS] = "L2_CONTAINS",
     [P_TIER_STATS] = "TIER_STATS",
     [P_BYE] = "BYE",
+    [P_TIER_KEYS] = "TIER_KEYS",
+    [P_TIER_NODES] = "TIER_NODES",
 };
 
 const char *wire_type_name(uint16_t type) {
@@ -165,6 +167,7 @@ enum {
   RF_RESERVED,
   RF_REPORT_LEN,
   RF_TIMEOUT, /* i32 */
+  RF_CAP,     /* TIER_NODES: 0..PROTO_MAX_NODES */
   RF_LAYOUT,  /* PROTO_LAYOUT_BYTES */
   RF_TIER,    /* PROTO_TIER_BYTES */
   RF_KEYS,    /* n keys, always last */
@@ -193,6 +196,8 @@ static const uint8_t req_fields[P_TYPE_END][6] = {
     [P_L2_CONTAINS] = {RF_TIER, RF_KEY},
     [P_TIER_STATS] = {RF_TIER},
     [P_BYE] = {RF_END},
+    [P_TIER_KEYS] = {RF_TIER},
+    [P_TIER_NODES] = {RF_TIER, RF_CAP},
 };
 
 /* Bytes of field f of r, or 0 when r cannot have it. */
@@ -247,6 +252,9 @@ static void req_field_put(wire_wr *w, uint8_t f, const proto_req *r) {
     break;
   case RF_TIMEOUT:
     wire_wr_u32(w, (uint32_t)r->timeout_ms);
+    break;
+  case RF_CAP:
+    wire_wr_u32(w, r->cap);
     break;
   case RF_LAYOUT:
     wr_layout(w, &r->layout);
@@ -310,6 +318,8 @@ static int req_u32_set(req_dec *q, uint8_t f, uint32_t v) {
     return req_in_range(q, v, 1, PROTO_MAX_READERS, &r->readers, "readers");
   case RF_REPORT_LEN:
     return req_in_range(q, v, 0, PROTO_MAX_TEXT, &r->report_len, "report_len");
+  case RF_CAP:
+    return req_in_range(q, v, 0, PROTO_MAX_NODES, &r->cap, "cap");
   case RF_RESERVED:
     return v == 0 ? PROTO_OK : wire_dec_refuse(&q->d, "reserved field 0x%x", v);
   case RF_PID:

@@ -44,6 +44,8 @@
  *   P_L2_CONTAINS    tier, key
  *   P_TIER_STATS     tier
  *   P_BYE            (empty; never answered: the client closes after it)
+ *   P_TIER_KEYS      tier
+ *   P_TIER_NODES     tier, u32 cap (0..PROTO_MAX_NODES: entries wanted)
  *
  * Reply payloads (type | P_REPLY) start with i32 result (the call's
  * return value). A negative result ends the payload, except for MEMCHECK,
@@ -67,6 +69,13 @@
  *                     skipped_slow_keys, queued_bytes, then the bits of
  *                     the doubles bytes_per_s, latency_s, u64
  *                     lookups_skipped
+ *   TIER_KEYS         the 11 u64 of kva_l2_tier_keys in declaration order
+ *   TIER_NODES        u32 nodes (the tier's servers, all of them), u32 count
+ *                     (= min(nodes, the request's cap)), the bits of the
+ *                     double map_age_s (>= 0, or -1: no map), then count x
+ *                     (addr[272], NUL-terminated; i32 state, 0..2; u32
+ *                     slots; the bits of the double failed_s, >= 0; u64
+ *                     outages, failures, failed_cmds)
  *   every other reply: nothing more
  * A span is u64 offset, u64 len: where the object's bytes are in the pool
  * (offset 0, len 0 for a key without bytes).
@@ -88,14 +97,19 @@
 
 #define PROTO_MAGIC 0x4441564bu      /* "KVAD" read as little-endian bytes */
 #define PROTO_PREFETCH_AS_PLANNED 2u /* PREFETCH flag bit: kva_prefetch_opts' */
-#define PROTO_VERSION                                                                              \
-  3u /* 3: STATS and TIER_STATS carry the load plan's fields; PREFETCH's flag bit 1 */
+/* 3: STATS and TIER_STATS carry the load plan's fields; PREFETCH's flag bit 1.
+ * 4: TIER_KEYS, TIER_NODES. Versions must match: a daemon refuses a hello
+ * of another (P_REFUSED, KVA_ENOTSUP), and the client's calls then answer
+ * KVA_ENOTSUP. */
+#define PROTO_VERSION 4u
 #define PROTO_HDR_BYTES 24u
 #define PROTO_KEY_BYTES 105u
 #define PROTO_LAYOUT_BYTES 228u /* 4 + 4 * (4 + 4 + 6 * 8) */
 #define PROTO_TIER_BYTES 32u
 #define PROTO_MAX_KEYS 65536u /* per request (a client splits nothing: larger is KVA_EINVAL) */
 #define PROTO_MAX_TEXT 4096u
+#define PROTO_MAX_NODES 1024u /* TIER_NODES entries per reply (a client asks no more) */
+#define PROTO_NODE_ADDR_BYTES 272u
 #define PROTO_MAX_PAYLOAD (PROTO_MAX_KEYS * PROTO_KEY_BYTES + 512u)
 
 enum {
@@ -119,8 +133,10 @@ enum {
   P_BYPASSED,
   P_L2_CONTAINS,
   P_TIER_STATS,
-  P_BYE,      /* the client is done: its connection ends in order (no reply) */
-  P_TYPE_END, /* requests are 1 .. P_TYPE_END - 1 */
+  P_BYE,        /* the client is done: its connection ends in order (no reply) */
+  P_TIER_KEYS,  /* from version 4 */
+  P_TIER_NODES, /* from version 4 */
+  P_TYPE_END,   /* requests are 1 .. P_TYPE_END - 1 */
   P_REFUSED = 0x7fff,
   P_REPLY = 0x8000,
   P_WELCOME = P_HELLO | P_REPLY,
@@ -165,6 +181,7 @@ typedef struct proto_req {
   uint32_t pid;        /* HELLO */
   uint32_t report_len; /* MEMCHECK */
   int32_t timeout_ms;  /* FLUSH */
+  uint32_t cap;        /* TIER_NODES: entries wanted, 0..PROTO_MAX_NODES */
   kva_layout layout;   /* RESERVE_WRITE; PREFETCH when flag */
   char tier[PROTO_TIER_BYTES];
   const kva_key *keys; /* encode: n keys (L2_CONTAINS: 1, whatever n); decode:
@@ -186,7 +203,8 @@ size_t proto_req_put(uint8_t *buf, size_t cap, const proto_req *r, uint64_t id);
  * field: n in 1..PROTO_MAX_KEYS, against the payload length and keys_cap,
  * each key with kva_key_valid, layouts with kva_layout_bytes != 0, readers
  * in 1..128, mode a kva_write_mode, flags 0/1, report_len, HELLO's
- * reserved 0, tier names NUL-terminated, no trailing bytes. PROTO_OK, or
+ * reserved 0, TIER_NODES' cap <= PROTO_MAX_NODES, tier names
+ * NUL-terminated, no trailing bytes. PROTO_OK, or
  * PROTO_EFRAME with why (*r and keys then hold whatever was decoded).
  * Bytes past a model's or tier name's NUL and past hash_len are kept as
  * sent, so a decoded request encodes back to the same bytes. */
@@ -210,12 +228,19 @@ typedef struct proto_rep {
   kva_tier_hits *lookup;         /* LOOKUP */
   kva_storage_stats *stats;      /* STATS */
   kva_l2_tier_stats *tier_stats; /* TIER_STATS */
+  kva_l2_tier_keys *tier_keys;   /* TIER_KEYS */
   kva_memcheck_report *memcheck; /* MEMCHECK: encode reads it (NULL: zeros); decode
                                     fills it (NULL: skipped) */
-  char *text;                    /* MEMCHECK report, REFUSED message: encode reads
-                                    text_len bytes; decode copies up to text_cap - 1
-                                    bytes and a NUL (none when text_cap is 0) */
-  uint32_t text_len;             /* decode: the length sent, even when cut */
+  /* TIER_NODES: nodes_cap is the request's cap (<= PROTO_MAX_NODES), nodes
+   * an array of that many (encode: the first min(nodes_n, nodes_cap) are
+   * sent; decode: as many are filled, NULL: checked and skipped) */
+  kva_l2_node_stats *nodes;
+  uint32_t nodes_n, nodes_cap;
+  double map_age_s;
+  char *text;        /* MEMCHECK report, REFUSED message: encode reads
+                        text_len bytes; decode copies up to text_cap - 1
+                        bytes and a NUL (none when text_cap is 0) */
+  uint32_t text_len; /* decode: the length sent, even when cut */
   uint32_t text_cap;
 } proto_rep;
 
@@ -224,8 +249,9 @@ typedef struct proto_rep {
  * encodes no per-type part (but MEMCHECK's text, and REFUSED's). 0 when r
  * cannot be encoded: unknown type, P_REFUSED with result >= 0, n >
  * PROTO_MAX_KEYS, NULL status/spans with n > 0, NULL lookup/stats/
- * tier_stats where sent, ntiers > 8, text_len > PROTO_MAX_TEXT, NULL text
- * with text_len > 0. */
+ * tier_stats/tier_keys where sent, ntiers > 8, nodes_cap >
+ * PROTO_MAX_NODES, NULL nodes with entries to send, text_len >
+ * PROTO_MAX_TEXT, NULL text with text_len > 0. */
 size_t proto_rep_size(const proto_rep *r);
 size_t proto_rep_put(uint8_t *buf, size_t cap, const proto_rep *r, uint64_t id);
 /* Decodes the payload of reply header h into *r, whose pointers the caller
@@ -233,10 +259,13 @@ size_t proto_rep_put(uint8_t *buf, size_t cap, const proto_rep *r, uint64_t id);
  * if h->type is neither that | P_REPLY nor P_REFUSED; after P_REFUSED,
  * r->type is P_REFUSED), r->n the number of keys it sent (a reply with
  * another n is refused), status/spans arrays of n entries, lookup/stats/
- * tier_stats/text where the type has them. Spans are checked against
- * pool_bytes: off + len <= pool_bytes without overflow, and off 0 when
- * len is 0; LOOKUP's tier names must be NUL-terminated (its entries past
- * ntiers are zeroed). A payload longer or shorter than its type and result
+ * tier_stats/tier_keys/text where the type has them, nodes and nodes_cap
+ * for TIER_NODES (a count other than min(nodes, nodes_cap) is refused).
+ * Spans are checked against pool_bytes: off + len <= pool_bytes without
+ * overflow, and off 0 when len is 0; LOOKUP's tier names must be
+ * NUL-terminated (its entries past ntiers are zeroed); TIER_NODES'
+ * addresses NUL-terminated, states KVA_L2_NODE_*, failed_s a number >= 0,
+ * map_age_s one >= 0 or -1. A payload longer or shorter than its type and result
  * call for is PROTO_EFRAME; with a negative result the caller's outputs are
  * left untouched (as in-process), but for the text. r->type and r->result
  * are set on PROTO_OK only; after PROTO_EFRAME the outputs hold whatever

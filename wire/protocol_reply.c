@@ -35,6 +35,7 @@ _Static_assert(sizeof(((kva_tier_hits *)0)->tier) / sizeof(((kva_tier_hits *)0)-
 #define MEMCHECK_U64 5u
 #define TIER_PLAN_U64                                                                              \
   5u /* skipped_slow_keys, queued_bytes, bytes_per_s, latency_s, lookups_skipped */
+#define TIER_KEYS_U64 11u
 #define STATS_BYTES (STATS_U64 * 8u + 4u + 4u + 8u)
 #define TIER_STATS_BYTES (TIER_STATS_U64 * 8u + 4u + L2_STATS_U64 * 8u + TIER_PLAN_U64 * 8u)
 _Static_assert(offsetof(kva_storage_stats, l1_pinned) == STATS_U64 * 8 &&
@@ -55,9 +56,20 @@ _Static_assert(offsetof(kva_l2_tier_stats, bypassed) == TIER_STATS_U64 * 8 &&
                    sizeof(double) == 8,
                "kva_l2_tier_stats is 4 u64, bypassed, kva_l2_stats' 10 u64, then 2 u64, 2 "
                "doubles sent as their bits and a u64 (TIER_STATS)");
+_Static_assert(sizeof(kva_l2_tier_keys) == TIER_KEYS_U64 * 8,
+               "kva_l2_tier_keys is 11 u64 (protocol.h TIER_KEYS)");
 _Static_assert(sizeof(kva_memcheck_report) == MEMCHECK_U64 * 8,
                "kva_memcheck_report is 5 u64 (protocol.h MEMCHECK)");
 _Static_assert(SIZE_MAX >= UINT64_MAX, "LOOKUP's u64 counts are size_t in kva_tier_hits");
+
+/* TIER_NODES: nodes, count, map_age_s; then per node its address, state,
+ * slots, failed_s and 3 u64 counters. */
+#define NODES_HEAD_BYTES 16u
+#define NODE_BYTES (PROTO_NODE_ADDR_BYTES + 4u + 4u + 8u + 3u * 8u)
+_Static_assert(sizeof(((kva_l2_node_stats *)0)->addr) == PROTO_NODE_ADDR_BYTES,
+               "a node's address is char[PROTO_NODE_ADDR_BYTES] (protocol.h TIER_NODES)");
+_Static_assert(8u + NODES_HEAD_BYTES + PROTO_MAX_NODES * NODE_BYTES <= PROTO_MAX_PAYLOAD,
+               "PROTO_MAX_PAYLOAD too small for a reply of PROTO_MAX_NODES nodes");
 
 /* The n u64 at the start of a struct. */
 static void wr_u64s(wire_wr *w, const void *fields, size_t n) {
@@ -75,6 +87,20 @@ static void rd_u64s(wire_rd *in, void *fields, size_t n) {
   }
 }
 
+/* A double travels as its bits. */
+static void wr_f64(wire_wr *w, double d) {
+  uint64_t v;
+  memcpy(&v, &d, 8);
+  wire_wr_u64(w, v);
+}
+
+static double rd_f64(wire_rd *in) {
+  uint64_t v = wire_rd_u64(in);
+  double d;
+  memcpy(&d, &v, 8);
+  return d;
+}
+
 /* The fields of reply payloads after the i32 result. */
 enum {
   RP_END,
@@ -86,6 +112,8 @@ enum {
   RP_LOOKUP,     /* u64 total, u32 ntiers, ntiers x (name, u64 hits) */
   RP_STATS,      /* STATS_BYTES */
   RP_TIER_STATS, /* TIER_STATS_BYTES */
+  RP_TIER_KEYS,  /* TIER_KEYS_U64 u64 */
+  RP_NODES,      /* NODES_HEAD_BYTES, count x NODE_BYTES */
   RP_TEXT,       /* u32 len, bytes; sent whatever the result */
   RP_MEMCHECK,   /* MEMCHECK_U64 u64; sent whatever the result */
 };
@@ -102,6 +130,8 @@ static const uint8_t rep_fields[P_TYPE_END][4] = {
     [P_MEMCHECK] = {RP_MEMCHECK, RP_TEXT},
     [P_STATS] = {RP_STATS},
     [P_TIER_STATS] = {RP_TIER_STATS},
+    [P_TIER_KEYS] = {RP_TIER_KEYS},
+    [P_TIER_NODES] = {RP_NODES},
 };
 static const uint8_t refused_fields[] = {RP_TEXT, RP_END};
 
@@ -113,6 +143,11 @@ static const uint8_t *rep_fields_of(uint16_t type) {
 /* A negative result ends the payload, but for MEMCHECK's counts and text. */
 static bool rep_field_sent(uint8_t f, int32_t result) {
   return result >= 0 || f == RP_TEXT || f == RP_MEMCHECK;
+}
+
+/* TIER_NODES: the entries a reply to a request of cap sends. */
+static uint32_t nodes_count(uint32_t nodes, uint32_t cap) {
+  return nodes < cap ? nodes : cap;
 }
 
 /* Bytes of field f of r into *len; false when r cannot be encoded. */
@@ -143,6 +178,14 @@ static bool rep_field_size(uint8_t f, const proto_rep *r, size_t *len) {
   case RP_TIER_STATS:
     *len = TIER_STATS_BYTES;
     return r->tier_stats != NULL;
+  case RP_TIER_KEYS:
+    *len = TIER_KEYS_U64 * 8;
+    return r->tier_keys != NULL;
+  case RP_NODES: {
+    uint32_t count = nodes_count(r->nodes_n, r->nodes_cap);
+    *len = NODES_HEAD_BYTES + (size_t)count * NODE_BYTES;
+    return r->nodes_cap <= PROTO_MAX_NODES && (r->nodes || !count);
+  }
   case RP_TEXT:
     *len = 4 + (size_t)r->text_len;
     return r->text_len <= PROTO_MAX_TEXT && (r->text || !r->text_len);
@@ -189,6 +232,23 @@ static void wr_tier_stats(wire_wr *w, const kva_l2_tier_stats *s) {
   wr_u64s(w, &s->skipped_slow_keys, TIER_PLAN_U64);
 }
 
+static void wr_nodes(wire_wr *w, const proto_rep *r) {
+  uint32_t count = nodes_count(r->nodes_n, r->nodes_cap);
+  wire_wr_u32(w, r->nodes_n);
+  wire_wr_u32(w, count);
+  wr_f64(w, r->map_age_s);
+  for (uint32_t i = 0; i < count; i++) {
+    const kva_l2_node_stats *n = &r->nodes[i];
+    wire_wr_bytes(w, n->addr, PROTO_NODE_ADDR_BYTES);
+    wire_wr_u32(w, (uint32_t)n->state);
+    wire_wr_u32(w, n->slots);
+    wr_f64(w, n->failed_s);
+    wire_wr_u64(w, n->outages);
+    wire_wr_u64(w, n->failures);
+    wire_wr_u64(w, n->failed_cmds);
+  }
+}
+
 static void rep_field_put(wire_wr *w, uint8_t f, const proto_rep *r) {
   switch (f) {
   case RP_N:
@@ -219,6 +279,12 @@ static void rep_field_put(wire_wr *w, uint8_t f, const proto_rep *r) {
     break;
   case RP_TIER_STATS:
     wr_tier_stats(w, r->tier_stats);
+    break;
+  case RP_TIER_KEYS:
+    wr_u64s(w, r->tier_keys, TIER_KEYS_U64);
+    break;
+  case RP_NODES:
+    wr_nodes(w, r);
     break;
   case RP_TEXT:
     wire_wr_u32(w, r->text_len);
@@ -340,6 +406,56 @@ static int rep_tier_stats_get(rep_dec *q) {
   return PROTO_OK;
 }
 
+static int rep_tier_keys_get(rep_dec *q) {
+  wire_rd *in = &q->d.in;
+  if (in->left < TIER_KEYS_U64 * 8) return wire_dec_refuse(&q->d, "truncated");
+  rd_u64s(in, q->r->tier_keys, TIER_KEYS_U64);
+  return PROTO_OK;
+}
+
+/* Node i of a TIER_NODES reply, checked; into out. */
+static int rep_node_get(rep_dec *q, uint32_t i, kva_l2_node_stats *out) {
+  wire_rd *in = &q->d.in;
+  kva_l2_node_stats n;
+  wire_rd_bytes(in, n.addr, PROTO_NODE_ADDR_BYTES);
+  n.state = (int32_t)wire_rd_u32(in);
+  n.slots = wire_rd_u32(in);
+  n.failed_s = rd_f64(in);
+  n.outages = wire_rd_u64(in);
+  n.failures = wire_rd_u64(in);
+  n.failed_cmds = wire_rd_u64(in);
+  if (in->short_read) return wire_dec_refuse(&q->d, "truncated");
+  if (!memchr(n.addr, '\0', PROTO_NODE_ADDR_BYTES))
+    return wire_dec_refuse(&q->d, "node %u's address not NUL-terminated", i);
+  if (n.state < KVA_L2_NODE_OK || n.state > KVA_L2_NODE_BYPASSED)
+    return wire_dec_refuse(&q->d, "node %u's state %d", i, n.state);
+  if (!isfinite(n.failed_s) || n.failed_s < 0)
+    return wire_dec_refuse(&q->d, "node %u's failed_s that is no number", i);
+  if (out) *out = n;
+  return PROTO_OK;
+}
+
+/* The entries go to r->nodes (NULL: checked, not kept); their count must
+ * be what a request of r->nodes_cap gets. */
+static int rep_nodes_get(rep_dec *q) {
+  wire_rd *in = &q->d.in;
+  proto_rep *r = q->r;
+  uint32_t nodes = wire_rd_u32(in), count = wire_rd_u32(in);
+  double age = rd_f64(in);
+  if (in->short_read) return wire_dec_refuse(&q->d, "truncated");
+  uint32_t cap = nodes_count(r->nodes_cap, PROTO_MAX_NODES);
+  if (count != nodes_count(nodes, cap))
+    return wire_dec_refuse(&q->d, "%u entries for %u nodes and room for %u", count, nodes, cap);
+  if (!isfinite(age) || (age < 0 && age != -1))
+    return wire_dec_refuse(&q->d, "a map age that is no number");
+  if (in->left < (size_t)count * NODE_BYTES) return wire_dec_refuse(&q->d, "truncated");
+  for (uint32_t i = 0; i < count; i++)
+    if (rep_node_get(q, i, r->nodes ? &r->nodes[i] : NULL) != PROTO_OK) return PROTO_EFRAME;
+  r->nodes_n = nodes;
+  r->map_age_s = age;
+  return PROTO_OK;
+}
+
 static int rep_memcheck_get(rep_dec *q) {
   wire_rd *in = &q->d.in;
   kva_memcheck_report c;
@@ -389,6 +505,10 @@ static int rep_field_get(rep_dec *q, uint8_t f) {
     return rep_stats_get(q);
   case RP_TIER_STATS:
     return rep_tier_stats_get(q);
+  case RP_TIER_KEYS:
+    return rep_tier_keys_get(q);
+  case RP_NODES:
+    return rep_nodes_get(q);
   case RP_TEXT:
     return rep_text_get(q);
   case RP_MEMCHECK:

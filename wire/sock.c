@@ -140,3 +140,12 @@ int wire_next(wire_buf *w, proto_hdr *h, const uint8_t **payload, char *why, siz
   if (w->off == w->len) w->off = w->len = 0; /* payload still readable: no compaction here */
   return PROTO_OK;
 }
+
+int wire_next_refusal(wire_buf *w, const proto_hdr *h, const uint8_t **payload) {
+  if (h->type != P_REFUSED || h->len > 8u + PROTO_MAX_TEXT) return PROTO_EVERSION;
+  if (w->len - w->off < PROTO_HDR_BYTES + (size_t)h->len) return 1;
+  *payload = w->b + w->off + PROTO_HDR_BYTES;
+  w->off += PROTO_HDR_BYTES + h->len;
+  if (w->off == w->len) w->off = w->len = 0;
+  return PROTO_OK;
+}

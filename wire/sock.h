@@ -43,5 +43,11 @@ int wire_fill(int sock, wire_buf *w, int *fd_in);
  * there yet, or the header's PROTO_E* error (why set). The frame is
  * consumed by the call. */
 int wire_next(wire_buf *w, proto_hdr *h, const uint8_t **payload, char *why, size_t whylen);
+/* After wire_next's PROTO_EVERSION for header h: a P_REFUSED of another
+ * version (its layout is the same in every version) whose payload is at
+ * most 8 + PROTO_MAX_TEXT bytes is taken as wire_next takes a frame
+ * (PROTO_OK with *payload, or 1 while not all there); any other frame
+ * stays PROTO_EVERSION. */
+int wire_next_refusal(wire_buf *w, const proto_hdr *h, const uint8_t **payload);
 
 #endif

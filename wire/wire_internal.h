@@ -106,7 +106,7 @@ static inline bool wire_is_request(uint16_t type) {
   return type >= P_HELLO && type < P_TYPE_END;
 }
 
-/* "HELLO" .. "TIER_STATS", "REFUSED", or "?" (for the reasons in why). */
+/* "HELLO" .. "TIER_NODES", "REFUSED", or "?" (for the reasons in why). */
 const char *wire_type_name(uint16_t type);
 
 /* The header decoder's refusals: code, with the reason in why (may be

@@ -17,11 +17,11 @@ from .memory import MemoryObj
 from .paged import KVOp, PagedKVCache
 from .runtime import Runtime
 from .prefetch import PrefetchHandle
-from .storage import LookupResult, StorageManager
+from .storage import LookupResult, StorageManager, TierNodes
 
 __all__ = ["Config", "KVOp", "KvactError", "LookupResult", "MemoryLayoutDesc", "MemoryObj",
            "ObjectKey", "PagedKVCache", "PrefetchHandle", "Runtime", "StorageManager",
-           "chunk_keys", "object_keys"]
+           "TierNodes", "chunk_keys", "object_keys"]
 
 # the loaded libkvact.so's kva_version(): the package and the library are one release
 __version__ = _lib.lib.kva_version().decode()

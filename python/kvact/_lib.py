@@ -125,6 +125,23 @@ class L2TierStats(Structure):
                 ("lookups_skipped", c_uint64)]
 
 
+TIER_KEYS_FIELDS = ["written", "stored", "coalesced", "bypassed", "frozen", "gone",
+                    "unavailable", "failed", "dropped", "absent_now", "absent_overflowed"]
+
+
+class L2TierKeys(Structure):
+    _fields_ = [(f, c_uint64) for f in TIER_KEYS_FIELDS]
+
+
+NODE_STATES = {0: "ok", 1: "failed", 2: "bypassed"}  # KVA_L2_NODE_*
+
+
+class L2NodeStats(Structure):
+    _fields_ = [("addr", c_char * 272), ("state", c_int), ("slots", c_uint32),
+                ("failed_s", c_double), ("outages", c_uint64), ("failures", c_uint64),
+                ("failed_cmds", c_uint64)]
+
+
 class LoadPlan(Structure):
     _fields_ = [("found", TierHits), ("worth", c_size_t), ("skipped", c_size_t * 8),
                 ("load_s", c_double), ("recompute_s", c_double), ("split_s", c_double),
@@ -205,6 +222,9 @@ _PROTOTYPES = {
     "kva_tier_bypassed": (c_int, [_P, c_char_p]),
     "kva_l2_contains": (c_int, [_P, c_char_p, _KS]),
     "kva_l2_get_tier_stats": (c_int, [_P, c_char_p, POINTER(L2TierStats)]),
+    "kva_l2_get_tier_keys": (c_int, [_P, c_char_p, POINTER(L2TierKeys)]),
+    "kva_l2_get_tier_nodes": (c_int, [_P, c_char_p, POINTER(L2NodeStats), c_size_t,
+                                      POINTER(c_size_t), POINTER(c_double)]),
     "kva_kv_register": (c_int, [_P, POINTER(PagedKV), POINTER(_P)]),
     "kva_kv_unregister": (None, [_P]),
     "kva_kv_chunk_layout": (Layout, [_P, c_uint32]),

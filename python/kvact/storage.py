@@ -10,9 +10,10 @@ import ctypes
 import threading
 from dataclasses import dataclass
 
-from ._lib import (MEMCHECK_FIELDS, PREFETCH_AS_PLANNED, STATS_FIELDS, Buf, L2TierStats,
-                   LoadPlan, MemcheckOpts, MemcheckReport, PrefetchOpts, StorageStats, TierHit,
-                   TierHits, lib, timeout_ms)
+from ._lib import (MEMCHECK_FIELDS, NODE_STATES, PREFETCH_AS_PLANNED, STATS_FIELDS,
+                   TIER_KEYS_FIELDS, Buf, L2NodeStats, L2TierKeys, L2TierStats, LoadPlan,
+                   MemcheckOpts, MemcheckReport, PrefetchOpts, StorageStats, TierHit, TierHits,
+                   lib, timeout_ms)
 from .errors import KvactError, check
 from .keys import key_array
 from .layout import MemoryLayoutDesc
@@ -30,6 +31,25 @@ class LookupResult:
 
     total: int
     tiers: dict
+
+
+@dataclass(frozen=True)
+class TierNodes:
+    """kva_l2_get_tier_nodes' answer: the tier's servers, each a dict (addr "host:port",
+    state "ok" / "failed" / "bypassed", slots, failed_s, outages, failures, failed_cmds),
+    and the seconds since the tier read its slot map (None: it has none)."""
+
+    nodes: list
+    map_age_s: float = None
+
+    def __iter__(self):  # nodes, map_age_s = sm.tier_nodes(tier)
+        return iter((self.nodes, self.map_age_s))
+
+
+def _node(n):
+    return {"addr": n.addr.decode(), "state": NODE_STATES.get(n.state, str(n.state)),
+            "slots": n.slots, "failed_s": n.failed_s, "outages": n.outages,
+            "failures": n.failures, "failed_cmds": n.failed_cmds}
 
 
 @dataclass(frozen=True)
@@ -314,6 +334,30 @@ class StorageManager:
         out["bypassed"] = bool(s.bypassed)
         out["adapter"] = {f: getattr(s.adapter, f) for f, _ in s.adapter._fields_}
         return out
+
+    def tier_keys(self, tier):
+        """kva_l2_get_tier_keys as a dict: what became of every key written toward `tier`
+        (once flushed, written = stored + coalesced + bypassed + frozen + gone + unavailable
+        + failed + dropped) and absent_now, absent_overflowed."""
+        k = L2TierKeys()
+        check(lib.kva_l2_get_tier_keys(self._ptr, tier.encode(), ctypes.byref(k)), tier)
+        return {f: getattr(k, f) for f in TIER_KEYS_FIELDS}
+
+    def tier_nodes(self, tier):
+        """kva_l2_get_tier_nodes as a TierNodes(nodes, map_age_s): the servers of `tier` (a
+        Redis Cluster's nodes, a single redis server). KvactError KVA_ENOTSUP (-7) for a tier
+        of no servers (mock, disk); through kvactd, at most 1024 of them."""
+        n, age, cap = ctypes.c_size_t(0), ctypes.c_double(-1), 16
+        while True:
+            arr = (L2NodeStats * cap)()
+            check(lib.kva_l2_get_tier_nodes(self._ptr, tier.encode(), arr, cap, ctypes.byref(n),
+                                            ctypes.byref(age)), tier)
+            if n.value <= cap:
+                break
+            cap = n.value  # servers were met since: room for them all
+        # an entry a client's daemon did not send (past 1024) has no address
+        nodes = [_node(arr[i]) for i in range(n.value) if arr[i].addr]
+        return TierNodes(nodes, age.value if age.value >= 0 else None)
 
     def close(self):
         """LMCache's close(): shuts the owning runtime down."""

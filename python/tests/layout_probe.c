@@ -38,6 +38,15 @@ int main(void) {
   OFF(kva_l2_tier_stats, skipped_slow_keys);
   OFF(kva_l2_tier_stats, lookups_skipped);
   OFF(kva_l2_tier_stats, latency_s);
+  SIZE(kva_l2_tier_keys);
+  OFF(kva_l2_tier_keys, dropped);
+  OFF(kva_l2_tier_keys, absent_overflowed);
+  SIZE(kva_l2_node_stats);
+  OFF(kva_l2_node_stats, state);
+  OFF(kva_l2_node_stats, slots);
+  OFF(kva_l2_node_stats, failed_s);
+  OFF(kva_l2_node_stats, outages);
+  OFF(kva_l2_node_stats, failed_cmds);
   SIZE(kva_load_plan);
   OFF(kva_load_plan, worth);
   OFF(kva_load_plan, skipped);

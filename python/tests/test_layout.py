@@ -27,7 +27,7 @@ def _off(struct, field):
 def _actual():
     L, T, H, h = _lib.Layout, _lib.LayoutTensor, _lib.TierHits, _lib.TierHit
     S, TS, A, P = _lib.StorageStats, _lib.L2TierStats, _lib.L2Stats, _lib.PagedKV
-    LP = _lib.LoadPlan
+    LP, TK, N = _lib.LoadPlan, _lib.L2TierKeys, _lib.L2NodeStats
     return {
         "kva_key": ctypes.sizeof(_lib.Key),
         "kva_key.kv_rank": _off(_lib.Key, "kv_rank"),
@@ -58,6 +58,15 @@ def _actual():
         "kva_l2_tier_stats.skipped_slow_keys": _off(TS, "skipped_slow_keys"),
         "kva_l2_tier_stats.lookups_skipped": _off(TS, "lookups_skipped"),
         "kva_l2_tier_stats.latency_s": _off(TS, "latency_s"),
+        "kva_l2_tier_keys": ctypes.sizeof(TK),
+        "kva_l2_tier_keys.dropped": _off(TK, "dropped"),
+        "kva_l2_tier_keys.absent_overflowed": _off(TK, "absent_overflowed"),
+        "kva_l2_node_stats": ctypes.sizeof(N),
+        "kva_l2_node_stats.state": _off(N, "state"),
+        "kva_l2_node_stats.slots": _off(N, "slots"),
+        "kva_l2_node_stats.failed_s": _off(N, "failed_s"),
+        "kva_l2_node_stats.outages": _off(N, "outages"),
+        "kva_l2_node_stats.failed_cmds": _off(N, "failed_cmds"),
         "kva_load_plan": ctypes.sizeof(LP),
         "kva_load_plan.worth": _off(LP, "worth"),
         "kva_load_plan.skipped": _off(LP, "skipped"),

@@ -13,7 +13,8 @@
  * a buffer of exactly that size (ASan sees any overread); a longer len is
  * a frame still arriving, not decoded. The reply decoder expects the reply
  * to request type expect (0: the frame's own), with n keys (modulo
- * PROTO_MAX_KEYS + 1) and spans inside pool_bytes. Checked:
+ * PROTO_MAX_KEYS + 1; a TIER_NODES request's cap is n modulo
+ * PROTO_MAX_NODES + 1) and spans inside pool_bytes. Checked:
  *  - each decoder answers PROTO_OK or one of its refusals, and the same
  *    with why NULL or 1 byte long (then terminated);
  *  - a request is accepted only with a request type, a reply only as the
@@ -21,7 +22,9 @@
  *  - an accepted request has valid keys (kva_key_valid), layouts where
  *    used, fields in range, terminated tier names; an accepted reply has
  *    n entries, spans inside the pool, at most 8 tiers with terminated
- *    names, a text without NUL; both re-encode to the frame's bytes.
+ *    names, min(nodes, cap) nodes with terminated addresses, states
+ *    KVA_L2_NODE_*, failed_s >= 0 and a map age >= 0 or -1, a text
+ *    without NUL; both re-encode to the frame's bytes.
  *
  * Build: bazel build //tests/fuzz:fuzz_protocol; run: tests/fuzz/run_fuzz.sh.
  * Seeds: tests/fuzz/fuzz_seeds.c.
@@ -41,6 +44,7 @@ enum { FIX_LEN = 1 };
 static kva_key keys[PROTO_MAX_KEYS];
 static int32_t status[PROTO_MAX_KEYS];
 static proto_span spans[PROTO_MAX_KEYS];
+static kva_l2_node_stats nodes[PROTO_MAX_NODES];
 
 static uint32_t le32(const uint8_t *b) {
   return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
@@ -93,6 +97,7 @@ static void check_req_valid(const proto_req *r) {
   FUZZ_CHECK(r->mode <= KVA_WRITE_ALL && r->readers <= 128);
   FUZZ_CHECK(r->readers >= 1 || (r->type != P_PREFETCH && r->type != P_FINISH_READ));
   FUZZ_CHECK(r->report_len <= PROTO_MAX_TEXT);
+  FUZZ_CHECK(r->type == P_TIER_NODES ? r->cap <= PROTO_MAX_NODES : r->cap == 0);
   FUZZ_CHECK(memchr(r->tier, '\0', sizeof r->tier) != NULL);
 }
 
@@ -115,6 +120,7 @@ typedef struct rep_out {
   kva_tier_hits lookup;
   kva_storage_stats stats;
   kva_l2_tier_stats tier_stats;
+  kva_l2_tier_keys tier_keys;
   kva_memcheck_report memcheck;
   char text[PROTO_MAX_TEXT + 1];
 } rep_out;
@@ -124,6 +130,9 @@ static void rep_expect(rep_out *o, uint16_t type, uint32_t n) {
   o->r.lookup = &o->lookup;
   o->r.stats = &o->stats;
   o->r.tier_stats = &o->tier_stats;
+  o->r.tier_keys = &o->tier_keys;
+  o->r.nodes = nodes;
+  o->r.nodes_cap = n % (PROTO_MAX_NODES + 1);
   o->r.memcheck = &o->memcheck;
   o->r.text = o->text;
   o->r.text_cap = sizeof o->text;
@@ -143,6 +152,15 @@ static void check_rep_valid(const rep_out *o, uint16_t asked, uint32_t n, uint64
     FUZZ_CHECK(o->lookup.ntiers <= 8);
     for (uint32_t i = 0; i < o->lookup.ntiers; i++)
       FUZZ_CHECK(memchr(o->lookup.tier[i].name, '\0', sizeof o->lookup.tier[i].name) != NULL);
+  }
+  if (ok && r->type == P_TIER_NODES) {
+    uint32_t count = r->nodes_n < r->nodes_cap ? r->nodes_n : r->nodes_cap;
+    FUZZ_CHECK(r->map_age_s >= 0 || r->map_age_s == -1);
+    for (uint32_t i = 0; i < count; i++) {
+      FUZZ_CHECK(memchr(nodes[i].addr, '\0', sizeof nodes[i].addr) != NULL);
+      FUZZ_CHECK(nodes[i].state >= KVA_L2_NODE_OK && nodes[i].state <= KVA_L2_NODE_BYPASSED);
+      FUZZ_CHECK(nodes[i].failed_s >= 0);
+    }
   }
   if (r->type == P_MEMCHECK || r->type == P_REFUSED)
     FUZZ_CHECK(r->text_len <= PROTO_MAX_TEXT && strlen(o->text) == r->text_len);

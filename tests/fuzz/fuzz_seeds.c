@@ -270,6 +270,8 @@ START_TEST(protocol_frames) {
       {"memcheck", P_MEMCHECK, 0, KVA_EIO},
       {"stats", P_STATS, 0, 0},
       {"tier-stats", P_TIER_STATS, 0, 0},
+      {"tier-keys", P_TIER_KEYS, 0, 0},
+      {"tier-nodes", P_TIER_NODES, SAMPLE_NODES_CAP, 0}, /* n: the nodes asked for */
       {"lookup", P_LOOKUP, 3, 0},
       {"read", P_READ, 3, 0},
       {"delete", P_DELETE, 2, KVA_EINVAL},

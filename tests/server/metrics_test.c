@@ -1,7 +1,9 @@
 /*
  * metrics_test.c — kvactd's Prometheus endpoint (server/metrics.h): a
- * scrape over HTTP (curl) answers what kva_storage_get_stats and
- * kva_l2_get_tier_stats say, in a well-formed page, with the clients and
+ * scrape over HTTP (curl) answers what kva_storage_get_stats,
+ * kva_l2_get_tier_stats, kva_l2_get_tier_keys and kva_l2_get_tier_nodes
+ * say (no server families for mock tiers; a redis tier's one server, ok
+ * then failed), in a well-formed page, with the clients and
  * the prefetch histogram of its source; bad addresses and taken ports are
  * refused with a message; only the given address is bound; other paths
  * are 404; connections that trickle a request are closed at the request
@@ -17,6 +19,7 @@
 #include "tests/server/trickle.h"
 #include "tests/support/fixture.h"
 #include "tests/support/l2_client.h"
+#include "tests/support/redis_server.h"
 
 #define MiB (1024u * 1024u)
 #define OBJ (256u * 1024u) /* 16 of them fill L1 */
@@ -88,6 +91,7 @@ static void make_traffic(kva_storage *s) {
 typedef struct snapshot {
   kva_storage_stats st;
   kva_l2_tier_stats tier[2];
+  kva_l2_tier_keys keys[2];
 } snapshot;
 
 static snapshot snap(kva_storage *s) {
@@ -96,6 +100,8 @@ static snapshot snap(kva_storage *s) {
   x.st = l2_storage_stats(s);
   ck_assert_int_eq(kva_l2_get_tier_stats(s, "mock0", &x.tier[0]), KVA_OK);
   ck_assert_int_eq(kva_l2_get_tier_stats(s, ODD_TIER, &x.tier[1]), KVA_OK);
+  ck_assert_int_eq(kva_l2_get_tier_keys(s, "mock0", &x.keys[0]), KVA_OK);
+  ck_assert_int_eq(kva_l2_get_tier_keys(s, ODD_TIER, &x.keys[1]), KVA_OK);
   return x;
 }
 
@@ -105,10 +111,11 @@ static int same_tier(const kva_l2_tier_stats *a, const kva_l2_tier_stats *b) {
          a->bypassed == b->bypassed && !memcmp(&a->adapter, &b->adapter, sizeof(a->adapter));
 }
 
-/* kva_storage_stats has no padding: memcmp compares every counter. */
+/* kva_storage_stats and kva_l2_tier_keys have no padding: memcmp
+ * compares every counter. */
 static int same(const snapshot *a, const snapshot *b) {
   return !memcmp(&a->st, &b->st, sizeof(a->st)) && same_tier(&a->tier[0], &b->tier[0]) &&
-         same_tier(&a->tier[1], &b->tier[1]);
+         same_tier(&a->tier[1], &b->tier[1]) && !memcmp(a->keys, b->keys, sizeof(a->keys));
 }
 
 /* A scrape between two equal snapshots (background eviction may still be
@@ -166,6 +173,34 @@ static void expect_tier(const char *label, const kva_l2_tier_stats *t) {
   ck_assert_uint_eq(tier_value("load_failures_total", label), t->adapter.load_failures);
 }
 
+/* What became of the keys written toward the tier of label. */
+static void expect_keys(const char *label, const kva_l2_tier_keys *k) {
+  static const char *const outcome[] = {"stored", "coalesced",   "bypassed", "frozen",
+                                        "gone",   "unavailable", "failed",   "dropped"};
+  const uint64_t want[] = {k->stored, k->coalesced,   k->bypassed, k->frozen,
+                           k->gone,   k->unavailable, k->failed,   k->dropped};
+  char sample[200];
+  for (int i = 0; i < 8; i++) {
+    snprintf(sample, sizeof(sample), "kvact_l2_tier_keys_total{tier=\"%s\",outcome=\"%s\"}", label,
+             outcome[i]);
+    ck_assert_uint_eq(scrape_u64(page, sample), want[i]);
+  }
+  ck_assert_uint_eq(tier_value("keys_written_total", label), k->written);
+  ck_assert_uint_eq(tier_value("absent_keys", label), k->absent_now);
+  ck_assert_uint_eq(tier_value("absent_overflowed_total", label), k->absent_overflowed);
+}
+
+/* Mock tiers have no servers: no sample of a server's families. */
+static void expect_no_nodes(void) {
+  static const char *const families[] = {"kvact_l2_node_state",
+                                         "kvact_l2_node_failed_seconds",
+                                         "kvact_l2_node_slots",
+                                         "kvact_l2_node_outages_total",
+                                         "kvact_l2_node_failed_commands_total",
+                                         "kvact_l2_tier_map_age_seconds"};
+  for (int i = 0; i < 6; i++) ck_assert_uint_eq(scrape_count(page, families[i]), 0);
+}
+
 /* The traffic moved every counter the check below relies on. */
 static void expect_traffic(const snapshot *x) {
   ck_assert_uint_gt(x->st.hits, 0);
@@ -177,26 +212,113 @@ static void expect_traffic(const snapshot *x) {
   ck_assert_uint_gt(x->st.l2_loaded_keys, 0);
   ck_assert_uint_gt(x->tier[0].stored_bytes, 0);
   ck_assert_uint_gt(x->tier[0].adapter.objects, 0);
+  ck_assert_uint_gt(x->keys[0].stored, 0);
+  ck_assert_uint_gt(x->keys[0].frozen, 0);
+  const kva_l2_tier_keys *k = &x->keys[0]; /* flushed: every key written accounted for */
+  ck_assert_uint_eq(k->written, k->stored + k->coalesced + k->bypassed + k->frozen + k->gone +
+                                    k->unavailable + k->failed + k->dropped);
+}
+
+/* Keys written while frozen: never sent to the tiers. */
+static void write_frozen(kva_storage *s) {
+  kva_layout l = fixture_layout_bytes(OBJ);
+  ck_assert_int_eq(kva_set_freeze(s, 1), KVA_OK);
+  l2_write_range(s, 700, 2, &l, 1);
+  l2_flush(s);
+  ck_assert_int_eq(kva_set_freeze(s, 0), KVA_OK);
 }
 
 START_TEST(a_scrape_answers_the_storage_stats) {
   kva_runtime *rt = fixture_storage(2, 4 * MiB, TIERS, NULL);
   kva_storage *s = kva_storage_of(rt);
   make_traffic(s);
+  write_frozen(s);
   metrics *m = start_metrics("127.0.0.1:0", &(metrics_source){.s = s});
   snapshot x = scrape_quiet(s, metrics_port(m));
-  /* 18 storage samples, 15 per tier (10 counts, the load plan's 5),
+  /* 18 storage samples, 26 per tier (10 counts, the load plan's 5, 8
+   * outcomes of the keys written, written, absent, absent overflowed),
    * clients_connected */
-  ck_assert_uint_eq(scrape_check_format(page), 18 + 2 * 15 + 1);
+  ck_assert_uint_eq(scrape_check_format(page), 18 + 2 * 26 + 1);
   expect_traffic(&x);
   expect_storage(&x.st);
   expect_tier("mock0", &x.tier[0]);
   expect_tier(ODD_LABEL, &x.tier[1]);
+  expect_keys("mock0", &x.keys[0]);
+  expect_keys(ODD_LABEL, &x.keys[1]);
+  expect_no_nodes();
   ck_assert_uint_eq(scrape_u64(page, "kvact_clients_connected"), 0);
   ck_assert_uint_eq(scrape_count(page, "kvact_client_requests_total"), 0);
   ck_assert_uint_eq(scrape_count(page, "kvact_prefetch_latency_seconds_count"), 0);
   metrics_stop(m);
   l2_finish(rt);
+}
+END_TEST
+
+/* ---- a tier of servers -------------------------------------------------------- */
+
+/* The redis tier's one server as the page says it and as
+ * kva_l2_get_tier_nodes does (asked after the scrape). */
+static void expect_node(kva_storage *s, const char *node, int state) {
+  kva_l2_node_stats n;
+  size_t count = 0;
+  ck_assert_int_eq(kva_l2_get_tier_nodes(s, "redis0", &n, 1, &count, NULL), KVA_OK);
+  ck_assert_uint_eq(count, 1);
+  ck_assert_str_eq(n.addr, node);
+  ck_assert_int_eq(n.state, state);
+  char sample[200];
+  snprintf(sample, sizeof(sample), "kvact_l2_node_state{tier=\"redis0\",node=\"%s\"}", node);
+  ck_assert_uint_eq(scrape_u64(page, sample), (uint64_t)state);
+  snprintf(sample, sizeof(sample), "kvact_l2_node_slots{tier=\"redis0\",node=\"%s\"}", node);
+  ck_assert_uint_eq(scrape_u64(page, sample), 0); /* no cluster */
+  snprintf(sample, sizeof(sample), "kvact_l2_node_failed_seconds{tier=\"redis0\",node=\"%s\"}",
+           node);
+  ck_assert(scrape_f64(page, sample) == 0); /* kept for cluster nodes */
+  snprintf(sample, sizeof(sample), "kvact_l2_node_outages_total{tier=\"redis0\",node=\"%s\"}",
+           node);
+  ck_assert_uint_le(scrape_u64(page, sample), n.outages);
+  snprintf(sample, sizeof(sample),
+           "kvact_l2_node_failed_commands_total{tier=\"redis0\",node=\"%s\"}", node);
+  ck_assert_uint_le(scrape_u64(page, sample), n.failed_cmds);
+  ck_assert_uint_eq(scrape_count(page, "kvact_l2_tier_map_age_seconds"), 0); /* no slot map */
+}
+
+/* Scrapes until the server's state on the page is state (5 s). */
+static void scrape_until_state(int port, const char *node, int state) {
+  char sample[200];
+  snprintf(sample, sizeof(sample), "kvact_l2_node_state{tier=\"redis0\",node=\"%s\"}", node);
+  for (int i = 0; i < 100; i++) {
+    scrape_metrics(port, page, sizeof(page));
+    if (scrape_has(page, sample) && scrape_u64(page, sample) == (uint64_t)state) return;
+    l2_sleep_ms(50);
+  }
+  ck_abort_msg("%s never became %d", sample, state);
+}
+
+START_TEST(a_redis_tiers_server_appears_ok_then_failed) {
+  rs_server srv;
+  rs_start(&srv, NULL);
+  char l2[256], node[64];
+  snprintf(l2, sizeof(l2), "l2=[{\"type\":\"redis\",\"addrs\":[\"127.0.0.1:%d\"]}]", srv.port);
+  snprintf(node, sizeof(node), "127.0.0.1:%d", srv.port);
+  kva_runtime *rt = fixture_storage(2, 4 * MiB, l2, NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_bytes(OBJ);
+  l2_write_range(s, 0, 3, &l, 1);
+  l2_flush(s);
+  metrics *m = start_metrics("127.0.0.1:0", &(metrics_source){.s = s});
+  scrape_metrics(metrics_port(m), page, sizeof(page));
+  scrape_check_format(page);
+  expect_node(s, node, KVA_L2_NODE_OK);
+  ck_assert_uint_eq(tier_value("keys_written_total", "redis0"), 3);
+  rs_kill(&srv);
+  kva_key k = fixture_key(0);
+  for (int i = 0; i < 3; i++) ck_assert_int_lt(kva_l2_contains(s, "redis0", &k), 0);
+  scrape_until_state(metrics_port(m), node, KVA_L2_NODE_FAILED);
+  scrape_check_format(page);
+  expect_node(s, node, KVA_L2_NODE_FAILED);
+  metrics_stop(m);
+  kva_runtime_shutdown(rt);
+  rs_stop(&srv);
 }
 END_TEST
 
@@ -464,6 +586,7 @@ Suite *kva_test_suite(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, a_scrape_answers_the_storage_stats);
+  tcase_add_test(tc, a_redis_tiers_server_appears_ok_then_failed);
   tcase_add_test(tc, the_sources_clients_and_histogram_appear);
   tcase_add_test(tc, concurrent_observations_are_each_counted_once);
   tcase_add_test(tc, render_answers_the_length_it_needs);

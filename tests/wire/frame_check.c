@@ -137,6 +137,7 @@ void frame_assert_req_eq(const proto_req *want, const proto_req *got) {
   ck_assert_uint_eq(got->pid, want->pid);
   ck_assert_uint_eq(got->report_len, want->report_len);
   ck_assert_int_eq(got->timeout_ms, want->timeout_ms);
+  ck_assert_uint_eq(got->cap, want->cap);
   assert_layout_eq(&got->layout, &want->layout);
   ck_assert_mem_eq(got->tier, want->tier, sizeof want->tier);
   ck_assert(!want->keys == !got->keys);
@@ -176,6 +177,23 @@ static void assert_tier_stats_eq(kva_l2_tier_stats *a, kva_l2_tier_stats *b) {
   ck_assert_int_eq(a->bypassed, b->bypassed);
   ck_assert_mem_eq(&a->bytes_per_s, &b->bytes_per_s, sizeof a->bytes_per_s);
   ck_assert_mem_eq(&a->latency_s, &b->latency_s, sizeof a->latency_s);
+}
+
+static void assert_tier_keys_eq(kva_l2_tier_keys *a, kva_l2_tier_keys *b) {
+  uint64_t *fa[SAMPLE_TIER_KEYS_U64], *fb[SAMPLE_TIER_KEYS_U64];
+  sample_tier_keys_fields(a, fa);
+  sample_tier_keys_fields(b, fb);
+  for (uint32_t i = 0; i < SAMPLE_TIER_KEYS_U64; i++) ck_assert_uint_eq(*fa[i], *fb[i]);
+}
+
+/* The nodes a request of SAMPLE_NODES_CAP got, byte for byte (junk past
+ * the addresses' NULs included: it travels); the rest untouched. */
+static void assert_nodes_eq(const sample_rep *want, const sample_rep *got) {
+  uint32_t count = want->r.nodes_n < SAMPLE_NODES_CAP ? want->r.nodes_n : SAMPLE_NODES_CAP;
+  ck_assert_uint_eq(got->r.nodes_n, want->r.nodes_n);
+  ck_assert_mem_eq(&got->r.map_age_s, &want->r.map_age_s, sizeof want->r.map_age_s);
+  if (count) ck_assert_mem_eq(got->nodes, want->nodes, count * sizeof want->nodes[0]);
+  ck_assert(all_ee(got->nodes + count, (SAMPLE_NODES_CAP - count) * sizeof got->nodes[0]));
 }
 
 static bool has_status(uint16_t t) {
@@ -227,6 +245,16 @@ static void assert_structs_eq(sample_rep *want, sample_rep *got, bool ok) {
     assert_tier_stats_eq(&got->tier_stats, &want->tier_stats);
   else
     ck_assert(all_ee(&got->tier_stats, sizeof got->tier_stats));
+  if (ok && t == P_TIER_KEYS)
+    assert_tier_keys_eq(&got->tier_keys, &want->tier_keys);
+  else
+    ck_assert(all_ee(&got->tier_keys, sizeof got->tier_keys));
+  if (ok && t == P_TIER_NODES) {
+    assert_nodes_eq(want, got);
+  } else {
+    ck_assert(all_ee(got->nodes, sizeof got->nodes));
+    ck_assert(all_ee(&got->r.nodes_n, 4) && all_ee(&got->r.map_age_s, 8));
+  }
   if (t == P_MEMCHECK) /* sent whatever the result, as the text */
     ck_assert_mem_eq(&got->memcheck, &want->memcheck, sizeof got->memcheck);
   else

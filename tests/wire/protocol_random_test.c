@@ -95,6 +95,7 @@ static void assert_req_valid(const proto_req *r) {
   ck_assert_uint_le(r->readers, 128);
   ck_assert(r->readers > 0 || (r->type != P_PREFETCH && r->type != P_FINISH_READ));
   ck_assert_uint_le(r->report_len, PROTO_MAX_TEXT);
+  ck_assert(r->type == P_TIER_NODES ? r->cap <= PROTO_MAX_NODES : r->cap == 0);
   if (r->type == P_RESERVE_WRITE || (r->type == P_PREFETCH && r->flag))
     ck_assert_uint_gt(kva_layout_bytes(&r->layout), 0);
   ck_assert_ptr_nonnull(memchr(r->tier, '\0', sizeof r->tier));
@@ -113,6 +114,15 @@ static void assert_rep_valid(const sample_rep *s) {
     ck_assert_uint_le(s->lookup.ntiers, 8);
     for (uint32_t i = 0; i < s->lookup.ntiers; i++)
       ck_assert_ptr_nonnull(memchr(s->lookup.tier[i].name, '\0', 32));
+  }
+  if (r->result >= 0 && r->type == P_TIER_NODES) {
+    uint32_t count = r->nodes_n < SAMPLE_NODES_CAP ? r->nodes_n : SAMPLE_NODES_CAP;
+    ck_assert(r->map_age_s >= 0 || r->map_age_s == -1);
+    for (uint32_t i = 0; i < count; i++) {
+      ck_assert_ptr_nonnull(memchr(s->nodes[i].addr, '\0', sizeof s->nodes[i].addr));
+      ck_assert(s->nodes[i].state >= KVA_L2_NODE_OK && s->nodes[i].state <= KVA_L2_NODE_BYPASSED);
+      ck_assert(s->nodes[i].failed_s >= 0);
+    }
   }
   if (r->type == P_MEMCHECK || r->type == P_REFUSED) {
     ck_assert_uint_le(r->text_len, PROTO_MAX_TEXT);

@@ -5,10 +5,14 @@
  * the bytes lie where protocol.h says, and every malformed reply is
  * refused with a reason: each truncation, trailing bytes, another number
  * of entries than keys asked, a reply to another request, spans outside
- * the pool, texts and tier names out of bounds, a refusal that is no
- * error. The header and requests: protocol_test.c.
+ * the pool, texts and tier names out of bounds, a tier's nodes more or
+ * fewer than asked or out of range, a refusal that is no error. The
+ * header and requests: protocol_test.c.
  */
 #include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/wire/frame_check.h"
@@ -142,6 +146,53 @@ START_TEST(stats_lie_in_declaration_order) {
 }
 END_TEST
 
+/* TIER_KEYS: kva_l2_tier_keys' 11 u64 in declaration order. */
+START_TEST(tier_keys_lie_in_declaration_order) {
+  uint64_t *k[SAMPLE_TIER_KEYS_U64];
+  ck_assert_uint_eq(put_sample(P_TIER_KEYS, 0, 0, 0), PROTO_HDR_BYTES + 4 + 11 * 8);
+  const uint8_t *p = frame_payload(frame_buf);
+  sample_tier_keys_fields(&want.tier_keys, k);
+  for (uint32_t i = 0; i < SAMPLE_TIER_KEYS_U64; i++)
+    ck_assert_uint_eq(frame_le64(p + 4 + 8 * i), *k[i]);
+}
+END_TEST
+
+/* Offsets in a TIER_NODES payload: result, nodes, count, map_age_s, then
+ * entries of NODE bytes. */
+#define NODES_AT 20u
+#define NODE (272u + 4 + 4 + 8 + 3 * 8)
+
+START_TEST(tier_nodes_lie_where_specified) {
+  size_t size = put_sample(P_TIER_NODES, 0, 0, 0); /* 5 nodes, 4 asked for */
+  const uint8_t *p = frame_payload(frame_buf);
+  ck_assert_uint_eq(size, PROTO_HDR_BYTES + NODES_AT + SAMPLE_NODES_CAP * NODE);
+  ck_assert_uint_eq(frame_le32(p + 4), SAMPLE_NODES_CAP + 1);
+  ck_assert_uint_eq(frame_le32(p + 8), SAMPLE_NODES_CAP);
+  double age;
+  memcpy(&age, p + 12, 8);
+  ck_assert(age == 0.125);
+  for (uint32_t i = 0; i < SAMPLE_NODES_CAP; i++) {
+    const uint8_t *e = p + NODES_AT + NODE * i;
+    const kva_l2_node_stats *n = &want.nodes[i];
+    ck_assert_mem_eq(e, n->addr, 272); /* junk past its NUL too */
+    ck_assert_uint_eq(frame_le32(e + 272), (uint32_t)n->state);
+    ck_assert_uint_eq(frame_le32(e + 276), n->slots);
+    memcpy(&age, e + 280, 8);
+    ck_assert(age == n->failed_s);
+    ck_assert_uint_eq(frame_le64(e + 288), n->outages);
+    ck_assert_uint_eq(frame_le64(e + 296), n->failures);
+    ck_assert_uint_eq(frame_le64(e + 304), n->failed_cmds);
+  }
+  want.r.nodes_n = 2; /* fewer than asked: all of them */
+  ck_assert_uint_eq(frame_put_rep(&want.r), PROTO_HDR_BYTES + NODES_AT + 2 * NODE);
+  frame_assert_rep_round_trips(&want, P_TIER_NODES);
+  want.r.nodes_n = 0;
+  want.r.map_age_s = -1; /* no map */
+  ck_assert_uint_eq(frame_put_rep(&want.r), PROTO_HDR_BYTES + NODES_AT);
+  frame_assert_rep_round_trips(&want, P_TIER_NODES);
+}
+END_TEST
+
 START_TEST(welcome_and_lookup_lie_where_specified) {
   ck_assert_uint_eq(put_sample(P_HELLO, 0, 0, 0), PROTO_HDR_BYTES + 20);
   const uint8_t *p = frame_payload(frame_buf);
@@ -237,6 +288,19 @@ START_TEST(reply_encoder_refuses_what_it_cannot_encode) {
   ck_assert_uint_eq(proto_rep_size(&r), 0);
   r.type = P_TIER_STATS;
   r.tier_stats = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r.type = P_TIER_KEYS;
+  r.tier_keys = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r = want.r;
+  r.type = P_TIER_NODES;
+  r.nodes = NULL; /* entries to send */
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  r.nodes_cap = 0; /* none asked for */
+  ck_assert_uint_gt(proto_rep_size(&r), 0);
+  r.nodes = want.nodes;
+  r.nodes_cap = PROTO_MAX_NODES + 1;
+  r.nodes_n = 1;
   ck_assert_uint_eq(proto_rep_size(&r), 0);
   r = want.r;
   r.type = P_MEMCHECK;
@@ -378,6 +442,91 @@ START_TEST(lookup_tiers_are_checked) {
 }
 END_TEST
 
+/* A TIER_NODES reply whose field at payload offset off is set to the u32
+ * v (or, with bits, the double d's bits): refused. */
+static void refuse_nodes(size_t off, uint32_t v, const char *what) {
+  size_t size = put_sample(P_TIER_NODES, 0, 0, 0);
+  frame_set_le32(frame_payload(frame_buf) + off, v);
+  frame_assert_rep_refused(frame_buf, size, P_TIER_NODES, 0, what);
+}
+
+static void refuse_nodes_f64(size_t off, double d, const char *what) {
+  size_t size = put_sample(P_TIER_NODES, 0, 0, 0);
+  memcpy(frame_payload(frame_buf) + off, &d, 8);
+  frame_assert_rep_refused(frame_buf, size, P_TIER_NODES, 0, what);
+}
+
+START_TEST(tier_nodes_are_checked) {
+  refuse_nodes(4, 3, "3 nodes, 4 entries");
+  refuse_nodes(8, 3, "3 entries of 5 nodes, 4 asked for");
+  refuse_nodes(8, 5, "5 entries, 4 asked for");
+  refuse_nodes(8, UINT32_MAX, "2^32 - 1 entries");
+  refuse_nodes(NODES_AT + 272, 3, "state 3");
+  refuse_nodes(NODES_AT + NODE + 272, UINT32_MAX, "state -1");
+  refuse_nodes_f64(12, -2, "map age -2");
+  refuse_nodes_f64(12, NAN, "map age NaN");
+  refuse_nodes_f64(12, INFINITY, "map age infinite");
+  refuse_nodes_f64(NODES_AT + 280, -0.5, "failed_s < 0");
+  refuse_nodes_f64(NODES_AT + 2 * NODE + 280, NAN, "failed_s NaN");
+  size_t size = put_sample(P_TIER_NODES, 0, 0, 0);
+  memset(frame_payload(frame_buf) + NODES_AT + 3 * NODE, 'z', 272);
+  frame_assert_rep_refused(frame_buf, size, P_TIER_NODES, 0, "address without NUL");
+  /* the same reply to a request of another cap: another count is due */
+  put_sample(P_TIER_NODES, 0, 0, 0);
+  sample_rep_expect(&got, P_TIER_NODES, 0);
+  got.r.nodes_cap = SAMPLE_NODES_CAP - 1;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_EFRAME);
+  got.r.nodes_cap = SAMPLE_NODES_CAP + 1;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_EFRAME);
+}
+END_TEST
+
+/* A caller with nowhere to put the nodes (a client's late reply): checked
+ * all the same, the count and map age given. */
+START_TEST(tier_nodes_without_room_are_checked_and_skipped) {
+  size_t size = put_sample(P_TIER_NODES, 0, 0, 0);
+  sample_rep_expect(&got, P_TIER_NODES, 0);
+  got.r.nodes = NULL;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_OK);
+  ck_assert_uint_eq(got.r.nodes_n, SAMPLE_NODES_CAP + 1);
+  ck_assert(got.r.map_age_s == 0.125);
+  frame_set_le32(frame_payload(frame_buf) + NODES_AT + 272, 7);
+  sample_rep_expect(&got, P_TIER_NODES, 0);
+  got.r.nodes = NULL;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_EFRAME);
+}
+END_TEST
+
+/* PROTO_MAX_NODES entries fit a frame and come back; a caller asking for
+ * more gets no more. */
+START_TEST(at_most_max_nodes_travel) {
+  static kva_l2_node_stats many[PROTO_MAX_NODES], back[PROTO_MAX_NODES];
+  for (uint32_t i = 0; i < PROTO_MAX_NODES; i++) {
+    memset(&many[i], 0, sizeof many[i]);
+    snprintf(many[i].addr, sizeof many[i].addr, "10.0.%u.%u:6379", i / 256, i % 256);
+    many[i].slots = i;
+  }
+  proto_rep r = {.type = P_TIER_NODES,
+                 .nodes = many,
+                 .nodes_n = 5000,
+                 .nodes_cap = PROTO_MAX_NODES,
+                 .map_age_s = 3};
+  size_t size = proto_rep_size(&r);
+  ck_assert_uint_eq(size, PROTO_HDR_BYTES + NODES_AT + (size_t)PROTO_MAX_NODES * NODE);
+  uint8_t *buf = malloc(size);
+  ck_assert_ptr_nonnull(buf);
+  ck_assert_uint_eq(proto_rep_put(buf, size, &r, 1), size);
+  proto_hdr h;
+  ck_assert_int_eq(proto_hdr_get(buf, &h, NULL, 0), PROTO_OK);
+  proto_rep g = {.type = P_TIER_NODES, .nodes = back, .nodes_cap = PROTO_MAX_NODES + 7};
+  ck_assert_int_eq(proto_rep_get(&h, buf + PROTO_HDR_BYTES, 0, &g, frame_why, sizeof frame_why),
+                   PROTO_OK);
+  ck_assert_uint_eq(g.nodes_n, 5000);
+  ck_assert_mem_eq(back, many, sizeof many);
+  free(buf);
+}
+END_TEST
+
 START_TEST(a_refusal_must_carry_an_error) {
   int32_t codes[] = {0, 1, INT32_MAX};
   for (int i = 0; i < 3; i++) {
@@ -399,6 +548,9 @@ Suite *kva_test_suite(void) {
   tcase_add_test(rt, text_is_cut_to_the_callers_room);
   tcase_add_test(rt, entries_lie_where_specified);
   tcase_add_test(rt, stats_lie_in_declaration_order);
+  tcase_add_test(rt, tier_keys_lie_in_declaration_order);
+  tcase_add_test(rt, tier_nodes_lie_where_specified);
+  tcase_add_test(rt, at_most_max_nodes_travel);
   tcase_add_test(rt, welcome_and_lookup_lie_where_specified);
   tcase_add_test(rt, texts_lie_after_their_length);
   tcase_add_test(rt, memcheck_counts_follow_the_result_in_declaration_order);
@@ -414,6 +566,8 @@ Suite *kva_test_suite(void) {
   tcase_add_test(bad, spans_must_lie_inside_the_pool);
   tcase_add_test(bad, texts_are_checked);
   tcase_add_test(bad, lookup_tiers_are_checked);
+  tcase_add_test(bad, tier_nodes_are_checked);
+  tcase_add_test(bad, tier_nodes_without_room_are_checked_and_skipped);
   tcase_add_test(bad, a_refusal_must_carry_an_error);
   suite_add_tcase(s, bad);
   return s;

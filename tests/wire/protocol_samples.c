@@ -92,10 +92,13 @@ proto_req sample_req(uint16_t t, const kva_key *keys, uint32_t n) {
   case P_BYPASSED:
   case P_L2_CONTAINS:
   case P_TIER_STATS:
+  case P_TIER_KEYS:
+  case P_TIER_NODES:
     memset(r.tier, 'j', sizeof r.tier); /* junk past the NUL */
     memcpy(r.tier, "disk-0", 7);
     r.flag = t == P_SET_BYPASS;
     if (t == P_L2_CONTAINS) r.keys = keys;
+    if (t == P_TIER_NODES) r.cap = SAMPLE_NODES_CAP;
     break;
   }
   return r;
@@ -140,6 +143,28 @@ void sample_tier_stats_fields(kva_l2_tier_stats *s, uint64_t *f[SAMPLE_TIER_STAT
   memcpy(f, all, sizeof all);
 }
 
+void sample_tier_keys_fields(kva_l2_tier_keys *k, uint64_t *f[SAMPLE_TIER_KEYS_U64]) {
+  uint64_t *all[SAMPLE_TIER_KEYS_U64] = {
+      &k->written, &k->stored,     &k->coalesced,         &k->bypassed,
+      &k->frozen,  &k->gone,       &k->unavailable,       &k->failed,
+      &k->dropped, &k->absent_now, &k->absent_overflowed,
+  };
+  memcpy(f, all, sizeof all);
+}
+
+/* Node i of a tier: "redis-<i>:700<i>" (junk past the NUL), each state in
+ * turn, distinctive counts. */
+static void sample_node(kva_l2_node_stats *n, uint32_t i) {
+  memset(n->addr, 'a', sizeof n->addr);
+  snprintf(n->addr, 32, "redis-%u:700%u", i, i);
+  n->state = (int)(i % 3);
+  n->slots = 5461u + i;
+  n->failed_s = i ? 1.5 * i : 0;
+  n->outages = UINT64_C(0x0100000000000000) + i;
+  n->failures = i * 7u;
+  n->failed_cmds = UINT64_C(0x00ff00ff00ff00ff) ^ i;
+}
+
 /* Spans: i * 4 KiB, one empty span (1), the last one ending at the pool's
  * end. */
 static proto_span sample_span(uint32_t i, uint32_t n) {
@@ -180,6 +205,9 @@ static void sample_point(sample_rep *s) {
   s->r.lookup = &s->lookup;
   s->r.stats = &s->stats;
   s->r.tier_stats = &s->tier_stats;
+  s->r.tier_keys = &s->tier_keys;
+  s->r.nodes = s->nodes;
+  s->r.nodes_cap = SAMPLE_NODES_CAP;
   s->r.memcheck = &s->memcheck;
   s->r.text = s->text;
 }
@@ -197,6 +225,12 @@ void sample_rep_fill(sample_rep *s, uint16_t type, uint32_t n, int32_t result, u
   }
   sample_lookup(&s->lookup);
   sample_stats(&s->stats, &s->tier_stats);
+  uint64_t *k[SAMPLE_TIER_KEYS_U64];
+  sample_tier_keys_fields(&s->tier_keys, k);
+  for (uint32_t i = 0; i < SAMPLE_TIER_KEYS_U64; i++) *k[i] = UINT64_C(0x3000000000000003) + i;
+  for (uint32_t i = 0; i < SAMPLE_NODES_CAP; i++) sample_node(&s->nodes[i], i);
+  s->r.nodes_n = SAMPLE_NODES_CAP + 1; /* one more than asked for */
+  s->r.map_age_s = 0.125;
   s->memcheck = (kva_memcheck_report){1, 0x202, 0x30303, 0x4040404, UINT64_C(0x5050505050505050)};
   for (uint32_t i = 0; i < text_len && i < PROTO_MAX_TEXT; i++) s->text[i] = (char)('a' + i % 26);
 }
@@ -266,6 +300,7 @@ proto_req sample_rand_req(sample_rng *g, kva_key *keys) {
   if (r.pid) r.pid = (uint32_t)sample_rand(g);
   if (r.report_len) r.report_len = sample_below(g, PROTO_MAX_TEXT + 1);
   if (r.timeout_ms) r.timeout_ms = (int32_t)sample_rand(g);
+  if (r.cap) r.cap = sample_below(g, PROTO_MAX_NODES + 1);
   if (r.layout.ntensors) r.layout = sample_rand_layout(g);
   if (t == P_PREFETCH && !r.flag) rand_bytes(g, &r.layout, sizeof r.layout); /* not checked */
   if (r.tier[0]) rand_name(g, r.tier, sizeof r.tier, sample_below(g, sizeof r.tier));
@@ -279,6 +314,20 @@ static void rand_lookup(sample_rng *g, kva_tier_hits *t) {
   for (uint32_t i = 0; i < t->ntiers; i++) {
     rand_name(g, t->tier[i].name, sizeof t->tier[i].name, sample_below(g, 32));
     t->tier[i].hits = sample_rand(g);
+  }
+}
+
+/* 0 to 2 * SAMPLE_NODES_CAP nodes, those asked for valid (junk past their
+ * NULs), a map age of -1 or a number >= 0. */
+static void rand_nodes(sample_rng *g, sample_rep *s) {
+  s->r.nodes_n = sample_below(g, 2 * SAMPLE_NODES_CAP + 1);
+  s->r.map_age_s = sample_below(g, 4) ? (double)(sample_rand(g) >> 11) * 1e-9 : -1;
+  for (uint32_t i = 0; i < SAMPLE_NODES_CAP; i++) {
+    kva_l2_node_stats *n = &s->nodes[i];
+    rand_bytes(g, n, sizeof *n);
+    rand_name(g, n->addr, sizeof n->addr, sample_below(g, sizeof n->addr));
+    n->state = (int)sample_below(g, 3);
+    n->failed_s = (double)(sample_rand(g) >> 11) * 1e-6;
   }
 }
 
@@ -307,6 +356,8 @@ void sample_rand_rep(sample_rng *g, sample_rep *s) {
     s->spans[i] = rand_span(g);
   }
   rand_lookup(g, &s->lookup);
+  rand_nodes(g, s);
+  rand_bytes(g, &s->tier_keys, sizeof s->tier_keys);
   rand_bytes(g, &s->stats, sizeof s->stats);
   rand_bytes(g, &s->tier_stats, sizeof s->tier_stats);
   /* the rates are numbers (a decoder refuses NaN, infinities, negatives) */

@@ -17,6 +17,8 @@
 #define SAMPLE_MAX_N 64u                      /* keys of a sample or random request */
 #define SAMPLE_STATS_U64 20u                  /* kva_storage_stats' u64 fields before l1_pinned */
 #define SAMPLE_TIER_STATS_U64 17u             /* kva_l2_tier_stats' (adapter's included) */
+#define SAMPLE_TIER_KEYS_U64 11u              /* kva_l2_tier_keys' */
+#define SAMPLE_NODES_CAP 4u                   /* TIER_NODES: the entries a sample asks */
 
 /* Key i: model "model-<i>" (junk after its NUL), kv_rank and group
  * derived from i, hash_len 1 + i % 32 (junk past it). Valid. */
@@ -39,22 +41,27 @@ typedef struct sample_rep {
   kva_tier_hits lookup;
   kva_storage_stats stats;
   kva_l2_tier_stats tier_stats;
+  kva_l2_tier_keys tier_keys;
+  kva_l2_node_stats nodes[SAMPLE_NODES_CAP];
   kva_memcheck_report memcheck;
   char text[PROTO_MAX_TEXT + 1];
 } sample_rep;
 
 /* A reply to a request of type (or P_REFUSED) over n keys, with result;
  * every field set, distinctive and valid (spans inside SAMPLE_POOL_BYTES,
- * one of them empty; 8 LOOKUP tiers; a text of text_len bytes). */
+ * one of them empty; 8 LOOKUP tiers; 5 nodes, of which SAMPLE_NODES_CAP
+ * were asked for; a text of text_len bytes). */
 void sample_rep_fill(sample_rep *s, uint16_t type, uint32_t n, int32_t result, uint32_t text_len);
-/* s ready to decode the reply to a request of type over n keys: r->type
- * r->n and text_cap set, its pointers on its own storage; every other
- * byte of s is 0xee (to see what decoding writes and what it leaves). */
+/* s ready to decode the reply to a request of type over n keys (and of
+ * SAMPLE_NODES_CAP nodes): r->type, r->n, nodes_cap and text_cap set, its
+ * pointers on its own storage; every other byte of s is 0xee (to see what
+ * decoding writes and what it leaves). */
 void sample_rep_expect(sample_rep *s, uint16_t type, uint32_t n);
 
 /* The u64 fields in declaration order (the order on the wire). */
 void sample_stats_fields(kva_storage_stats *s, uint64_t *f[SAMPLE_STATS_U64]);
 void sample_tier_stats_fields(kva_l2_tier_stats *s, uint64_t *f[SAMPLE_TIER_STATS_U64]);
+void sample_tier_keys_fields(kva_l2_tier_keys *k, uint64_t *f[SAMPLE_TIER_KEYS_U64]);
 
 /* ---- random ------------------------------------------------------------ */
 typedef struct sample_rng {

@@ -28,7 +28,7 @@ static size_t put_sample(uint16_t t, uint32_t n) {
 
 START_TEST(header_bytes_are_as_specified) {
   static const uint8_t want[PROTO_HDR_BYTES] = {
-      'K', 'V', 'A', 'D', 3,    0,    0x02, 0x01, 0x06, 0x05, 0x04, 0x03,
+      'K', 'V', 'A', 'D', 4,    0,    0x02, 0x01, 0x06, 0x05, 0x04, 0x03,
       0,   0,   0,   0,   0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
   };
   uint8_t b[PROTO_HDR_BYTES];
@@ -38,7 +38,8 @@ START_TEST(header_bytes_are_as_specified) {
 END_TEST
 
 START_TEST(header_of_every_type_decodes) {
-  uint16_t types[] = {P_HELLO, P_TIER_STATS, P_WELCOME, P_TIER_STATS | P_REPLY, P_REFUSED};
+  uint16_t types[] = {P_HELLO,      P_TIER_STATS,           P_WELCOME, P_TIER_STATS | P_REPLY,
+                      P_TIER_NODES, P_TIER_NODES | P_REPLY, P_REFUSED};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     uint8_t b[PROTO_HDR_BYTES];
     proto_hdr h;
@@ -190,6 +191,11 @@ START_TEST(small_requests_lie_where_specified) {
   ck_assert_uint_eq(size, PROTO_HDR_BYTES + 12 + PROTO_LAYOUT_BYTES + 3 * PROTO_KEY_BYTES);
   ck_assert_uint_eq(frame_le32(frame_payload(frame_buf) + 4), 128); /* readers */
   ck_assert_uint_eq(frame_le32(frame_payload(frame_buf) + 8), 1);   /* has_layout */
+  ck_assert_uint_eq(put_sample(P_TIER_KEYS, 1), PROTO_HDR_BYTES + PROTO_TIER_BYTES);
+  ck_assert_str_eq((const char *)frame_payload(frame_buf), "disk-0");
+  ck_assert_uint_eq(put_sample(P_TIER_NODES, 1), PROTO_HDR_BYTES + PROTO_TIER_BYTES + 4);
+  ck_assert_str_eq((const char *)frame_payload(frame_buf), "disk-0");
+  ck_assert_uint_eq(frame_le32(frame_payload(frame_buf) + PROTO_TIER_BYTES), SAMPLE_NODES_CAP);
 }
 END_TEST
 
@@ -439,6 +445,10 @@ START_TEST(request_ranges_are_checked) {
   check_u32(P_HELLO, 4, 1, false); /* reserved */
   check_u32(P_HELLO, 0, UINT32_MAX, true);
   check_u32(P_FLUSH, 0, UINT32_MAX, true); /* -1: forever */
+  check_u32(P_TIER_NODES, PROTO_TIER_BYTES, 0, true);
+  check_u32(P_TIER_NODES, PROTO_TIER_BYTES, PROTO_MAX_NODES, true);
+  check_u32(P_TIER_NODES, PROTO_TIER_BYTES, PROTO_MAX_NODES + 1, false);
+  check_u32(P_TIER_NODES, PROTO_TIER_BYTES, UINT32_MAX, false);
 }
 END_TEST
 
@@ -461,7 +471,8 @@ START_TEST(flags_are_0_or_1) {
 END_TEST
 
 START_TEST(tier_names_must_be_terminated) {
-  uint16_t types[] = {P_SET_BYPASS, P_BYPASSED, P_L2_CONTAINS, P_TIER_STATS};
+  uint16_t types[] = {P_SET_BYPASS, P_BYPASSED,  P_L2_CONTAINS,
+                      P_TIER_STATS, P_TIER_KEYS, P_TIER_NODES};
   proto_req got;
   frame_fill_keys(1);
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
