@@ -125,6 +125,13 @@ class PrefetchHandle(_async.AwaitableByFd):
     def __init__(self, sm, ptr, keys, readers):
         self._st = _Prefetch(sm, ptr, keys, readers)
 
+    @classmethod
+    def done(cls, sm, readers):
+        """A prefetch of no keys: done, no hit, no C handle."""
+        h = cls(sm, None, b"", readers)
+        h._st.status.append(0)  # the result is in: poll() reads no C handle
+        return h
+
     @property
     def _ptr(self):  # AwaitableByFd: None once there is no fd to wait on
         return self._st.ptr

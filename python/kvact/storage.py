@@ -118,6 +118,9 @@ class StorageManager:
         if mode not in _MODES:
             raise ValueError("mode must be one of %s" % ", ".join(_MODES))
         keys = list(keys)
+        if not keys:  # nothing to do, as LMCache takes it (an empty reserve, say)
+            _layout(layout)
+            return {}
         arr = key_array(keys)
         bufs, status = (Buf * len(keys))(), (ctypes.c_int * len(keys))()
         check(lib.kva_reserve_write(self._ptr, arr, len(keys), _layout(layout), _MODES[mode],
@@ -135,6 +138,8 @@ class StorageManager:
     def finish_write(self, keys):
         """Write-locked -> ready; a list of per-key statuses (0 = done)."""
         keys = list(keys)
+        if not keys:
+            return []
         arr = key_array(keys)
         status = (ctypes.c_int * len(keys))()
         check(lib.kva_finish_write(self._ptr, arr, len(keys), status))
@@ -155,8 +160,11 @@ class StorageManager:
         as_planned=True: the caller judged these keys worth loading already (plan_load), so
         the load_or_recompute policy does not judge them again (KVA_PREFETCH_AS_PLANNED)."""
         keys = list(keys)
-        arr = key_array(keys)
         readers = _readers(extra_readers)
+        if not keys:  # done at once, no hit: nothing reaches C
+            _layout(layout, optional=True)
+            return PrefetchHandle.done(self, readers)
+        arr = key_array(keys)
         opts = PrefetchOpts(readers, PREFETCH_AS_PLANNED if as_planned else 0)
         h = ctypes.c_void_p()
         self._reaper.start()  # here, not in a finalizer: starting a thread takes locks
@@ -215,12 +223,16 @@ class StorageManager:
     def delete(self, keys, force=False):
         """Removes objects: per-key statuses (KVA_KEY_LOCKED for a locked one unless force)."""
         keys = list(keys)
+        if not keys:
+            return []
         status = (ctypes.c_int * len(keys))()
         check(lib.kva_delete(self._ptr, key_array(keys), len(keys), int(force), status))
         return list(status)
 
     def touch(self, keys):
         keys = list(keys)
+        if not keys:
+            return 0
         return check(lib.kva_touch(self._ptr, key_array(keys), len(keys)))
 
     def clear(self, force=False):

@@ -132,9 +132,26 @@ def test_bad_layouts_raise_value_error(shapes, dtypes):
         kvact.MemoryLayoutDesc(shapes=shapes, dtypes=dtypes)
 
 
+def test_empty_key_lists_are_nothing_to_do(sm):
+    """As LMCache takes them: an out-of-memory reserve returns {}, and its callers pass
+    what it reserved on to finish_write whatever it was."""
+    assert sm.reserve_write([], LAYOUT) == {}
+    assert sm.finish_write([]) == []
+    assert sm.delete([]) == [] and sm.touch([]) == 0
+    h = sm.submit_prefetch_task([], LAYOUT)
+    assert h.query() == 0
+    with sm.read_prefetched_results([], LAYOUT) as objs:
+        assert objs == []
+    assert sm.finish_read_prefetched([]) == 0
+    with sm.submit_prefetch_task([]) as h2:
+        pass
+    assert h2.wait() == 0
+    with pytest.raises(ValueError):  # still checked when there are no keys
+        sm.reserve_write([], LAYOUT, mode="sometimes")
+    assert sm.memcheck()
+
+
 def test_bad_arguments_raise_and_change_nothing(sm):
-    with pytest.raises(ValueError):
-        sm.reserve_write([], LAYOUT)
     with pytest.raises(ValueError):
         sm.reserve_write(keys_of(1), LAYOUT, mode="sometimes")
     with pytest.raises(TypeError):
