@@ -52,15 +52,17 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture
-def storage(side, request):
-    """storage(l1_mib=128, l2=False) -> the side's storage manager (sides.py), with an L1
-    of l1_mib MiB and, with l2, one mock L2 tier. At the end no lock may be left on any
-    of them (nothing the case took, nothing a call failed to give back): checked only
-    after a case that passed, since one that failed stopped before its releases."""
+def storage(side, request, tmp_path):
+    """storage(l1_mib=128, l2=False, disk=False) -> the side's storage manager (sides.py),
+    with an L1 of l1_mib MiB and one L2 tier: with l2 a mock one, with disk one on disk
+    (in tmp_path: sm.disk), else none. At the end no lock may be left on any of them
+    (nothing the case took, nothing a call failed to give back): checked only after a
+    case that passed, since one that failed stopped before its releases."""
     made = []
 
-    def make(l1_mib=128, l2=False):
-        cm = sides.opened(side, l1_mib << 20, l2, kvactd)
+    def make(l1_mib=128, l2=False, disk=False):
+        tier = "disk" if disk else "mock" if l2 else None
+        cm = sides.opened(side, l1_mib << 20, tier, kvactd, tmp_path if disk else None)
         made.append((cm, cm.__enter__()))
         return made[-1][1]
 

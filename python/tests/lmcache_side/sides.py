@@ -24,13 +24,20 @@ write them, and absorbs only what differs in shape, not in behaviour:
                                                                       no layout, as LMCache's call
   rewritable(key, layout)    its L1 manager's object state:         reserve_write(mode="update")
                                resident, neither lock held            works (then finished)
-  settle(keys)               poll: keys in the L2 adapter, the      flush(): the L1->L2 stores
-                               store controller idle                  queued so far are done
+  settle(keys)               poll: its L2 listener heard keys       flush(): the L1->L2 stores
+                               stored, their read locks given back    queued so far are done
+  l2_bytes(), l2_delete      the adapters' get_usage(), delete()    tier_stats()["adapter"];
+                                                                      no delete (raises)
+  corrupt(where)             flips a bit of the fs adapter's file   flips a bit of the disk
+                                                                      tier's slot
 
 What one side cannot do at all is not emulated: the call raises, and the case says
 so (pytest.mark.sides in conftest.py).
 """
 import contextlib
+import json
+import os
+import pathlib
 import time
 from dataclasses import dataclass
 
@@ -39,7 +46,9 @@ from lmcache.v1.distributed.api import (GroupedObjectKeys, MemoryLayoutDesc, Obj
                                         PrefetchLockMode, PrefetchTaskSpec)
 from lmcache.v1.distributed.config import (EvictionConfig, L1ManagerConfig,
                                            L1MemoryManagerConfig, StorageManagerConfig)
+from lmcache.v1.distributed.internal_api import L2AdapterListener
 from lmcache.v1.distributed.l2_adapters.config import L2AdaptersConfig
+from lmcache.v1.distributed.l2_adapters.fs_l2_adapter import FSL2AdapterConfig
 from lmcache.v1.distributed.l2_adapters.mock_l2_adapter import MockL2AdapterConfig
 from lmcache.v1.distributed.storage_manager import StorageManager
 
@@ -48,6 +57,12 @@ import kvact
 KEY_LOCKED = 5   # kvact.h KVA_KEY_LOCKED
 MODEL = "test_model"
 MIB = 1 << 20
+DISK_BYTES = 16 * MIB  # kvact's disk tier file (LMCache's fs adapter is unbounded)
+# Where a byte is flipped in a stored object (test_disk_checksum_both.py): kvact's disk
+# slot is a 4 KiB header block (l2/adapters/object_header.h: magic at 0, its own
+# checksum at 160) then the payload; LMCache's fs file is the payload alone.
+SLOT_MAGIC, HEADER_BLOCK = b"KVASLOT1", 4096
+HEADER_AT = {"header_magic": 0, "header_checksum": 160}
 
 
 @dataclass(frozen=True)
@@ -73,22 +88,44 @@ def wait_until(predicate, timeout=10.0, what="condition"):
         time.sleep(0.01)
 
 
+class _StoredKeys(L2AdapterListener):
+    """The keys LMCache's L2 adapters said they stored (and have not deleted since)."""
+
+    def __init__(self):
+        self.keys = set()
+
+    def on_l2_keys_stored(self, keys, sizes):
+        self.keys.update(keys)
+
+    def on_l2_keys_accessed(self, keys):
+        pass
+
+    def on_l2_keys_deleted(self, keys):
+        self.keys.difference_update(keys)
+
+
 class LMCacheSide:
     """LMCache's StorageManager on CPU: eager L1 (use_lazy=False: the lazy allocator
-    pins memory), LRU eviction, and with l2 its MockL2Adapter (10 MB at 10 GB/s, as its
-    own tests configure it)."""
+    pins memory), LRU eviction, and one L2 adapter or none: l2 "mock" is its
+    MockL2Adapter (10 MB at 10 GB/s, as its own tests configure it), l2 "disk" its
+    FSL2Adapter (one file per object) in the folder disk."""
 
     name = "lmcache"
 
-    def __init__(self, l1_bytes, l2):
+    def __init__(self, l1_bytes, l2, disk=None):
         memory = L1MemoryManagerConfig(size_in_bytes=l1_bytes, use_lazy=False,
                                        init_size_in_bytes=l1_bytes, align_bytes=0x1000)
-        adapters = [MockL2AdapterConfig(max_size_gb=0.01, mock_bandwidth_gb=10.0)] if l2 else []
+        self.disk = disk
+        adapters = {None: [], "mock": [MockL2AdapterConfig(max_size_gb=0.01,
+                                                           mock_bandwidth_gb=10.0)],
+                    "disk": [FSL2AdapterConfig(base_path=str(disk))]}[l2]
         self.sm = StorageManager(StorageManagerConfig(
             l1_manager_config=L1ManagerConfig(memory_config=memory, write_ttl_seconds=600,
                                               read_ttl_seconds=300),
             eviction_config=EvictionConfig(eviction_policy="LRU"),
             l2_adapter_config=L2AdaptersConfig(adapters=adapters)))
+        self.stored = _StoredKeys()
+        self.sm.register_l2_listener(self.stored)
 
     def key(self, i):
         return ObjectKey(chunk_hash=ObjectKey.IntHash2Bytes(i), model_name=MODEL, kv_rank=0)
@@ -159,42 +196,72 @@ class LMCacheSide:
         return self.sm.report_status()["l1_manager"]["staging_object_count"]
 
     def settle(self, keys=()):
-        """Waits until keys are in the L2 adapter and the store controller is idle (its
-        read locks on the objects it copies given back)."""
-        adapters = [a for _, a in self.sm.l2_adapters()]
-        wait_until(lambda: all(a.debug_has_key(k) for a in adapters for k in keys),
-                   what="keys stored in LMCache's mock L2")
+        """Waits until the L2 adapter said it stored keys, then until its store
+        controller gave back the read locks it took on them to copy them (the store
+        controller's own counters are updated by its thread: an idle one may not have
+        seen the keys yet)."""
+        wait_until(lambda: self.stored.keys.issuperset(keys), what="keys stored in LMCache's L2")
 
-        def idle():
-            st = self.sm.report_status()["store_controller"]
-            return st["pending_keys_count"] == 0 and st["in_flight_task_count"] == 0
-        wait_until(idle, what="LMCache's store controller idle")
+        def unlocked():
+            states = [self.sm._l1_manager.get_object_state(k) for k in keys]
+            return not any(s and s.read_lock.is_locked() for s in states)
+        wait_until(unlocked, what="LMCache's store controller's read locks given back")
 
-    def locks_left(self):
-        """"" when no lock is held and the L1 accounting checks, else what is held."""
-        self.settle()
-        st = self.sm.report_status()["l1_manager"]
-        held = {f: st[f] for f in ("read_locked_count", "write_locked_count",
-                                   "staging_object_count") if st[f]}
-        if not self.sm.memcheck():
-            held["memcheck"] = False
-        return "" if not held else repr(held)
+    # ---- the L2 tier itself
+    def l2_bytes(self):
+        return sum(a.get_usage().total_bytes_used for _, a in self.sm.l2_adapters())
+
+    def l2_delete(self, keys):
+        for _, adapter in self.sm.l2_adapters():
+            adapter.delete(keys)
+
+    def corrupt(self, where, nbytes):
+        """Flips one bit of the one object file of the fs adapter. 0.5.6 writes the
+        payload alone (no header, no trailer): only payload positions exist."""
+        if where not in ("payload_first", "payload_last"):
+            raise NotImplementedError("lmcache 0.5.6's fs adapter writes no header or trailer")
+        files = list(pathlib.Path(self.disk).glob("*.data"))
+        assert len(files) == 1, files
+        _flip(files[0], 0 if where == "payload_first" else nbytes - 1)
+
+    def locks_left(self, timeout=10.0):
+        """"" when no lock is held and the L1 accounting checks, else what is held
+        (after up to timeout seconds for the store controller to give its locks back)."""
+        def held():
+            st = self.sm.report_status()["l1_manager"]
+            out = {f: st[f] for f in ("read_locked_count", "write_locked_count",
+                                      "staging_object_count") if st[f]}
+            if not self.sm.memcheck():
+                out["memcheck"] = False
+            return out
+        deadline = time.monotonic() + timeout
+        while held() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return repr(held()) if held() else ""
 
     def close(self):
         self.sm.close()
 
 
-class KvactSide:
-    """kvact's StorageManager: embedded (its own runtime, L1 of l1_bytes, with l2 one
-    mock tier), or a client of the kvactd at socket (which has that L1 and tier)."""
+def kvact_tiers(l2, disk=None):
+    """kvact's l2 setting for l2 None, "mock" (64 MiB) or "disk" (a 16 MiB file in the
+    folder disk)."""
+    return {None: [], "mock": [{"type": "mock", "capacity_bytes": 1 << 26}],
+            "disk": [{"type": "disk", "path": str(disk) + "/kv.bin",
+                      "capacity_bytes": DISK_BYTES}]}[l2]
 
-    def __init__(self, l1_bytes, l2, socket=None):
+
+class KvactSide:
+    """kvact's StorageManager: embedded (its own runtime, L1 of l1_bytes, the L2 tier
+    kvact_tiers names), or a client of the kvactd at socket (which has that L1 and tier)."""
+
+    def __init__(self, l1_bytes, l2, disk=None, socket=None):
+        self.disk, self.tier = disk, {None: None, "mock": "mock0", "disk": "disk0"}[l2]
         if socket is None:
             self.name = "kvact"
-            tiers = [{"type": "mock", "capacity_bytes": 1 << 26}] if l2 else []
             self.rt = kvact.Runtime({"l1.size_bytes": l1_bytes, "l1.hugepages": False,
                                      "l1.pinned": False, "l1.prefault": False,
-                                     "runtime.workers": 2, "l2": tiers})
+                                     "runtime.workers": 2, "l2": kvact_tiers(l2, disk)})
         else:
             self.name = "kvactd"
             self.rt = kvact.Runtime({"client.socket": socket, "runtime.workers": 2})
@@ -277,6 +344,23 @@ class KvactSide:
     def settle(self, keys=()):
         self.sm.flush(timeout=10.0)
 
+    # ---- the L2 tier itself
+    def l2_bytes(self):
+        return self.sm.tier_stats(self.tier)["adapter"]["bytes"]
+
+    def l2_delete(self, keys):
+        raise NotImplementedError("kvact has no call that deletes a key from an L2 tier")
+
+    def corrupt(self, where, nbytes):
+        """Flips one bit of the one object slot in the disk tier's file."""
+        path = pathlib.Path(self.disk) / "kv.bin"
+        data = path.read_bytes()
+        slot = data.find(SLOT_MAGIC)
+        assert slot >= 0 and data.count(SLOT_MAGIC) == 1, "not one object header in the file"
+        payload = slot + HEADER_BLOCK
+        _flip(path, {"payload_first": payload, "payload_last": payload + nbytes - 1,
+                     **{k: slot + v for k, v in HEADER_AT.items()}}[where])
+
     def locks_left(self):
         return self.sm.memcheck_report(wait_stores=10.0)
 
@@ -284,26 +368,35 @@ class KvactSide:
         self.rt.close()
 
 
+def _flip(path, offset):
+    """Flips the low bit of the byte at offset of the file, on the device (fsync)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        byte = os.pread(fd, 1, offset)
+        os.pwrite(fd, bytes([byte[0] ^ 1]), offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
-def opened(side, l1_bytes, l2, kvactd):
+def opened(side, l1_bytes, l2, kvactd, disk=None):
     """The storage manager of side ("lmcache", "kvact" or "kvactd"), closed at the end;
-    kvactd(l1_bytes, l2_json) is peer_support.kvactd."""
+    l2: None, "mock" or "disk" (in the folder disk); kvactd(l1_bytes, l2_json) is
+    peer_support.kvactd."""
     if side == "lmcache":
-        sm = LMCacheSide(l1_bytes, l2)
-        try:
-            yield sm
-        finally:
-            sm.close()
+        sm = LMCacheSide(l1_bytes, l2, disk)
     elif side == "kvact":
-        sm = KvactSide(l1_bytes, l2)
+        sm = KvactSide(l1_bytes, l2, disk)
+    if side != "kvactd":
         try:
             yield sm
         finally:
             sm.close()
-    else:
-        with kvactd(l1_bytes, '[{"type":"mock"}]' if l2 else "[]") as sock:
-            sm = KvactSide(l1_bytes, l2, socket=sock)
-            try:
-                yield sm
-            finally:
-                sm.close()
+        return
+    with kvactd(l1_bytes, json.dumps(kvact_tiers(l2, disk))) as sock:
+        sm = KvactSide(l1_bytes, l2, disk, socket=sock)
+        try:
+            yield sm
+        finally:
+            sm.close()
