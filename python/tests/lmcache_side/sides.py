@@ -116,9 +116,11 @@ class LMCacheSide:
         memory = L1MemoryManagerConfig(size_in_bytes=l1_bytes, use_lazy=False,
                                        init_size_in_bytes=l1_bytes, align_bytes=0x1000)
         self.disk = disk
-        adapters = {None: [], "mock": [MockL2AdapterConfig(max_size_gb=0.01,
-                                                           mock_bandwidth_gb=10.0)],
-                    "disk": [FSL2AdapterConfig(base_path=str(disk))]}[l2]
+        adapters = []
+        if l2 == "mock":
+            adapters = [MockL2AdapterConfig(max_size_gb=0.01, mock_bandwidth_gb=10.0)]
+        elif l2 == "disk":
+            adapters = [FSL2AdapterConfig(base_path=str(disk))]
         self.sm = StorageManager(StorageManagerConfig(
             l1_manager_config=L1ManagerConfig(memory_config=memory, write_ttl_seconds=600,
                                               read_ttl_seconds=300),
