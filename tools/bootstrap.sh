@@ -53,10 +53,11 @@ else
 fi
 
 # The engines' virtual environments (vLLM 0.33: docs/vllm.md; SGLang 0.5.23 and
-# Mooncake's store beside it: docs/sglang.md), after apt, which brings
+# Mooncake's store beside it: docs/sglang.md; LMCache 0.5.6, whose StorageManager
+# python/tests/lmcache_side runs beside kvact's), after apt, which brings
 # python3-venv. Idempotent: a second run says "up to date". The first install
-# fetches from Python's package index what takes ~21 GB installed (vLLM 10.5
-# min, SGLang 4 min, Mooncake seconds, on the 2-core development VM); without
-# the index it exits 2, and so does bootstrap: the real-engine suites cannot
-# run without their engines.
+# fetches from Python's package index what takes ~27 GB installed (vLLM 10.5
+# min, SGLang 4 min, Mooncake seconds, LMCache 2.75 min, on the 2-core
+# development VM); without the index it exits 2, and so does bootstrap: the
+# peer suites cannot run without their engines.
 "$(dirname "$0")/peers/setup.sh"

@@ -99,7 +99,8 @@ def _wait_accepting(sock, proc):
     raise AssertionError("kvactd did not accept in 20 s")
 
 
-# vllm_real/ and sglang_real/ run under their peer environments' interpreters,
-# by their own run.sh (//python:vllm_real_test, //python:sglang_real_test), not
-# under Debian's python3 with the rest.
-collect_ignore = ["vllm_real", "sglang_real"]
+# vllm_real/, sglang_real/ and lmcache_side/ run under their peer environments'
+# interpreters, by their own run.sh (//python:vllm_real_test,
+# //python:sglang_real_test, //python:lmcache_side_test), not under Debian's
+# python3 with the rest.
+collect_ignore = ["vllm_real", "sglang_real", "lmcache_side"]

@@ -1,5 +1,5 @@
 #!/bin/bash
-# peer_suite.sh — runs a real-engine suite (python/tests/SUITE) under its peer
+# peer_suite.sh — runs a peer suite (python/tests/SUITE) under its peer
 # environment's interpreter (tools/peers/setup.sh); each suite's run.sh is this with its
 # folder and peer named.
 #
@@ -10,7 +10,7 @@
 # environment is python/peer_env.sh's for PEER. A missing environment or library is a
 # failure (exit 2), never a skip: run tools/peers/setup.sh and bazel build
 # //:kvact_shared first. Works from the repository and from a bazel runfiles tree
-# (//python:vllm_real_test, //python:sglang_real_test).
+# (//python:vllm_real_test, //python:sglang_real_test, //python:lmcache_side_test).
 set -euo pipefail
 suite=$1 peer=$2
 shift 2

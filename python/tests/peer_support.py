@@ -1,5 +1,6 @@
-"""peer_support.py — what the real-engine suites (vllm_real/, sglang_real/) take from
-Debian's suite: its conftest.py, loaded under a name of its own, and its kvactd launcher.
+"""peer_support.py — what the peer suites (vllm_real/, sglang_real/, lmcache_side/) take
+from Debian's suite: its conftest.py, loaded under a name of its own, and its kvactd
+launcher.
 
 The suites run under their peer environment's interpreter with their own folder as
 pytest's rootdir, so python/tests/conftest.py is not theirs; each suite's helper module

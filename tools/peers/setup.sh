@@ -2,7 +2,8 @@
 # setup.sh — the virtual environments of the engines kvact is checked against
 # (DESIGN.md §11), one per peer, at fixed paths, with pinned versions.
 #
-#   tools/peers/setup.sh [--freeze] [PEER...]      PEER: vllm, sglang, mooncake (default: all)
+#   tools/peers/setup.sh [--freeze] [PEER...]      PEER: vllm, sglang, mooncake, lmcache
+#                                                  (default: all)
 #
 # Interpreter: Debian's /usr/bin/python3 (3.11, `-m venv`; python3-venv comes
 # from tools/bootstrap.sh). It is the one every fresh machine and CI has once
@@ -32,14 +33,15 @@
 # First install of vllm, measured on the 2-core development VM (docs/vllm.md):
 # 10 min 31 s wall (597 s of it pip, bound by the download: 24% of a CPU),
 # 9.5 GB in the environment (`du -sh`); a second run takes 0.4 s. Of sglang:
-# 241 s wall, 11 GB; of mooncake: 6 s, 170 MB.
+# 241 s wall, 11 GB; of mooncake: 6 s, 170 MB; of lmcache (torch 2.15.0 of its
+# own): 2 min 45 s wall (156 s of it pip), 6.2 GB.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${KVACT_PEERS_PYTHON:-/usr/bin/python3}"
 peers_dir="${KVACT_PEERS_DIR:-/opt/kvact-peers}"
 stamp_name=".kvact-peer-stamp"
-all_peers=(vllm sglang mooncake)  # mooncake after sglang: it is made from it
+all_peers=(vllm sglang mooncake lmcache)  # mooncake after sglang: it is made from it
 
 say() { echo "peers: $*"; }
 die() { echo "peers: $1" >&2; exit "${2:-1}"; }
@@ -165,7 +167,7 @@ main() {
   for arg in "$@"; do
     case "$arg" in
       --freeze) freeze=1 ;;
-      -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
       -*) die "unknown option $arg" ;;
       *) peers+=("$arg") ;;
     esac
