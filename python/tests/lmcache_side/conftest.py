@@ -4,6 +4,9 @@
 A case that one side cannot pass says so with pytest.mark.sides:
   - kvact_missing="what": a capability kvact does not have yet. Both kvact sides are
     xfail(strict=True): they must fail today, and the marker goes once it is built.
+  - kvact_differs="what": a difference kept on purpose, argued in the README's
+    "Differences from LMCache" table: both kvact sides are xfail(strict=True), so the
+    case shows the difference and fails the suite if it ever goes away unnoticed.
   - lmcache_lacks="why": the case fails on LMCache too (lmcache 0.5.6 has no such call):
     the LMCache side is dropped, and the reason stays written in the case.
 """
@@ -21,7 +24,8 @@ SIDES = ("lmcache", "kvact", "kvactd")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "sides(kvact_missing=None, lmcache_lacks=None): "
+    config.addinivalue_line("markers", "sides(kvact_missing=None, kvact_differs=None, "
+                            "lmcache_lacks=None): "
                             "which side of this case is expected to fail, and why")
 
 
@@ -39,6 +43,10 @@ def pytest_generate_tests(metafunc):
             marks = pytest.mark.xfail(strict=True, raises=(AssertionError, AttributeError,
                                                            NotImplementedError),
                                       reason=kw["kvact_missing"] + " not built yet (issue 36)")
+        elif side != "lmcache" and kw.get("kvact_differs"):
+            marks = pytest.mark.xfail(strict=True, raises=NotImplementedError,
+                                      reason="a difference from LMCache (README): "
+                                      + kw["kvact_differs"])
         params.append(pytest.param(side, marks=marks, id=side))
     metafunc.parametrize("side", params)
 
