@@ -335,6 +335,14 @@ KVA_API int kva_reserve_write(kva_storage *s, const kva_key *k, size_t n, const 
                               kva_write_mode mode, kva_buf *bufs, int *status);
 /* write-locked -> ready (KVA_KEY_WRONG_STATE otherwise; KVA_KEY_NOT_EXIST). */
 KVA_API int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status);
+/* A write reservation given back unwritten (LMCache's abort_write): each
+ * write-locked object of k is removed at once, never readable, never
+ * stored to L2, its memory free, and the key can be reserved as new again
+ * (an object that UPDATE or ALL had reserved again goes too: its bytes may
+ * be half written). status[i]: KVA_OK, KVA_KEY_NOT_EXIST, or
+ * KVA_KEY_WRONG_STATE when not write-locked (in a client of kvactd: not
+ * write-locked by this client). Returns how many were aborted. */
+KVA_API int kva_abort_write(kva_storage *s, const kva_key *k, size_t n, int *status);
 /* Removes objects; a locked one gets KVA_KEY_LOCKED unless force, a pinned
  * one (kva_lookup with pin) KVA_KEY_LOCKED even with force: a pin is a
  * promise to a lookup that its load will find the object, and it goes with

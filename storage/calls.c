@@ -27,6 +27,14 @@ int kva_finish_write(kva_storage *s, const kva_key *k, size_t n, int *status) {
   return storage_call(s, L1_FINISH_WRITE, &r);
 }
 
+int kva_abort_write(kva_storage *s, const kva_key *k, size_t n, int *status) {
+  int rc = storage_check_keys(s, k, n, __func__);
+  if (rc != KVA_OK) return rc;
+  if (!status) return KVA_EINVAL;
+  l1_req r = {.keys = k, .n = n, .status = status};
+  return storage_call(s, L1_ABORT_WRITE, &r);
+}
+
 int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, int *status) {
   int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;

@@ -197,6 +197,7 @@ _PROTOTYPES = {
     "kva_layout_bytes": (c_size_t, [_L]),
     "kva_reserve_write": (c_int, [_P, _KS, c_size_t, _L, c_int, POINTER(Buf), POINTER(c_int)]),
     "kva_finish_write": (c_int, [_P, _KS, c_size_t, POINTER(c_int)]),
+    "kva_abort_write": (c_int, [_P, _KS, c_size_t, POINTER(c_int)]),
     "kva_delete": (c_int, [_P, _KS, c_size_t, c_int, POINTER(c_int)]),
     "kva_submit_prefetch": (c_int, [_P, _KS, c_size_t, _L, c_uint32, POINTER(_P)]),
     "kva_submit_prefetch_with": (c_int, [_P, _KS, c_size_t, _L, POINTER(PrefetchOpts),

@@ -146,6 +146,19 @@ class StorageManager:
         self._release_writes(keys)
         return memoryview(status).cast("B").cast("i").tolist()
 
+    def abort_write(self, keys):
+        """Gives write reservations back unwritten (LMCache's abort_write): each object is
+        removed at once, never readable, never stored; the key can be reserved as new
+        again. A list of per-key statuses (0 = aborted)."""
+        keys = list(keys)
+        if not keys:
+            return []
+        arr = key_array(keys)
+        status = (ctypes.c_int * len(keys))()
+        check(lib.kva_abort_write(self._ptr, arr, len(keys), status))
+        self._release_writes(keys)
+        return memoryview(status).cast("B").cast("i").tolist()
+
     def _release_writes(self, keys):
         with self._lock:
             pop = self._writes.pop

@@ -132,6 +132,23 @@ def test_bad_layouts_raise_value_error(shapes, dtypes):
         kvact.MemoryLayoutDesc(shapes=shapes, dtypes=dtypes)
 
 
+def test_abort_write_gives_the_reservation_back(sm):
+    keys = keys_of(3)
+    objs = sm.reserve_write(keys, LAYOUT)
+    assert len(objs) == 3
+    assert sm.abort_write(keys + keys_of(4)[3:]) == [0, 0, 0, 1]  # the 4th: KVA_KEY_NOT_EXIST
+    assert sm.stats()["l1_write_locked"] == 0 and sm.stats()["l1_objects"] == 0
+    with pytest.raises(ValueError):  # the views are gone with the reservation
+        objs[keys[0]].array
+    assert sm.submit_prefetch_task(keys, LAYOUT).wait() == 0  # never readable
+    assert len(sm.reserve_write(keys, LAYOUT)) == 3  # reservable as new again
+    sm.finish_write(keys)
+    assert sm.abort_write(keys[:1]) == [4]  # ready, not write-locked: KVA_KEY_WRONG_STATE
+    sm.flush()
+    assert sm.stats()["l2_stored_keys"] == 3  # the finished ones; the aborted never reached L2
+    assert clean(sm)
+
+
 def test_empty_key_lists_are_nothing_to_do(sm):
     """As LMCache takes them: an out-of-memory reserve returns {}, and its callers pass
     what it reserved on to finish_write whatever it was."""

@@ -37,6 +37,42 @@ START_TEST(reserve_write_one_key_gives_a_buffer) {
 }
 END_TEST
 
+/* LMCache's test_abort_write.py: a reservation given back unwritten is
+ * gone at once (memory free, never readable), the key reservable as new
+ * again; a key not write-locked, or missing, is refused per key. */
+START_TEST(abort_write_gives_the_reservation_back) {
+  kva_runtime *rt = start_store();
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  kva_key k[4];
+  kva_buf b[4];
+  int st[4];
+  key_range(k, 0, 4);
+  ck_assert_int_eq(kva_reserve_write(s, k, 3, &l, KVA_WRITE_NEW, b, st), 3);
+  ck_assert_int_eq(kva_abort_write(s, k, 4, st), 3);
+  ck_assert_int_eq(st[0], KVA_OK);
+  ck_assert_int_eq(st[2], KVA_OK);
+  ck_assert_int_eq(st[3], KVA_KEY_NOT_EXIST);
+  kva_storage_stats x = stats_of(s);
+  ck_assert_uint_eq(x.l1_objects, 0);
+  ck_assert_uint_eq(x.l1_used_bytes, 0);
+  ck_assert_uint_eq(x.l1_write_locked, 0);
+  kva_prefetch *h = NULL;
+  ck_assert_int_eq(kva_submit_prefetch(s, k, 3, &l, 0, &h), KVA_OK);
+  size_t hits = 9;
+  ck_assert_int_eq(kva_wait_prefetch(s, h, 10000, &hits), KVA_OK);
+  ck_assert_uint_eq(hits, 0); /* never readable */
+  ck_assert_int_eq(kva_reserve_write(s, k, 3, &l, KVA_WRITE_NEW, b, st), 3);
+  ck_assert_int_eq(kva_finish_write(s, k, 3, st), 3);
+  ck_assert_int_eq(kva_abort_write(s, k, 1, st), 0); /* ready, not write-locked */
+  ck_assert_int_eq(st[0], KVA_KEY_WRONG_STATE);
+  ck_assert_int_eq(kva_abort_write(s, k, 1, NULL), KVA_EINVAL);
+  ck_assert_int_eq(kva_abort_write(NULL, k, 1, st), KVA_EINVAL);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
 /* test_reserve_write_multiple_keys */
 START_TEST(reserve_write_many_keys_gives_a_buffer_each) {
   kva_runtime *rt = start_store();
@@ -415,6 +451,7 @@ Suite *kva_test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, reserve_write_one_key_gives_a_buffer);
   tcase_add_test(tc, reserve_write_many_keys_gives_a_buffer_each);
+  tcase_add_test(tc, abort_write_gives_the_reservation_back);
   tcase_add_test(tc, reserve_write_of_twenty_large_keys_is_all_out_of_memory);
   tcase_add_test(tc, reserve_write_of_ten_large_keys_is_all_out_of_memory);
   tcase_add_test(tc, prefetch_counts_every_written_key);

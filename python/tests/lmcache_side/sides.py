@@ -291,7 +291,7 @@ class KvactSide:
         self.sm.finish_write(keys)
 
     def abort_write(self, keys):
-        return self.sm.abort_write(keys)  # not built yet (issue 36): AttributeError
+        return self.sm.abort_write(keys)
 
     def rewritable(self, key, layout):
         """Whether key is resident and unlocked: a reserve in mode "update" works."""

@@ -270,8 +270,7 @@ def test_a_read_locked_key_is_skipped_without_force_and_removed_with_it(storage)
 
 # ---- what LMCache defines and kvact does not have yet ---------------------------------
 
-@pytest.mark.sides(kvact_missing="abort_write",
-                   lmcache_lacks="lmcache 0.5.6's StorageManager has no abort_write (upstream "
+@pytest.mark.sides(lmcache_lacks="lmcache 0.5.6's StorageManager has no abort_write (upstream "
                    "added it after 0.5.6, with tests/v1/distributed/test_abort_write.py): "
                    "AttributeError")
 def test_abort_write_gives_the_reservation_back(storage):
