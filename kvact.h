@@ -369,16 +369,33 @@ KVA_API int kva_delete(kva_storage *s, const kva_key *k, size_t n, int force, in
 typedef struct kva_prefetch kva_prefetch;
 KVA_API int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                                 uint32_t extra_readers, kva_prefetch **h);
-/* kva_submit_prefetch with options. flags: KVA_PREFETCH_AS_PLANNED = the
- * caller judged these keys worth loading already (kva_plan_load), so the
- * load_or_recompute policy does not judge them again (a request prefetched
- * in several parts would have each part judged as if it began the
- * request). o NULL = no options. */
+/* kva_submit_prefetch with options (API.md's third wave; o NULL or all
+ * zero = kva_submit_prefetch's defaults).
+ *  warm = 1 (LMCache's NO_LOCK prefetch): the keys are brought into L1 and
+ *    the result counts them as usual, but no read lock is left for the
+ *    caller: the prefix's locks are given back as the result is read
+ *    (query or wait), so there is nothing to read or release afterwards.
+ *    What it loaded stays in L1 as long as L1 keeps it (with
+ *    prefetch_writeback false, loaded objects are temporary: they go with
+ *    the locks).
+ *  sparse = 1 (load and lock every key found, found[i] saying which): not
+ *    built yet, KVA_ENOTSUP.
+ *  flags: KVA_PREFETCH_AS_PLANNED = the caller judged these keys worth
+ *    loading already (kva_plan_load), so the load_or_recompute policy does
+ *    not judge them again (a request prefetched in several parts would have
+ *    each part judged as if it began the request).
+ * kva_submit_prefetch_with is the same call (its earlier name). */
 #define KVA_PREFETCH_AS_PLANNED 1u
 typedef struct kva_prefetch_opts {
   uint32_t extra_readers; /* as kva_submit_prefetch's */
-  uint32_t flags;
+  int warm;               /* 1: bring into L1, lock nothing for the caller */
+  int sparse;             /* 1: every key found, not only the prefix (not built yet) */
+  uint8_t *found;         /* sparse: the caller's n flags, filled when it completes */
+  uint32_t flags;         /* KVA_PREFETCH_AS_PLANNED */
 } kva_prefetch_opts;
+KVA_API int kva_submit_prefetch_opts(kva_storage *s, const kva_key *k, size_t n,
+                                     const kva_layout *l, const kva_prefetch_opts *o,
+                                     kva_prefetch **h);
 KVA_API int kva_submit_prefetch_with(kva_storage *s, const kva_key *k, size_t n,
                                      const kva_layout *l, const kva_prefetch_opts *o,
                                      kva_prefetch **h);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "actors/log.h"
 #include "actors/runtime_internal.h"
 #include "common/array.h"
 #include "common/key.h"
@@ -46,14 +47,21 @@ int kva_submit_prefetch(kva_storage *s, const kva_key *k, size_t n, const kva_la
 
 int kva_submit_prefetch_with(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
                              const kva_prefetch_opts *o, kva_prefetch **h) {
+  return kva_submit_prefetch_opts(s, k, n, l, o, h);
+}
+
+int kva_submit_prefetch_opts(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l,
+                             const kva_prefetch_opts *o, kva_prefetch **h) {
   int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;
   kva_prefetch_opts none = {0};
   if (!o) o = &none;
   uint32_t extra_readers = o->extra_readers;
   if (!h || extra_readers > 127 || (o->flags & ~KVA_PREFETCH_AS_PLANNED) ||
+      (o->warm != 0 && o->warm != 1) || (o->sparse != 0 && o->sparse != 1) ||
       (l && layout_bytes(l) == 0))
     return KVA_EINVAL;
+  if (o->sparse) return KVA_ENOTSUP; /* not built yet (issue 36) */
   if ((rc = storage_enter(s)) != KVA_OK) return rc;
   session *ss = session_take(s);
   if (!ss) {
@@ -69,6 +77,7 @@ int kva_submit_prefetch_with(kva_storage *s, const kva_key *k, size_t n, const k
                        .readers = 1 + extra_readers,
                        .l2 = l && s->prefetcher && !l2_frozen(&s->tiers),
                        .as_planned = (o->flags & KVA_PREFETCH_AS_PLANNED) != 0};
+    ss->warm = o->warm != 0;
     ss->tag++;
     __atomic_store_n(&ss->state, SESSION_PREFETCH, __ATOMIC_RELEASE);
     rc = session_send(ss, s->l1, L1_PREFETCH, &ss->req);
@@ -101,7 +110,14 @@ static int prefetch_result(kva_storage *s, kva_prefetch *h, int timeout_ms, int 
     return rc == KVA_ETIMEDOUT ? pending : rc;
   }
   int result = ss->req.result;
-  if (hits) *hits = result == KVA_OK ? ss->req.hits : 0;
+  size_t n = result == KVA_OK ? ss->req.hits : 0;
+  if (hits) *hits = n;
+  if (n && ss->warm) { /* KVA_PREFETCH_WARM: nothing is left to the caller */
+    l1_req r = {.keys = ss->keys, .n = n, .readers = ss->req.readers};
+    int rc2 = storage_call(s, L1_FINISH_READ, &r);
+    if (rc2 < 0)
+      LOG_WARN("prefetch: a warm prefetch's read locks not given back: %s", kva_strerror(rc2));
+  }
   session_put(ss);
   storage_leave(s);
   return result;

@@ -38,6 +38,7 @@ typedef struct session {
   kva_layout layout; /* a prefetch's copy of its layout */
   kva_key *keys;     /* a prefetch's copy of its keys */
   size_t keys_cap;
+  bool warm; /* a prefetch's KVA_PREFETCH_WARM: its hits are released as it is read */
   struct session *next_free;
   struct session *next_all;
 } session;

@@ -71,7 +71,7 @@ def storage_config(extra):
 def make_kvact(host):
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
     extra = {"backend_name": "kvact", "module_path": "kvact.integrations.sglang",
-             "class_name": "KvactStorage", "interface_v1": 1,
+             "class_name": "KvactHiCacheStorage", "interface_v1": 1,
              "kvact.config": {"l1.size_bytes": 2 << 30, "l2": []}}
     b = StorageBackendFactory.create_backend("dynamic", storage_config(extra), host)
     b.register_mem_pool_host(host)

@@ -149,7 +149,8 @@ class LoadPlan(Structure):
 
 
 class PrefetchOpts(Structure):
-    _fields_ = [("extra_readers", c_uint32), ("flags", c_uint32)]
+    _fields_ = [("extra_readers", c_uint32), ("warm", c_int), ("sparse", c_int),
+                ("found", POINTER(c_uint8)), ("flags", c_uint32)]
 
 
 PREFETCH_AS_PLANNED = 1  # KVA_PREFETCH_AS_PLANNED
@@ -200,6 +201,8 @@ _PROTOTYPES = {
     "kva_abort_write": (c_int, [_P, _KS, c_size_t, POINTER(c_int)]),
     "kva_delete": (c_int, [_P, _KS, c_size_t, c_int, POINTER(c_int)]),
     "kva_submit_prefetch": (c_int, [_P, _KS, c_size_t, _L, c_uint32, POINTER(_P)]),
+    "kva_submit_prefetch_opts": (c_int, [_P, _KS, c_size_t, _L, POINTER(PrefetchOpts),
+                                         POINTER(_P)]),
     "kva_submit_prefetch_with": (c_int, [_P, _KS, c_size_t, _L, POINTER(PrefetchOpts),
                                          POINTER(_P)]),
     "kva_query_prefetch": (c_int, [_P, _P, POINTER(c_size_t)]),

@@ -56,7 +56,7 @@ class _Prefetch:
     the handle). Fields change under `lock`."""
 
     __slots__ = ("sm", "ptr", "keys", "readers", "status", "hits", "fn", "fd", "lock",
-                 "handed", "closed")
+                 "handed", "closed", "warm")
 
     def __init__(self, sm, ptr, keys, readers):
         self.sm, self.ptr = sm, ptr  # ptr: the C handle, until the result is read
@@ -68,6 +68,7 @@ class _Prefetch:
         self.lock = threading.Lock()
         self.handed = False   # the result went to a caller (or was given back): not ours
         self.closed = False   # close() ran: no more waits; the Reaper gives back the hits
+        self.warm = False     # KVA_PREFETCH_WARM: C gave the hits back with the result
 
     def poll(self, timeout_ms):
         """True once the result is in (then in status/hits); waits at most timeout_ms."""
@@ -103,7 +104,7 @@ class _Prefetch:
                 return True  # the caller's, or an open handle's, or shutdown freed them
             if not self.poll(timeout_ms):
                 return False
-            n = self.hits.value if self.status[0] == 0 else 0
+            n = self.hits.value if self.status[0] == 0 and not self.warm else 0
             self.handed = True  # to no one; no call until the release below
             if n:
                 check(lib.kva_finish_read_prefetched(self.sm._ptr, self.keys[:n * KEY_BYTES],

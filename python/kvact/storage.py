@@ -168,23 +168,35 @@ class StorageManager:
                     obj._valid = False
 
     # ---- read path ------------------------------------------------------------
-    def submit_prefetch_task(self, keys, layout=None, extra_readers=0, as_planned=False):
+    def submit_prefetch_task(self, keys, layout=None, extra_readers=0, as_planned=False,
+                             mode="default", trim="prefix"):
         """Read-locks the L1 prefix of keys and loads the rest from L2: a PrefetchHandle.
         as_planned=True: the caller judged these keys worth loading already (plan_load), so
-        the load_or_recompute policy does not judge them again (KVA_PREFETCH_AS_PLANNED)."""
+        the load_or_recompute policy does not judge them again (KVA_PREFETCH_AS_PLANNED).
+        mode="warm" (LMCache's NO_LOCK prefetch): the keys are brought into L1 and counted,
+        but no lock is left: nothing to read or release afterwards. trim="sparse" (every
+        key found, not only the prefix) is not built yet: KvactError -7."""
+        if mode not in ("default", "warm"):
+            raise ValueError("mode must be \"default\" or \"warm\", got %r" % (mode,))
+        if trim not in ("prefix", "sparse"):
+            raise ValueError("trim must be \"prefix\" or \"sparse\", got %r" % (trim,))
+        warm = mode == "warm"
         keys = list(keys)
         readers = _readers(extra_readers)
         if not keys:  # done at once, no hit: nothing reaches C
             _layout(layout, optional=True)
             return PrefetchHandle.done(self, readers)
         arr = key_array(keys)
-        opts = PrefetchOpts(readers, PREFETCH_AS_PLANNED if as_planned else 0)
+        opts = PrefetchOpts(extra_readers=readers, warm=int(warm), sparse=int(trim == "sparse"),
+                            flags=PREFETCH_AS_PLANNED if as_planned else 0)
         h = ctypes.c_void_p()
         self._reaper.start()  # here, not in a finalizer: starting a thread takes locks
-        check(lib.kva_submit_prefetch_with(self._ptr, arr, len(keys),
+        check(lib.kva_submit_prefetch_opts(self._ptr, arr, len(keys),
                                            _layout(layout, optional=True), ctypes.byref(opts),
                                            ctypes.byref(h)))
-        return PrefetchHandle(self, h.value, arr, readers)
+        handle = PrefetchHandle(self, h.value, arr, readers)
+        handle._st.warm = bool(warm)  # C gives the hits back itself as it hands the result
+        return handle
 
     def query_prefetch_status(self, handle):
         """Hits when the prefetch is done, None while it runs."""

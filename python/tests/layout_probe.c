@@ -55,6 +55,9 @@ int main(void) {
   OFF(kva_load_plan, split_at);
   OFF(kva_load_plan, not_asked);
   SIZE(kva_prefetch_opts);
+  OFF(kva_prefetch_opts, warm);
+  OFF(kva_prefetch_opts, sparse);
+  OFF(kva_prefetch_opts, found);
   OFF(kva_prefetch_opts, flags);
   SIZE(kva_memcheck_opts);
   OFF(kva_memcheck_opts, callers_only);

@@ -149,6 +149,24 @@ def test_abort_write_gives_the_reservation_back(sm):
     assert clean(sm)
 
 
+def test_warm_prefetch_leaves_nothing_to_release(sm):
+    keys = keys_of(4)
+    for k, obj in sm.reserve_write(keys, LAYOUT).items():
+        obj.array[:] = 1
+    sm.finish_write(keys)
+    assert sm.submit_prefetch_task(keys, LAYOUT, extra_readers=1, mode="warm").wait() == 4
+    assert sm.stats()["l1_read_locked"] == 0
+    h = sm.submit_prefetch_task(keys, LAYOUT, mode="warm")
+    h.close()  # closed before its result was read: nothing is given back twice
+    sm.flush()
+    assert sm.stats()["l1_objects"] == 4
+    with pytest.raises(kvact.KvactError):  # not built yet (issue 36)
+        sm.submit_prefetch_task(keys, LAYOUT, trim="sparse")
+    with pytest.raises(ValueError):
+        sm.submit_prefetch_task(keys, LAYOUT, mode="cold")
+    assert clean(sm)
+
+
 def test_empty_key_lists_are_nothing_to_do(sm):
     """As LMCache takes them: an out-of-memory reserve returns {}, and its callers pass
     what it reserved on to finish_write whatever it was."""

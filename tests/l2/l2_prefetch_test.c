@@ -346,6 +346,44 @@ START_TEST(down_tier_counts_as_holding_nothing) {
 }
 END_TEST
 
+/* A warm prefetch (kva_prefetch_opts.warm): keys 0..2 in L1 and 3..5 only in L2 are all found and
+ * counted, those from L2 stay in L1 (write-back), and no read lock is left
+ * once the result is read (by a wait, or a query); a later prefetch finds
+ * everything in L1. A bad flag is refused. */
+START_TEST(a_warm_prefetch_leaves_no_lock) {
+  kva_runtime *rt = l2_start(workers[_i], 64u << 20, 1, "", NULL);
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout l = fixture_layout_basic();
+  const uint64_t ids[] = {0, 1, 2, 3, 4, 5}, in_l2[] = {3, 4, 5};
+  l2_write_l1_only(s, ids, 3, &l, 1);
+  l2_seed(s, 0, in_l2, 3, &l, 0);
+  kva_key k[6];
+  for (int i = 0; i < 6; i++) k[i] = fixture_key(ids[i]);
+  kva_prefetch_opts warm = {.extra_readers = 2, .warm = 1};
+  for (int by_query = 0; by_query < 2; by_query++) {
+    kva_prefetch *h = NULL;
+    ck_assert_int_eq(kva_submit_prefetch_opts(s, k, 6, &l, &warm, &h), KVA_OK);
+    size_t hits = 0;
+    if (by_query) {
+      int rc;
+      while ((rc = kva_query_prefetch(s, h, &hits)) == KVA_EAGAIN)
+        if (kva_runtime_run_until_idle(rt) == KVA_ENOTSUP) l2_sleep_ms(1);
+      ck_assert_int_eq(rc, KVA_OK);
+    } else {
+      ck_assert_int_eq(kva_wait_prefetch(s, h, 10000, &hits), KVA_OK);
+    }
+    ck_assert_uint_eq(hits, 6);
+    for (uint64_t i = 0; i < 6; i++) ck_assert_int_eq(l2_readers(s, i), 0); /* in L1, unlocked */
+  }
+  ck_assert_uint_eq(l2_stats(s, 0).loads, 3); /* the second found them in L1 */
+  kva_prefetch_opts bad = {.warm = 2}, sparse = {.sparse = 1};
+  kva_prefetch *h = NULL;
+  ck_assert_int_eq(kva_submit_prefetch_opts(s, k, 6, &l, &bad, &h), KVA_EINVAL);
+  ck_assert_int_eq(kva_submit_prefetch_opts(s, k, 6, &l, &sparse, &h), KVA_ENOTSUP);
+  l2_finish(rt);
+}
+END_TEST
+
 Suite *kva_test_suite(void) {
   Suite *su = suite_create("l2_prefetch");
   TCase *tc = tcase_create("core");
@@ -366,6 +404,7 @@ Suite *kva_test_suite(void) {
   tcase_add_loop_test(tc, frozen_storage_does_not_consult_l2, 0, 2);
   tcase_add_loop_test(tc, bypassed_tier_is_skipped, 0, 2);
   tcase_add_loop_test(tc, down_tier_counts_as_holding_nothing, 0, 2);
+  tcase_add_loop_test(tc, a_warm_prefetch_leaves_no_lock, 0, 2);
   suite_add_tcase(su, tc);
   return su;
 }

@@ -1,10 +1,10 @@
-"""sglang.py — KvactStorage: SGLang's HiCache storage backend ("L3") over kvact.
+"""sglang.py — KvactHiCacheStorage: SGLang's HiCache storage backend ("L3") over kvact.
 
 Load it with
     python -m sglang.launch_server ... --enable-hierarchical-cache \
         --hicache-storage-backend dynamic \
         --hicache-storage-backend-extra-config '{"backend_name": "kvact",
-            "module_path": "kvact.integrations.sglang", "class_name": "KvactStorage",
+            "module_path": "kvact.integrations.sglang", "class_name": "KvactHiCacheStorage",
             "interface_v1": 1, "kvact.config": {"client.socket": "/run/kvact/kvact.sock"}}'
 "interface_v1": 1 makes SGLang call the zero-copy batch_get_v1 / batch_set_v1 (its
 host pool's pages copied straight to and from kvact's pool); without it SGLang uses the
@@ -163,7 +163,7 @@ def _numel(shape):
     return n
 
 
-class KvactStorage(HiCacheStorage):
+class KvactHiCacheStorage(HiCacheStorage):
     """SGLang's HiCacheStorage over kvact (see the module docstring for the design)."""
 
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Any = None, **extra):
@@ -506,3 +506,7 @@ class _Metrics:
         m.backup_bandwidth.extend(self.backup_bandwidth)
         self.__init__()
         return m
+
+
+# The name this backend had while it was built (README launch lines of that time).
+KvactStorage = KvactHiCacheStorage

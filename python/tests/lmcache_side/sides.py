@@ -304,10 +304,9 @@ class KvactSide:
     def prefetch(self, keys, layout, readers=1, policy="prefix", lock=True):
         if policy != "prefix":
             raise NotImplementedError("kvact has no sparse prefetch (issue 36)")
-        if not lock:
-            raise NotImplementedError("kvact has no warm (unlocked) prefetch (issue 36)")
         loaded = self.sm.stats()["l2_loaded_keys"]
-        return loaded, self.sm.submit_prefetch_task(keys, layout, extra_readers=readers - 1)
+        return loaded, self.sm.submit_prefetch_task(keys, layout, extra_readers=readers - 1,
+                                                     mode="default" if lock else "warm")
 
     def result(self, handle, timeout=10.0):
         loaded, h = handle

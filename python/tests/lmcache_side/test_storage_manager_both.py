@@ -287,7 +287,6 @@ def test_abort_write_gives_the_reservation_back(storage):
     assert sm.write_locked() == 0
 
 
-@pytest.mark.sides(kvact_missing="the WARM (unlocked) prefetch")
 def test_warm_prefetch_brings_l2_keys_into_l1_without_locking_them(storage):
     sm = storage(l2=True)
     keys = write(sm, range(3))

@@ -6,7 +6,7 @@ import sglang_cpu
 
 @pytest.fixture
 def backend():
-    """backend(host, **storage_config) -> a KvactStorage made by SGLang's factory with host
+    """backend(host, **storage_config) -> a KvactHiCacheStorage made by SGLang's factory with host
     registered. At the end of the test every runtime they use must pass memcheck (no lock
     left by any call, whatever it raised), then they are closed."""
     made = []

@@ -1,5 +1,5 @@
 #!/bin/bash
-# run.sh — python/tests/sglang_real (KvactStorage against the real SGLang) under the
+# run.sh — python/tests/sglang_real (KvactHiCacheStorage against the real SGLang) under the
 # SGLang peer environment's interpreter: python/tests/peer_suite.sh.
 #
 #   python/tests/sglang_real/run.sh [LIBKVACT_SO] [--kvactd=PATH] [pytest args...]

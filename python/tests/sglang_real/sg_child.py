@@ -1,4 +1,4 @@
-"""sg_child.py — one SGLang worker process of test_processes.py: a KvactStorage made by
+"""sg_child.py — one SGLang worker process of test_processes.py: a KvactHiCacheStorage made by
 SGLang's factory, a client of the kvactd at SOCK.
 
   sg_child.py exchange SOCK SEED OTHER   store 4 pages of SEED's keys from host pages

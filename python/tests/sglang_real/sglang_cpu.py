@@ -64,7 +64,7 @@ def storage_config(tp_rank=0, tp_size=1, mla=False, kvact=None, v1=True, extra=N
     """HiCacheStorageConfig as HiCacheController makes it for the dynamic backend
     "kvact" (interface_v1 unless v1=False: then SGLang uses the generic get/set)."""
     extra_config = {"backend_name": "kvact", "module_path": "kvact.integrations.sglang",
-                    "class_name": "KvactStorage",
+                    "class_name": "KvactHiCacheStorage",
                     "kvact.config": dict(KVACT, **(kvact or {}))}
     if v1:
         extra_config["interface_v1"] = 1

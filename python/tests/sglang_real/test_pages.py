@@ -1,6 +1,6 @@
-"""test_pages.py — KvactStorage loaded by SGLang's own factory, on SGLang's host pools (CPU).
+"""test_pages.py — KvactHiCacheStorage loaded by SGLang's own factory, on SGLang's host pools (CPU).
 
-- the factory resolves the module path to KvactStorage, a HiCacheStorage;
+- the factory resolves the module path to KvactHiCacheStorage, a HiCacheStorage;
 - in every layout of the MHA and MLA host pools, pages set from some host indices come
   back bit-exact into others (batch_set_v1 / batch_get_v1), nothing else is written;
 - batch_exists counts the stored prefix, stopping at the first gap; a get stops there too;
@@ -15,7 +15,7 @@ import pytest
 import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
-from kvact.integrations.sglang import KvactStorage
+from kvact.integrations.sglang import KvactHiCacheStorage
 
 from sglang_cpu import (MHA_LAYOUTS, MLA_LAYOUTS, fill, indices, mha_host, mla_host, page,
                         page_keys, snapshot, zero, controller)
@@ -30,7 +30,7 @@ def make_host(kind, layout):
 def test_factory_loads_kvact_by_module_path(backend):
     host = mha_host("layer_first")
     b = backend(host)
-    assert type(b) is KvactStorage and isinstance(b, HiCacheStorage)
+    assert type(b) is KvactHiCacheStorage and isinstance(b, HiCacheStorage)
     assert b.mem_pool_host is host
 
 

@@ -1,4 +1,4 @@
-"""test_ranks.py — KvactStorage across SGLang's tensor-parallel ranks (one kvact, as ranks
+"""test_ranks.py — KvactHiCacheStorage across SGLang's tensor-parallel ranks (one kvact, as ranks
 sharing a kvactd see it; here one process, so one embedded runtime).
 
 - MHA: tp_rank 0 and 1 hold different heads, so the same page hashes are different pages;

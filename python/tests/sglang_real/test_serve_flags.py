@@ -39,7 +39,7 @@ def test_the_readme_flags_make_the_backend_through_sglangs_own_parsers():
         extra = HybridCacheController.parse_storage_backend_extra_config(
             args.hicache_storage_backend_extra_config)[0]
         assert (extra["module_path"], extra["class_name"], extra["interface_v1"]) == (
-            "kvact.integrations.sglang", "KvactStorage", 1)
+            "kvact.integrations.sglang", "KvactHiCacheStorage", 1)
         shared.config_of(extra)  # kvact validates every setting as it is set
         settings = extra["kvact.config"]
         sockets.append(settings.get("client.socket"))
@@ -51,7 +51,7 @@ def test_the_readme_flags_make_the_backend_through_sglangs_own_parsers():
         backend = StorageBackendFactory.create_backend("dynamic", cfg, host)
         try:
             backend.register_mem_pool_host(host)
-            assert type(backend).__name__ == "KvactStorage"
+            assert type(backend).__name__ == "KvactHiCacheStorage"
             if "client.socket" not in extra["kvact.config"]:
                 keys = sglang_cpu.page_keys(2)
                 assert backend.batch_set_v1(keys, sglang_cpu.indices([0, 1])) == [True, True]

@@ -1,4 +1,4 @@
-"""test_tiers.py — KvactStorage over a small L1 (8 pages) with a disk tier below.
+"""test_tiers.py — KvactHiCacheStorage over a small L1 (8 pages) with a disk tier below.
 
 kvact stores each finished page to the disk tier behind the write; L1 evicts what the
 tier holds, and also what it has not begun to store (a best-effort cache: such a page is
