@@ -4,7 +4,7 @@ kvactd): the same sequence of calls, the same L1 size and object sizes, in one r
     python/bench/peer_lmcache.sh [--reps 5] [--iters 300] [--warmup 30]
         [--parts control,data,mock,disk,redis] [--keys 1,16,64] [--sizes-mib 2,8,32]
         [--round-mib 256] [--l2-object-mib 8] [--l2-round-mib 128] [--l1-mib 1024]
-        [--mock-gbps 0,10] [--dir /var/tmp] [--json FILE]
+        [--mock-gbps 0,10] [--dir /var/tmp] [--torch-threads N] [--json FILE]
 
 Three sides, open together, each measure run on each in turn, the order rotating every
 rep (so a busy moment of the machine falls on all of them):
@@ -25,6 +25,8 @@ gives LMCache's figure, kvact's and their ratio:
                     (N keys over the rep's time, median over reps; target: kvact >= 10x)
                     and p50/p99 us over every cycle of every rep (p99 target <= 0.1x);
   call              the same cycles call by call: p50/p99 us (where the time goes; no target);
+  anchor-c          kvact embedded's same cycles through bare ctypes (key arrays built
+                    beforehand), p50/p99 us: its C calls without its Python layer;
   anchor-rtt        a 36-byte frame to a Python process and back over an AF_UNIX socket
                     pair, p50/p99 us: the floor under every call a kvactd client makes;
   data-write/-read  objects of S MiB, --round-mib of them a round: reserve_write of all,
@@ -43,12 +45,15 @@ tier (capacity_bytes, bandwidth_bytes_per_s) at each --mock-gbps (GiB/s as LMCac
 them; 0 = unlimited on both); disk — LMCache's fs adapter (one file per object, O_DIRECT)
 against kvact's disk tier (O_DIRECT, checksummed), both in a fresh folder of --dir; redis —
 LMCache's resp adapter (its C++ client, 8 workers) against kvact's redis tier on one
-redis-server this script starts on loopback (emptied between reps). A tier that cannot be
+redis-server this script starts on loopback (emptied between reps; anchor_gbs: the best of
+redis-benchmark's SET / GET with 1 and 4 clients and the same value size, on that server
+after the sides: what the server itself serves on these cores). A tier that cannot be
 set up is skipped with its reason. L2 capacities hold every round of the run (nothing is
 evicted from L2 while measuring). The run ends with each side's memcheck, then
 `suite=lmcache below_target=...` (and the parts skipped).
 """
 import argparse
+import ctypes
 import importlib.metadata
 import json
 import mmap
@@ -70,6 +75,8 @@ from lmcache.v1.distributed.l2_adapters.mock_l2_adapter import MockL2AdapterConf
 from lmcache.v1.distributed.l2_adapters.resp_l2_adapter import RESPL2AdapterConfig  # noqa: E402
 
 import kvact  # noqa: E402
+from kvact._lib import Buf, lib  # noqa: E402  (the bare C anchor, as bench_calls.py)
+from kvact.keys import key_array  # noqa: E402
 from peer_lmcache_sides import (MIB, SetupError, redis_command, redis_server,  # noqa: E402
                                 sides)
 
@@ -222,19 +229,63 @@ def buffers(nobjects, nbytes):
 
 
 def run_control(args, made, rows, raw):
+    embedded = next(s for s in made if s.name == "kvact")
     for n in args.keys:
         for kind, fn, calls in (("write", control_write, ("reserve_write", "finish_write")),
                                 ("prefetch", control_prefetch, ("submit_prefetch_task",
                                                                 "wait", "read_block",
                                                                 "finish_read_prefetched"))):
             got = {s.name: [] for s in made}
+            bare = []
             for rep in range(args.reps):
                 for side in rotate(made, rep):
                     layout = side.layout(CONTROL_OBJECT)
                     fn(side, side.keys, layout, n, args.warmup)
                     got[side.name].append(fn(side, side.keys, layout, n, args.iters))
-            raw["control-%s-%d" % (kind, n)] = got
+                bare += BARE[kind](embedded, embedded.layout(CONTROL_OBJECT), n, args.iters)
+            raw["control-%s-%d" % (kind, n)] = dict(got, bare_c=bare)
             rows += control_rows(kind, n, calls, got)
+            rows.append(row("anchor-c", "embedded", cycle=kind, keys=n, p50_us=pct(bare, 50),
+                            p99_us=pct(bare, 99), target="none"))
+
+
+def bare_write(side, layout, n, iters):
+    """The write cycle's two C calls through bare ctypes, key arrays built beforehand:
+    what kvact's control plane costs without its Python layer (us per cycle)."""
+    s, c_layout, out = side.sm._ptr, layout._c, []
+    bufs, status = (Buf * n)(), (ctypes.c_int * n)()
+    for _ in range(iters):
+        ks = side.keys.take(n)
+        arr = key_array(ks)
+        t0 = now()
+        lib.kva_reserve_write(s, arr, n, c_layout, 0, bufs, status)
+        lib.kva_finish_write(s, arr, n, status)
+        out.append((now() - t0) / 1e3)
+        side.delete(ks)
+    return out
+
+
+def bare_prefetch(side, layout, n, iters):
+    """The prefetch cycle's four C calls (submit, wait, read, finish) through bare ctypes."""
+    ks = side.keys.take(n)
+    side.reserve(ks, layout)
+    side.finish_write(ks)
+    s, arr, c_layout, out = side.sm._ptr, key_array(ks), layout._c, []
+    h, hits, bufs = ctypes.c_void_p(), ctypes.c_size_t(), (Buf * n)()
+    for _ in range(iters):
+        t0 = now()
+        lib.kva_submit_prefetch(s, arr, n, c_layout, 0, ctypes.byref(h))
+        lib.kva_wait_prefetch(s, h, -1, ctypes.byref(hits))
+        lib.kva_read_prefetched(s, arr, n, bufs)
+        lib.kva_finish_read_prefetched(s, arr, n, 0)
+        out.append((now() - t0) / 1e3)
+        if hits.value != n:
+            raise SystemExit("kvact: a bare prefetch found %d of %d" % (hits.value, n))
+    side.delete(ks)
+    return out
+
+
+BARE = {"write": bare_write, "prefetch": bare_prefetch}
 
 
 ECHO = """import socket, sys
@@ -335,7 +386,9 @@ def gbs_rows(measure, got, i, total, **fields):
     return rows
 
 
-def run_l2(args, made, rows, raw, tier, between=None, **fields):
+def run_l2(args, made, rows, raw, tier, between=None, anchor=None, **fields):
+    """<tier>-store and <tier>-prefetch rows; anchor(nbytes, count), when given, is the
+    tier's own ceiling measured after the sides ({"store": GB/s, "prefetch": GB/s})."""
     nbytes = args.l2_object_mib * MIB
     count = max(1, args.l2_round_mib // args.l2_object_mib)
     src, dst = buffers(count, nbytes)
@@ -348,9 +401,11 @@ def run_l2(args, made, rows, raw, tier, between=None, **fields):
             if rep:
                 got[side.name].append(t)
     raw["-".join([tier] + [str(v) for v in fields.values()])] = got
+    ceiling = anchor(nbytes, count) if anchor else {}
     for i, op in enumerate(("store", "prefetch")):
+        extra = dict(fields, anchor_gbs=ceiling[op]) if op in ceiling else fields
         rows += gbs_rows("%s-%s" % (tier, op), got, i, count * nbytes, mib=args.l2_object_mib,
-                         **fields)
+                         **extra)
 
 
 def l2_bytes(args):
@@ -446,7 +501,29 @@ def part_redis(args, rows, raw, skipped):
         lm = RESPL2AdapterConfig(host="127.0.0.1", port=port)
         kv = {"type": "redis", "addrs": ["127.0.0.1:%d" % port]}
         with sides(args, lm, lambda name: dict(kv, namespace=name)) as made:
-            run_l2(args, made, rows, raw, "redis", between=lambda: redis_command(port, "FLUSHALL"))
+            run_l2(args, made, rows, raw, "redis", between=lambda: redis_command(port, "FLUSHALL"),
+                   anchor=lambda nbytes, count: redis_benchmark(port, nbytes, count, args.reps))
+
+
+def redis_benchmark(port, nbytes, count, reps):
+    """redis-benchmark's best SET and GET points on the same server with values of nbytes
+    (1 and 4 clients, count * reps requests each): {"store": GB/s, "prefetch": GB/s}, or
+    {} without redis-benchmark."""
+    tool = shutil.which("redis-benchmark")
+    if not tool:
+        return {}
+    best = {"store": 0.0, "prefetch": 0.0}
+    for clients in (1, 4):
+        redis_command(port, "FLUSHALL")
+        out = subprocess.run([tool, "-p", str(port), "-t", "set,get", "-d", str(nbytes),
+                              "-n", str(count * reps), "-c", str(clients), "--csv"],
+                             capture_output=True, text=True, timeout=600).stdout
+        for ln in out.splitlines():
+            test, rps = (ln.split(",") + ["", ""])[:2]
+            op = {'"SET"': "store", '"GET"': "prefetch"}.get(test)
+            if op:
+                best[op] = max(best[op], float(rps.strip('"')) * nbytes / 1e9)
+    return best
 
 
 PARTS = {"control": part_control_data, "data": part_control_data, "mock": part_mock,
@@ -456,7 +533,8 @@ PARTS = {"control": part_control_data, "data": part_control_data, "mock": part_m
 def versions(args):
     out = {"lmcache": importlib.metadata.version("lmcache"), "torch": torch.__version__,
            "kvact": kvact.__version__, "python": platform.python_version(),
-           "cpus": os.cpu_count(), "l1_mib": args.l1_mib, "reps": args.reps,
+           "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+           "l1_mib": args.l1_mib, "reps": args.reps,
            "iters": args.iters, "control_object_kib": CONTROL_OBJECT >> 10,
            "load": load()}
     server = shutil.which("redis-server")
@@ -517,6 +595,9 @@ def parse_args(argv=None):
     p.add_argument("--mock-gbps", type=lambda t: [float(x) for x in t.split(",") if x],
                    default=[0.0, 10.0], help="mock bandwidths, GiB/s; 0 = unlimited")
     p.add_argument("--dir", default="/var/tmp", help="where the disk tiers go")
+    p.add_argument("--torch-threads", type=int, default=os.cpu_count() or 1,
+                   help="torch's threads (the copies on every side, and LMCache's mock "
+                   "adapter's); default: one per CPU")
     p.add_argument("--json")
     args = p.parse_args(argv)
     args.parts = [x for x in args.parts.split(",") if x]
@@ -524,14 +605,14 @@ def parse_args(argv=None):
         if x not in PARTS:
             p.error("unknown part %r (one of %s)" % (x, ", ".join(PARTS)))
     if min([args.reps, args.iters, args.round_mib, args.l2_object_mib, args.l2_round_mib,
-            args.l1_mib] + args.keys + args.sizes_mib) < 1 or args.warmup < 0:
+            args.l1_mib, args.torch_threads] + args.keys + args.sizes_mib) < 1 or args.warmup < 0:
         p.error("sizes, counts and reps must be positive")
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(args.torch_threads)
     run(args)
 
 
