@@ -387,8 +387,9 @@ def gbs_rows(measure, got, i, total, **fields):
 
 
 def run_l2(args, made, rows, raw, tier, between=None, anchor=None, **fields):
-    """<tier>-store and <tier>-prefetch rows; anchor(nbytes, count), when given, is the
-    tier's own ceiling measured after the sides ({"store": GB/s, "prefetch": GB/s})."""
+    """<tier>-store and <tier>-prefetch rows; anchor(nbytes, count), when given, measures
+    a reference point of the tier itself after the sides ({"store": GB/s, "prefetch":
+    GB/s}, printed as anchor_gbs)."""
     nbytes = args.l2_object_mib * MIB
     count = max(1, args.l2_round_mib // args.l2_object_mib)
     src, dst = buffers(count, nbytes)
@@ -465,6 +466,7 @@ def part_disk(args, rows, raw, skipped):
             skipped.append(("disk", "no O_DIRECT in %s (%s)" % (args.dir, why)))
             return
         lm = FSL2AdapterConfig(base_path=os.path.join(d, "lmcache"), use_odirect=True)
+
         def kv(name):  # a file each: a disk tier is opened by one runtime at a time
             return {"type": "disk", "path": os.path.join(d, name + ".bin"),
                     "capacity_bytes": l2_bytes(args)}
