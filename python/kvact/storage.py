@@ -101,6 +101,26 @@ def _readers(extra_readers):
     return extra_readers
 
 
+class DeleteStatuses(list):
+    """delete()'s per-key statuses (0 = removed, 5 = KVA_KEY_LOCKED: skipped, 1 =
+    KVA_KEY_NOT_EXIST), with LMCache's counts beside them: `deleted`, `skipped`, and
+    `counts` = (deleted, skipped) as LMCache's delete returns them."""
+
+    __slots__ = ()
+
+    @property
+    def deleted(self):
+        return self.count(0)
+
+    @property
+    def skipped(self):
+        return self.count(5)  # KVA_KEY_LOCKED
+
+    @property
+    def counts(self):
+        return self.deleted, self.skipped
+
+
 class StorageManager:
     """The runtime's storage (rt.storage); every call is thread-safe and releases the GIL."""
 
@@ -246,13 +266,14 @@ class StorageManager:
 
     # ---- maintenance ------------------------------------------------------------
     def delete(self, keys, force=False):
-        """Removes objects: per-key statuses (KVA_KEY_LOCKED for a locked one unless force)."""
+        """Removes objects: per-key statuses (KVA_KEY_LOCKED for a locked one unless force),
+        a DeleteStatuses list whose .counts are LMCache's (deleted, skipped)."""
         keys = list(keys)
         if not keys:
-            return []
+            return DeleteStatuses()
         status = (ctypes.c_int * len(keys))()
         check(lib.kva_delete(self._ptr, key_array(keys), len(keys), int(force), status))
-        return list(status)
+        return DeleteStatuses(status)
 
     def touch(self, keys):
         keys = list(keys)

@@ -167,6 +167,19 @@ def test_warm_prefetch_leaves_nothing_to_release(sm):
     assert clean(sm)
 
 
+def test_delete_gives_per_key_statuses_and_lmcache_counts(sm):
+    keys = keys_of(4)
+    sm.reserve_write(keys[:3], LAYOUT)
+    sm.finish_write(keys[:2])  # key 2 stays write-locked
+    got = sm.delete(keys)
+    assert got == [0, 0, 5, 1]  # removed, removed, locked (skipped), no such key
+    assert got.counts == (2, 1) and got.deleted == 2 and got.skipped == 1
+    assert sm.delete(keys[2:3], force=True).counts == (1, 0)
+    assert sm.finish_write(keys[2:3]) == [1]  # forced away under its writer
+    assert sm.delete([]).counts == (0, 0)
+    assert clean(sm)
+
+
 def test_empty_key_lists_are_nothing_to_do(sm):
     """As LMCache takes them: an out-of-memory reserve returns {}, and its callers pass
     what it reserved on to finish_write whatever it was."""
