@@ -54,7 +54,8 @@ enum { SLOT_FREE, SLOT_CALLER, SLOT_ABANDONED, SLOT_RELEASE };
 
 /* One request in flight. A request that takes locks (reserve, prefetch,
  * pinned lookup) keeps a copy of its keys, so that the late reply of an
- * abandoned one can be undone. */
+ * abandoned one can be undone; every request keeps how many keys it
+ * asked (n), which its reply, late or not, must answer. */
 typedef struct slot {
   uint64_t id;
   uint32_t state, kind; /* SLOT_*, the L1_* type or CL_CALL */
@@ -443,7 +444,8 @@ static int start_request(client_conn *c, slot *tmp, const proto_req *q) {
     return KVA_EAGAIN;
   }
   uint64_t id = s->id;
-  uint32_t n = locks ? s->n : 0;
+  /* the keys asked, kept or not: a late reply is checked against them */
+  uint32_t n = q->n;
   *s = (slot){.id = id,
               .state = SLOT_CALLER,
               .kind = tmp->kind,
