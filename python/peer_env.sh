@@ -1,7 +1,7 @@
 # peer_env.sh — sourced by what runs kvact under a peer engine's environment
 # (tools/peers/setup.sh): tests/vllm_real/run.sh and bench/bench_vllm.sh (vLLM),
 # tests/sglang_real/run.sh (SGLang), bench/bench_sglang.sh (SGLang and Mooncake),
-# tests/lmcache_side/run.sh (LMCache).
+# tests/lmcache_side/run.sh and bench/peer_lmcache.sh (LMCache).
 #
 #   . python/peer_env.sh NAME ROOT LIB [PEER]
 #

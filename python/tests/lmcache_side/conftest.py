@@ -1,5 +1,6 @@
 """conftest.py — every case of this suite runs on three sides: LMCache's StorageManager
-("lmcache"), kvact's embedded ("kvact") and kvact's as a client of kvactd ("kvactd").
+("lmcache"), kvact's embedded ("kvact") and kvact's as a client of kvactd ("kvactd")
+(test_peer_bench.py, which runs python/bench/peer_lmcache.py on all three itself, aside).
 
 A case that one side cannot pass says so with pytest.mark.sides:
   - kvact_missing="what": a capability kvact does not have yet. Both kvact sides are

@@ -1,6 +1,7 @@
 #!/bin/bash
 # run.sh — python/tests/lmcache_side (LMCache's StorageManager tests on LMCache and on
-# kvact) under the LMCache peer environment's interpreter: python/tests/peer_suite.sh.
+# kvact, and a tiny run of python/bench/peer_lmcache.py) under the LMCache peer
+# environment's interpreter: python/tests/peer_suite.sh.
 #
 #   python/tests/lmcache_side/run.sh [LIBKVACT_SO] [--kvactd=PATH] [pytest args...]
 # bazel test runs a copy named after the target, from the runfiles tree's root
