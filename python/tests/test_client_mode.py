@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kvact
-from conftest import clean, kvactd
+from conftest import clean, client, kvactd
 
 LAYOUT = kvact.MemoryLayoutDesc(shapes=[(2, 4, 64)], dtypes=["bfloat16"])
 
@@ -21,19 +21,6 @@ def daemon():
     """A kvactd on a fresh socket (16 MiB L1, one mock tier): yields the socket's path."""
     with kvactd() as (sock, _):
         yield sock
-
-
-def client(sock):
-    """A client runtime whose connection is up (the first call succeeds)."""
-    rt = kvact.Runtime({"client.socket": sock, "runtime.workers": 2})
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            rt.storage.stats()
-            return rt
-        except kvact.KvactError:
-            assert time.monotonic() < deadline, "no connection to kvactd"
-            time.sleep(0.02)
 
 
 def run_python(code, **kw):
