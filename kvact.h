@@ -412,6 +412,14 @@ KVA_API int kva_prefetch_eventfd(const kva_prefetch *h); /* readable when done *
  * lock of is KVA_KEY_NOT_READABLE (when the daemon has it), and only its
  * own locks are released. */
 KVA_API int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs);
+/* kva_read_prefetched, and the layout each object was written with (as
+ * LMCache's read results carry their shape and dtype): on KVA_OK
+ * layouts[i] is keys[i]'s, so kva_layout_bytes(&layouts[i]) ==
+ * bufs[i].len; on a key's problem bufs and layouts are zeroed and the
+ * locks released as kva_read_prefetched's; a refused call (negative)
+ * touches neither. layouts NULL: KVA_EINVAL. The same through kvactd. */
+KVA_API int kva_read_prefetched_layouts(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs,
+                                        kva_layout *layouts);
 /* Releases 1 + extra_readers read locks of each key; a key holding fewer
  * (a client: fewer of its own) releases none. A temporary object is freed
  * at its last release. Returns the number of keys released. */

@@ -54,7 +54,8 @@ enum { SLOT_FREE, SLOT_CALLER, SLOT_ABANDONED, SLOT_RELEASE };
 
 /* One request in flight. A request that takes locks (reserve, prefetch,
  * pinned lookup) keeps a copy of its keys, so that the late reply of an
- * abandoned one can be undone. */
+ * abandoned one can be undone; every request keeps how many keys it
+ * asked (n), which its reply, late or not, must answer. */
 typedef struct slot {
   uint64_t id;
   uint32_t state, kind; /* SLOT_*, the L1_* type or CL_CALL */
@@ -67,7 +68,8 @@ typedef struct slot {
   kva_key *keys;
   size_t keys_cap;
   uint32_t n, readers;
-  uint32_t nodes_cap; /* TIER_NODES: the entries asked */
+  uint32_t nodes_cap;     /* TIER_NODES: the entries asked */
+  uint32_t layouts_asked; /* READ: its reply carries layouts (PROTO_READ_LAYOUTS) */
   uint32_t next_free;
 } slot;
 
@@ -114,6 +116,8 @@ struct client_conn {
   int fd_in;       /* the memfd that came with P_WELCOME */
   int32_t *status; /* decode scratch, PROTO_MAX_KEYS each */
   proto_span *spans;
+  kva_layout *layouts; /* decode scratch of READs with layouts, grown to their n */
+  size_t layouts_cap;
   char text[PROTO_MAX_TEXT + 1];
 };
 
@@ -410,6 +414,9 @@ static int req_of(uint16_t ptype, const l1_req *r, proto_req *q) {
     q->flag = (r->layout != NULL) | (r->as_planned ? PROTO_PREFETCH_AS_PLANNED : 0);
     if (r->layout) q->layout = *r->layout;
     break;
+  case P_READ:
+    q->flag = r->layouts ? PROTO_READ_LAYOUTS : 0;
+    break;
   case P_MEMCHECK:
     q->report_len = r->report_len < PROTO_MAX_TEXT ? (uint32_t)r->report_len : PROTO_MAX_TEXT;
     q->flag = r->callers_only != 0;
@@ -443,7 +450,8 @@ static int start_request(client_conn *c, slot *tmp, const proto_req *q) {
     return KVA_EAGAIN;
   }
   uint64_t id = s->id;
-  uint32_t n = locks ? s->n : 0;
+  /* the keys asked, kept or not: a late reply is checked against them */
+  uint32_t n = q->n;
   *s = (slot){.id = id,
               .state = SLOT_CALLER,
               .kind = tmp->kind,
@@ -457,7 +465,8 @@ static int start_request(client_conn *c, slot *tmp, const proto_req *q) {
               .keys_cap = s->keys_cap,
               .n = n,
               .readers = q->readers,
-              .nodes_cap = q->cap};
+              .nodes_cap = q->cap,
+              .layouts_asked = tmp->ptype == P_READ && (q->flag & PROTO_READ_LAYOUTS)};
   flush(c);
   return KVA_OK;
 }
@@ -544,9 +553,10 @@ static void rep_targets(client_conn *c, slot *s, proto_rep *rep, scratch *x) {
                      .tier_keys = &x->tier_keys,
                      .stats = &x->stats,
                      .nodes_cap = s->nodes_cap,
+                     .layouts_asked = s->layouts_asked,
                      .text = c->text,
                      .text_cap = sizeof(c->text)};
-  if (s->state != SLOT_CALLER) return;
+  if (s->state != SLOT_CALLER) return; /* a late READ's layouts: checked, not kept */
   if (s->c) {
     rep->n = s->c->req.n;
     if (s->c->lookup) rep->lookup = s->c->lookup;
@@ -557,7 +567,34 @@ static void rep_targets(client_conn *c, slot *s, proto_rep *rep, scratch *x) {
     rep->stats = s->r->stats;
   } else if (s->r->memcheck) {
     rep->memcheck = s->r->memcheck;
+  } else if (s->layouts_asked && ARRAY_GROW(c->layouts, &c->layouts_cap, rep->n ? rep->n : 1)) {
+    rep->layouts = c->layouts; /* NULL (out of memory): fill_request says so */
   }
+}
+
+/* The buffers of a reply's spans, in this client's mapping of the pool. */
+static void fill_bufs(client_conn *c, l1_req *r, const proto_rep *rep) {
+  for (uint32_t i = 0; i < rep->n; i++) {
+    const proto_span *sp = &c->spans[i];
+    r->bufs[i] = sp->len ? (kva_buf){(uint8_t *)c->pool.base + sp->off, sp->len} : (kva_buf){0};
+  }
+}
+
+/* A READ's layouts, when it asked for them. False (KVA_ENOMEM, nothing
+ * filled, its locks still held as after a timeout) when a read that
+ * succeeded had no room to decode them into; one that failed has none
+ * (zeros, as in-process). */
+static bool fill_layouts(l1_req *r, const proto_rep *rep) {
+  if (!r->layouts || !rep->n) return true;
+  if (rep->layouts) {
+    memcpy(r->layouts, rep->layouts, rep->n * sizeof(*r->layouts));
+  } else if (rep->result != KVA_OK) {
+    memset(r->layouts, 0, rep->n * sizeof(*r->layouts));
+  } else {
+    r->result = KVA_ENOMEM;
+    return false;
+  }
+  return true;
 }
 
 static void fill_request(client_conn *c, slot *s, const proto_rep *rep) {
@@ -573,13 +610,11 @@ static void fill_request(client_conn *c, slot *s, const proto_rep *rep) {
   r->result = rep->result;
   if (rep->result < 0 && s->kind != L1_MEMCHECK) return;
   switch (s->kind) {
-  case L1_RESERVE_WRITE:
   case L1_READ:
-    for (uint32_t i = 0; i < rep->n; i++) {
-      const proto_span *sp = &c->spans[i];
-      r->bufs[i] = sp->len ? (kva_buf){(uint8_t *)c->pool.base + sp->off, sp->len} : (kva_buf){0};
-    }
-    if (s->kind == L1_READ) break;
+    if (fill_layouts(r, rep)) fill_bufs(c, r, rep);
+    break;
+  case L1_RESERVE_WRITE:
+    fill_bufs(c, r, rep);
     /* fall through */
   case L1_FINISH_WRITE:
   case L1_ABORT_WRITE:
@@ -754,6 +789,7 @@ static void on_stop(kva_actor *self, void *state) {
   free(c->slots);
   free(c->status);
   free(c->spans);
+  free(c->layouts);
   wire_buf_free(&c->in);
   wire_buf_free(&c->out);
   pthread_mutex_destroy(&c->lock);
@@ -767,6 +803,7 @@ static void conn_free(client_conn *c) {
   free(c->slots);
   free(c->status);
   free(c->spans);
+  free(c->layouts);
   pthread_mutex_destroy(&c->lock);
   free(c);
 }

@@ -31,7 +31,8 @@ enum {
   L1_TOUCH,                         /* keys, n */
   L1_CLEAR,                         /* force -> result = objects removed */
   L1_PREFETCH,                      /* keys, n, readers -> hits (contiguous prefix, read-locked) */
-  L1_READ,                          /* keys, n -> bufs; result KVA_OK or the first key's problem */
+  L1_READ,                          /* keys, n -> bufs, layouts (optional); result KVA_OK or
+                                       the first key's problem */
   L1_MEMCHECK,                      /* report, report_len, callers_only -> result,
                                        memcheck (optional) */
   L1_STATS,                         /* stats */
@@ -88,6 +89,9 @@ typedef struct l1_req {
    * keys[i] (a kvactd session: another client's lock is not its own), so
    * keys[i] is not readable to it and none of its locks is released */
   const uint8_t *held;
+  /* READ, optional: out, layouts[i] = the layout keys[i]'s object was
+   * written with (zeroed, as bufs, on a problem) */
+  kva_layout *layouts;
   int l2; /* PREFETCH: hand a partial hit to the prefetch controller */
   /* PREFETCH: the caller planned this load (kva_plan_load): the prefetch
    * policy's load plan does not trim it again (KVA_PREFETCH_AS_PLANNED) */

@@ -6,6 +6,8 @@
  * (LMCache's touch_cache; docs/invariants.md I-L1-8): the first chunk of a
  * request ends up the most recently used, so a prefix outlives its suffix.
  */
+#include <string.h>
+
 #include "common/key.h"
 #include "l1/l1_internal.h"
 
@@ -104,10 +106,11 @@ void l1_prefetch(struct l1_manager *m, l1_req *r) {
   r->result = KVA_OK;
 }
 
-/* Buffers of prefetched (read-locked) objects. All or nothing: on a
- * problem, one read lock of every key that holds one is released (the
- * caller will not read them) and the first problem is returned. With
- * r->held, the keys it marks 0 are not the sender's to read or release. */
+/* Buffers (and with r->layouts, layouts) of prefetched (read-locked)
+ * objects. All or nothing: on a problem, one read lock of every key that
+ * holds one is released (the caller will not read them) and the first
+ * problem is returned. With r->held, the keys it marks 0 are not the
+ * sender's to read or release. */
 void l1_read(struct l1_manager *m, l1_req *r) {
   lookup_all(m, r);
   /* a reader of a force-deleted object still reads it: by key, the one
@@ -115,16 +118,20 @@ void l1_read(struct l1_manager *m, l1_req *r) {
   int problem = KVA_OK;
   for (size_t i = 0; i < r->n && problem == KVA_OK; i++) {
     uint32_t slot = m->sc.slot[i];
-    if (slot == NO_SLOT)
+    if (slot == NO_SLOT) {
       problem = KVA_KEY_NOT_EXIST;
-    else if (!read_held(object_at(&m->t, slot), false, 1) || (r->held && !r->held[i]))
+    } else if (!read_held(object_at(&m->t, slot), false, 1) || (r->held && !r->held[i])) {
       problem = KVA_KEY_NOT_READABLE;
-    else
-      r->bufs[i] = (kva_buf){object_at(&m->t, slot)->ptr, object_at(&m->t, slot)->bytes};
+    } else {
+      const l1_obj *o = object_at(&m->t, slot);
+      r->bufs[i] = (kva_buf){o->ptr, o->bytes};
+      if (r->layouts) r->layouts[i] = o->layout;
+    }
   }
   if (problem != KVA_OK) {
     for (size_t i = 0; i < r->n; i++) {
       r->bufs[i] = (kva_buf){0};
+      if (r->layouts) memset(&r->layouts[i], 0, sizeof(r->layouts[i]));
       uint32_t slot = m->sc.slot[i];
       if (slot != NO_SLOT && (!r->held || r->held[i])) l1_drop_readers(m, slot, 1, false);
     }

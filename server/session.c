@@ -347,6 +347,7 @@ static void on_stop(kva_actor *self, void *state) {
     free(s->ids);
     free(s->pos);
     free(s->held);
+    free(s->layouts);
     free(s->text);
     free(s->nodes);
     free(s);

@@ -43,6 +43,8 @@ typedef struct slot {
   uint32_t *pos;
   uint8_t *held; /* READ: held[i] = this client holds a read lock of keys[i] */
   size_t keys_cap, sub_cap, status_cap, sub_status_cap, bufs_cap, ids_cap, pos_cap, held_cap;
+  kva_layout *layouts; /* READ with PROTO_READ_LAYOUTS: each object's (grown for it alone) */
+  size_t layouts_cap;
   ctl_job job;
   char *text;
   kva_l2_node_stats *nodes; /* TIER_NODES' answers, nodes_room of them */

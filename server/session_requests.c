@@ -71,16 +71,26 @@ static uint32_t pick_held(srv_session *ss, slot *s, bool pins) {
  * (another client's lock is not its own, I-MP-2). L1 is told which keys
  * those are and answers as in-process: the first key's problem
  * (KVA_KEY_NOT_EXIST when L1 does not have it, else KVA_KEY_NOT_READABLE)
- * and then one lock of each key this client holds one of is released. */
+ * and then one lock of each key this client holds one of is released.
+ * With PROTO_READ_LAYOUTS, L1 gives each object's layout too. */
 static void start_read(srv_session *ss, slot *s) {
+  bool layouts = (s->flag & PROTO_READ_LAYOUTS) != 0;
+  if (layouts && !ARRAY_GROW(s->layouts, &s->layouts_cap, s->n_client)) {
+    slot_put(ss, s);
+    reply_result(ss, P_READ, s->id, KVA_ENOMEM);
+    return;
+  }
   bool all = true;
   for (uint32_t i = 0; i < s->n_client; i++) {
     ledger_entry *e = ledger_find(&ss->led, &s->keys[i]);
     s->held[i] = e && e->reads;
     all = all && s->held[i];
   }
-  s->req =
-      (l1_req){.keys = s->keys, .n = s->n_client, .bufs = s->bufs, .held = all ? NULL : s->held};
+  s->req = (l1_req){.keys = s->keys,
+                    .n = s->n_client,
+                    .bufs = s->bufs,
+                    .held = all ? NULL : s->held,
+                    .layouts = layouts ? s->layouts : NULL};
   ss->reads_busy++;
   send_l1(ss, s, L1_READ);
 }
@@ -286,6 +296,8 @@ void on_l1_reply(srv_session *ss, slot *s) {
         if (e) ledger_add_reads(l, e, -1);
       }
     rep.spans = spans_of(ss, s, s->n_client, r->result == KVA_OK);
+    rep.layouts_asked = r->layouts != NULL;
+    rep.layouts = r->layouts;
     break;
   default:
     break;

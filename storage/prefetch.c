@@ -144,6 +144,15 @@ int kva_read_prefetched(kva_storage *s, const kva_key *k, size_t n, kva_buf *buf
   return storage_call(s, L1_READ, &r);
 }
 
+int kva_read_prefetched_layouts(kva_storage *s, const kva_key *k, size_t n, kva_buf *bufs,
+                                kva_layout *layouts) {
+  int rc = storage_check_keys(s, k, n, __func__);
+  if (rc != KVA_OK) return rc;
+  if (!bufs || !layouts) return KVA_EINVAL;
+  l1_req r = {.keys = k, .n = n, .bufs = bufs, .layouts = layouts};
+  return storage_call(s, L1_READ, &r);
+}
+
 int kva_finish_read_prefetched(kva_storage *s, const kva_key *k, size_t n, uint32_t extra_readers) {
   int rc = storage_check_keys(s, k, n, __func__);
   if (rc != KVA_OK) return rc;

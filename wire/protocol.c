@@ -109,12 +109,13 @@ int proto_hdr_get(const uint8_t *b, proto_hdr *h, char *why, size_t whylen) {
                        PROTO_VERSION);
   uint32_t flags = wire_get_u32(b + 12);
   if (flags) return wire_refuse(PROTO_EFRAME, why, whylen, "header flags 0x%x", flags);
-  if (h->len > PROTO_MAX_PAYLOAD)
-    return wire_refuse(PROTO_EFRAME, why, whylen, "payload of %u bytes (at most %u)", h->len,
-                       PROTO_MAX_PAYLOAD);
   uint16_t t = h->type;
-  if (!wire_is_request(t) && !wire_is_request(t & (uint16_t)~P_REPLY) && t != P_REFUSED)
+  bool reply = !wire_is_request(t) && wire_is_request(t & (uint16_t)~P_REPLY);
+  if (!wire_is_request(t) && !reply && t != P_REFUSED)
     return wire_refuse(PROTO_EFRAME, why, whylen, "unknown frame type 0x%04x", t);
+  uint32_t max = reply ? PROTO_MAX_REPLY_PAYLOAD : PROTO_MAX_PAYLOAD;
+  if (h->len > max)
+    return wire_refuse(PROTO_EFRAME, why, whylen, "payload of %u bytes (at most %u)", h->len, max);
   return PROTO_OK;
 }
 
@@ -136,7 +137,7 @@ static void rd_key(wire_rd *in, kva_key *k) {
   wire_rd_bytes(in, k->hash, sizeof k->hash);
 }
 
-static void wr_layout(wire_wr *w, const kva_layout *l) {
+void wire_wr_layout(wire_wr *w, const kva_layout *l) {
   wire_wr_u32(w, l->ntensors);
   for (int t = 0; t < 4; t++) {
     wire_wr_u32(w, l->tensor[t].ndim);
@@ -145,7 +146,7 @@ static void wr_layout(wire_wr *w, const kva_layout *l) {
   }
 }
 
-static void rd_layout(wire_rd *in, kva_layout *l) {
+void wire_rd_layout(wire_rd *in, kva_layout *l) {
   l->ntensors = wire_rd_u32(in);
   for (int t = 0; t < 4; t++) {
     l->tensor[t].ndim = wire_rd_u32(in);
@@ -183,7 +184,7 @@ static const uint8_t req_fields[P_TYPE_END][6] = {
     [P_TOUCH] = {RF_N, RF_KEYS},
     [P_CLEAR] = {RF_FLAG},
     [P_PREFETCH] = {RF_N, RF_READERS, RF_FLAG, RF_LAYOUT, RF_KEYS},
-    [P_READ] = {RF_N, RF_KEYS},
+    [P_READ] = {RF_N, RF_FLAG, RF_KEYS},
     [P_FINISH_READ] = {RF_N, RF_READERS, RF_KEYS},
     [P_LOOKUP] = {RF_N, RF_FLAG, RF_KEYS},
     [P_UNPIN] = {RF_N, RF_KEYS},
@@ -257,7 +258,7 @@ static void req_field_put(wire_wr *w, uint8_t f, const proto_req *r) {
     wire_wr_u32(w, r->cap);
     break;
   case RF_LAYOUT:
-    wr_layout(w, &r->layout);
+    wire_wr_layout(w, &r->layout);
     break;
   case RF_TIER:
     wire_wr_bytes(w, r->tier, PROTO_TIER_BYTES);
@@ -312,7 +313,7 @@ static int req_u32_set(req_dec *q, uint8_t f, uint32_t v) {
     return req_n_set(q, v);
   case RF_MODE:
     return req_in_range(q, v, KVA_WRITE_NEW, KVA_WRITE_ALL, &r->mode, "write mode");
-  case RF_FLAG: /* PREFETCH: has_layout | PROTO_PREFETCH_AS_PLANNED */
+  case RF_FLAG: /* PREFETCH: has_layout | PROTO_PREFETCH_AS_PLANNED; READ: PROTO_READ_LAYOUTS */
     return req_in_range(q, v, 0, r->type == P_PREFETCH ? 3 : 1, &r->flag, "flag");
   case RF_READERS:
     return req_in_range(q, v, 1, PROTO_MAX_READERS, &r->readers, "readers");
@@ -334,7 +335,7 @@ static int req_u32_set(req_dec *q, uint8_t f, uint32_t v) {
 
 static int req_layout_get(req_dec *q) {
   proto_req *r = q->r;
-  rd_layout(&q->d.in, &r->layout);
+  wire_rd_layout(&q->d.in, &r->layout);
   if (q->d.in.short_read) return wire_dec_refuse(&q->d, "truncated");
   bool used = r->type != P_PREFETCH || (r->flag & 1); /* PREFETCH's has_layout precedes it */
   if (used && kva_layout_bytes(&r->layout) == 0) return wire_dec_refuse(&q->d, "invalid layout");

@@ -11,7 +11,8 @@
  *   u32 magic   PROTO_MAGIC ("KVAD")
  *   u16 version PROTO_VERSION (the header and P_REFUSED never change)
  *   u16 type    P_* (a reply: the request's type | P_REPLY)
- *   u32 len     payload bytes, <= PROTO_MAX_PAYLOAD
+ *   u32 len     payload bytes, <= PROTO_MAX_PAYLOAD (a reply's:
+ *               PROTO_MAX_REPLY_PAYLOAD)
  *   u32 flags   0 (nonzero: refused)
  *   u64 id      chosen by the client; its reply carries the same id
  *
@@ -31,7 +32,8 @@
  *   P_PREFETCH       u32 n, u32 readers (1..128), u32 flags (bit 0 has_layout,
  *                    bit 1 PROTO_PREFETCH_AS_PLANNED), layout, keys
  *                    (the layout is always sent; checked only when has_layout)
- *   P_READ           u32 n, keys
+ *   P_READ           u32 n, u32 flags (bit 0 PROTO_READ_LAYOUTS: the reply
+ *                    carries each object's layout), keys
  *   P_FINISH_READ    u32 n, u32 readers (1..128), keys
  *   P_LOOKUP         u32 n, u32 pin, keys
  *   P_UNPIN          u32 n, keys
@@ -55,7 +57,13 @@
  *   RESERVE_WRITE     u32 n, i32 status[n], span[n]
  *   FINISH_WRITE, ABORT_WRITE, DELETE   u32 n, i32 status[n]
  *   PREFETCH          u64 hits
- *   READ              u32 n, span[n]
+ *   READ              u32 n, span[n], then, when the request asked for
+ *                     layouts, u32 runs and runs x (u32 count >= 1, layout):
+ *                     the keys' layouts in key order, consecutive keys of
+ *                     one layout sent as one run (no two adjacent runs
+ *                     alike). runs is 0 when no span has bytes (a read
+ *                     that failed); otherwise the counts add up to n and
+ *                     each span's len is its layout's kva_layout_bytes
  *   LOOKUP            u64 total, u32 ntiers (<= 8), ntiers x (tier name, u64 hits)
  *   MEMCHECK          the 5 u64 of kva_memcheck_report in declaration order,
  *                     u32 len (<= PROTO_MAX_TEXT), bytes (not terminated; a
@@ -97,10 +105,11 @@
 
 #define PROTO_MAGIC 0x4441564bu      /* "KVAD" read as little-endian bytes */
 #define PROTO_PREFETCH_AS_PLANNED 2u /* PREFETCH flag bit: kva_prefetch_opts' */
+#define PROTO_READ_LAYOUTS 1u        /* READ flag bit: kva_read_prefetched_layouts */
 /* 3: STATS and TIER_STATS carry the load plan's fields; PREFETCH's flag bit 1.
- * 4: TIER_KEYS, TIER_NODES. Versions must match: a daemon refuses a hello
- * of another (P_REFUSED, KVA_ENOTSUP), and the client's calls then answer
- * KVA_ENOTSUP. */
+ * 4: TIER_KEYS, TIER_NODES; READ's flags and the layouts of its reply.
+ * Versions must match: a daemon refuses a hello of another (P_REFUSED,
+ * KVA_ENOTSUP), and the client's calls then answer KVA_ENOTSUP. */
 #define PROTO_VERSION 4u
 #define PROTO_HDR_BYTES 24u
 #define PROTO_KEY_BYTES 105u
@@ -111,6 +120,9 @@
 #define PROTO_MAX_NODES 1024u /* TIER_NODES entries per reply (a client asks no more) */
 #define PROTO_NODE_ADDR_BYTES 272u
 #define PROTO_MAX_PAYLOAD (PROTO_MAX_KEYS * PROTO_KEY_BYTES + 512u)
+/* A reply may be larger: a READ that asked for layouts, no two consecutive
+ * keys of one layout, sends a span, a count and a layout per key. */
+#define PROTO_MAX_REPLY_PAYLOAD (PROTO_MAX_KEYS * (16u + 4u + PROTO_LAYOUT_BYTES) + 512u)
 
 enum {
   P_HELLO = 1,
@@ -166,8 +178,9 @@ enum {
 void proto_hdr_put(uint8_t *b, uint16_t type, uint32_t len, uint64_t id);
 /* Reads b[0..24): PROTO_OK, or one of the PROTO_E*; why (may be NULL)
  * gets a short reason (cut to whylen - 1 bytes, terminated). Checks magic,
- * version, flags, len <= PROTO_MAX_PAYLOAD and that type is a request, a
- * reply of one, or P_REFUSED. *h is left as it was after PROTO_EMAGIC. */
+ * version, flags, that type is a request, a reply of one, or P_REFUSED,
+ * and len <= PROTO_MAX_PAYLOAD (a reply: PROTO_MAX_REPLY_PAYLOAD). *h is
+ * left as it was after PROTO_EMAGIC. */
 int proto_hdr_get(const uint8_t *b, proto_hdr *h, char *why, size_t whylen);
 
 /* ---- requests ---------------------------------------------------------- */
@@ -176,7 +189,8 @@ typedef struct proto_req {
   uint32_t n;          /* keys */
   uint32_t mode;       /* RESERVE_WRITE: a kva_write_mode */
   uint32_t flag;       /* DELETE/CLEAR force, LOOKUP pin, FREEZE/SET_BYPASS on,
-                          PREFETCH has_layout, MEMCHECK callers_only */
+                          PREFETCH has_layout, MEMCHECK callers_only, READ
+                          PROTO_READ_LAYOUTS */
   uint32_t readers;    /* PREFETCH, FINISH_READ: 1..128 */
   uint32_t pid;        /* HELLO */
   uint32_t report_len; /* MEMCHECK */
@@ -231,6 +245,12 @@ typedef struct proto_rep {
   kva_l2_tier_keys *tier_keys;   /* TIER_KEYS */
   kva_memcheck_report *memcheck; /* MEMCHECK: encode reads it (NULL: zeros); decode
                                     fills it (NULL: skipped) */
+  /* READ: layouts_asked is the request's PROTO_READ_LAYOUTS (the reply's
+   * shape), layouts n entries (encode: read when a span has bytes;
+   * decode: filled, all zero when the reply has no runs; NULL: checked
+   * and skipped) */
+  uint32_t layouts_asked;
+  kva_layout *layouts;
   /* TIER_NODES: nodes_cap is the request's cap (<= PROTO_MAX_NODES), nodes
    * an array of that many (encode: the first min(nodes_n, nodes_cap) are
    * sent; decode: as many are filled, NULL: checked and skipped) */
@@ -248,7 +268,8 @@ typedef struct proto_rep {
  * P_WELCOME; or P_REFUSED, whose result is the code). A negative result
  * encodes no per-type part (but MEMCHECK's text, and REFUSED's). 0 when r
  * cannot be encoded: unknown type, P_REFUSED with result >= 0, n >
- * PROTO_MAX_KEYS, NULL status/spans with n > 0, NULL lookup/stats/
+ * PROTO_MAX_KEYS, NULL status/spans with n > 0, NULL layouts where a
+ * READ that asked for them has a span with bytes, NULL lookup/stats/
  * tier_stats/tier_keys where sent, ntiers > 8, nodes_cap >
  * PROTO_MAX_NODES, NULL nodes with entries to send, text_len >
  * PROTO_MAX_TEXT, NULL text with text_len > 0. */
@@ -260,9 +281,11 @@ size_t proto_rep_put(uint8_t *buf, size_t cap, const proto_rep *r, uint64_t id);
  * r->type is P_REFUSED), r->n the number of keys it sent (a reply with
  * another n is refused), status/spans arrays of n entries, lookup/stats/
  * tier_stats/tier_keys/text where the type has them, nodes and nodes_cap
- * for TIER_NODES (a count other than min(nodes, nodes_cap) is refused).
- * Spans are checked against pool_bytes: off + len <= pool_bytes without
- * overflow, and off 0 when len is 0; LOOKUP's tier names must be
+ * for TIER_NODES (a count other than min(nodes, nodes_cap) is refused),
+ * layouts_asked and layouts for READ. Spans are checked against
+ * pool_bytes: off + len <= pool_bytes without overflow, and off 0 when
+ * len is 0; READ's layout runs as protocol.h's READ says (each layout
+ * valid, the counts, the spans' lengths); LOOKUP's tier names must be
  * NUL-terminated (its entries past ntiers are zeroed); TIER_NODES'
  * addresses NUL-terminated, states KVA_L2_NODE_*, failed_s a number >= 0,
  * map_age_s one >= 0 or -1. A payload longer or shorter than its type and result

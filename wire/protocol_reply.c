@@ -3,8 +3,8 @@
  * protocol.c does the requests: each reply's payload after its i32 result
  * is the list of its fields (rep_fields) that the sizer, the encoder and
  * the decoder all walk; a decoded reply is checked against the request it
- * answers (its type, its number of keys) and the pool its spans point
- * into.
+ * answers (its type, its number of keys, whether a READ asked for
+ * layouts) and the pool its spans point into.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -17,10 +17,15 @@
 #define SPAN_BYTES 16u
 #define TIER_HITS_BYTES (PROTO_TIER_BYTES + 8u)
 
-/* The largest reply (RESERVE_WRITE: result, n, status and span per key)
- * fits the limit. */
-_Static_assert(8u + PROTO_MAX_KEYS * (4u + SPAN_BYTES) <= PROTO_MAX_PAYLOAD,
-               "PROTO_MAX_PAYLOAD too small for a reply of PROTO_MAX_KEYS keys");
+#define RUN_BYTES (4u + PROTO_LAYOUT_BYTES) /* READ: a run of keys of one layout */
+
+/* The largest replies fit the limit: RESERVE_WRITE (result, n, status and
+ * span per key), READ with layouts (result, n, span per key, runs, a run
+ * per key when no two consecutive keys share a layout). */
+_Static_assert(8u + PROTO_MAX_KEYS * (4u + SPAN_BYTES) <= PROTO_MAX_REPLY_PAYLOAD,
+               "PROTO_MAX_REPLY_PAYLOAD too small for a reply of PROTO_MAX_KEYS keys");
+_Static_assert(12u + PROTO_MAX_KEYS * (SPAN_BYTES + RUN_BYTES) <= PROTO_MAX_REPLY_PAYLOAD,
+               "PROTO_MAX_REPLY_PAYLOAD too small for a READ of PROTO_MAX_KEYS layouts");
 
 _Static_assert(sizeof(((kva_tier_hits *)0)->tier) / sizeof(((kva_tier_hits *)0)->tier[0]) == 8 &&
                    sizeof(((kva_tier_hits *)0)->tier[0].name) == PROTO_TIER_BYTES,
@@ -68,8 +73,8 @@ _Static_assert(SIZE_MAX >= UINT64_MAX, "LOOKUP's u64 counts are size_t in kva_ti
 #define NODE_BYTES (PROTO_NODE_ADDR_BYTES + 4u + 4u + 8u + 3u * 8u)
 _Static_assert(sizeof(((kva_l2_node_stats *)0)->addr) == PROTO_NODE_ADDR_BYTES,
                "a node's address is char[PROTO_NODE_ADDR_BYTES] (protocol.h TIER_NODES)");
-_Static_assert(8u + NODES_HEAD_BYTES + PROTO_MAX_NODES * NODE_BYTES <= PROTO_MAX_PAYLOAD,
-               "PROTO_MAX_PAYLOAD too small for a reply of PROTO_MAX_NODES nodes");
+_Static_assert(8u + NODES_HEAD_BYTES + PROTO_MAX_NODES * NODE_BYTES <= PROTO_MAX_REPLY_PAYLOAD,
+               "PROTO_MAX_REPLY_PAYLOAD too small for a reply of PROTO_MAX_NODES nodes");
 
 /* The n u64 at the start of a struct. */
 static void wr_u64s(wire_wr *w, const void *fields, size_t n) {
@@ -107,6 +112,7 @@ enum {
   RP_N,          /* u32, as many as the request's keys */
   RP_STATUS,     /* i32[n] */
   RP_SPANS,      /* span[n] */
+  RP_LAYOUTS,    /* READ, when asked: u32 runs, runs x (u32 count, layout) */
   RP_HITS,       /* u64 */
   RP_WELCOME,    /* u64 pool_bytes, u32 pid, u32 max_keys */
   RP_LOOKUP,     /* u64 total, u32 ntiers, ntiers x (name, u64 hits) */
@@ -125,7 +131,7 @@ static const uint8_t rep_fields[P_TYPE_END][4] = {
     [P_ABORT_WRITE] = {RP_N, RP_STATUS},
     [P_DELETE] = {RP_N, RP_STATUS},
     [P_PREFETCH] = {RP_HITS},
-    [P_READ] = {RP_N, RP_SPANS},
+    [P_READ] = {RP_N, RP_SPANS, RP_LAYOUTS},
     [P_LOOKUP] = {RP_LOOKUP},
     [P_MEMCHECK] = {RP_MEMCHECK, RP_TEXT},
     [P_STATS] = {RP_STATS},
@@ -150,6 +156,66 @@ static uint32_t nodes_count(uint32_t nodes, uint32_t cap) {
   return nodes < cap ? nodes : cap;
 }
 
+/* ---- READ's layouts ---------------------------------------------------- */
+
+/* Whether two layouts are alike on the wire: every field sent, the unused
+ * dims and tensors too (a field-wise compare: a struct's padding is not
+ * sent). */
+static bool layout_alike(const kva_layout *a, const kva_layout *b) {
+  if (a->ntensors != b->ntensors) return false;
+  for (int t = 0; t < 4; t++) {
+    if (a->tensor[t].ndim != b->tensor[t].ndim || a->tensor[t].dtype != b->tensor[t].dtype)
+      return false;
+    for (int d = 0; d < 6; d++)
+      if (a->tensor[t].shape[d] != b->tensor[t].shape[d]) return false;
+  }
+  return true;
+}
+
+/* Whether a READ reply sends runs of layouts: asked for, and some span
+ * has bytes (a read that failed has none: no layout to send). */
+static bool layouts_sent(const proto_rep *r) {
+  if (!r->layouts_asked || !r->spans) return false;
+  for (uint32_t i = 0; i < r->n; i++)
+    if (r->spans[i].len) return true;
+  return false;
+}
+
+/* Keys from i on that share keys[i]'s layout (1 at least). */
+static uint32_t run_length(const proto_rep *r, uint32_t i) {
+  uint32_t count = 1;
+  while (i + count < r->n && layout_alike(&r->layouts[i], &r->layouts[i + count])) count++;
+  return count;
+}
+
+static uint32_t layout_runs(const proto_rep *r) {
+  uint32_t runs = 0;
+  if (layouts_sent(r))
+    for (uint32_t i = 0; i < r->n; i += run_length(r, i)) runs++;
+  return runs;
+}
+
+static bool layouts_size(const proto_rep *r, size_t *len) {
+  *len = 0;
+  if (!r->layouts_asked) return true;
+  if (layouts_sent(r) && !r->layouts) return false;
+  *len = 4 + (size_t)layout_runs(r) * RUN_BYTES;
+  return true;
+}
+
+static void wr_layouts(wire_wr *w, const proto_rep *r) {
+  if (!r->layouts_asked) return;
+  wire_wr_u32(w, layout_runs(r));
+  if (!layouts_sent(r)) return;
+  for (uint32_t i = 0, count; i < r->n; i += count) {
+    count = run_length(r, i);
+    wire_wr_u32(w, count);
+    wire_wr_layout(w, &r->layouts[i]);
+  }
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
 /* Bytes of field f of r into *len; false when r cannot be encoded. */
 static bool rep_field_size(uint8_t f, const proto_rep *r, size_t *len) {
   switch (f) {
@@ -162,6 +228,8 @@ static bool rep_field_size(uint8_t f, const proto_rep *r, size_t *len) {
   case RP_SPANS:
     *len = (size_t)r->n * SPAN_BYTES;
     return r->spans || !r->n;
+  case RP_LAYOUTS:
+    return layouts_size(r, len);
   case RP_HITS:
     *len = 8;
     return true;
@@ -263,6 +331,9 @@ static void rep_field_put(wire_wr *w, uint8_t f, const proto_rep *r) {
       wire_wr_u64(w, r->spans[i].len);
     }
     break;
+  case RP_LAYOUTS:
+    wr_layouts(w, r);
+    break;
   case RP_HITS:
     wire_wr_u64(w, r->hits);
     break;
@@ -348,6 +419,61 @@ static int rep_spans_get(rep_dec *q) {
           (unsigned long long)off, (unsigned long long)len, (unsigned long long)q->pool_bytes);
     q->r->spans[i] = (proto_span){off, len};
   }
+  return PROTO_OK;
+}
+
+/* READ without runs: no key has bytes; its layouts are zeroed. */
+static int rep_no_layouts_get(rep_dec *q) {
+  proto_rep *r = q->r;
+  for (uint32_t i = 0; i < r->n; i++)
+    if (r->spans[i].len) return wire_dec_refuse(&q->d, "span %u has bytes and no layout", i);
+  if (r->layouts && r->n) memset(r->layouts, 0, (size_t)r->n * sizeof(*r->layouts));
+  return PROTO_OK;
+}
+
+/* Run j of READ's layouts, for the keys from *at on (at most to n, *at
+ * moved past them), each span's len its layout's bytes; into r->layouts
+ * (NULL: checked, not kept). l holds run j - 1's layout, then j's. */
+static int rep_run_get(rep_dec *q, uint32_t j, uint32_t *at, kva_layout *l) {
+  wire_rd *in = &q->d.in;
+  proto_rep *r = q->r;
+  uint32_t count = wire_rd_u32(in);
+  kva_layout prev = *l;
+  memset(l, 0, sizeof(*l)); /* padding included: a caller may compare bytes */
+  wire_rd_layout(in, l);
+  if (in->short_read) return wire_dec_refuse(&q->d, "truncated");
+  if (count == 0 || count > r->n - *at)
+    return wire_dec_refuse(&q->d, "run %u of %u keys (%u keys left)", j, count, r->n - *at);
+  uint64_t bytes = kva_layout_bytes(l);
+  if (!bytes) return wire_dec_refuse(&q->d, "run %u's layout is invalid", j);
+  if (j && layout_alike(&prev, l))
+    return wire_dec_refuse(&q->d, "runs %u and %u of one layout", j - 1, j);
+  for (uint32_t i = *at; i < *at + count; i++) {
+    if (r->spans[i].len != bytes)
+      return wire_dec_refuse(&q->d, "span %u of %llu bytes, its layout's %llu", i,
+                             (unsigned long long)r->spans[i].len, (unsigned long long)bytes);
+    if (r->layouts) r->layouts[i] = *l;
+  }
+  *at += count;
+  return PROTO_OK;
+}
+
+/* READ's layouts, when its request asked for them (after the spans). */
+static int rep_layouts_get(rep_dec *q) {
+  wire_rd *in = &q->d.in;
+  proto_rep *r = q->r;
+  if (!r->layouts_asked) return PROTO_OK;
+  uint32_t runs = wire_rd_u32(in);
+  if (in->short_read) return wire_dec_refuse(&q->d, "truncated");
+  if (runs == 0) return rep_no_layouts_get(q);
+  if (runs > r->n) return wire_dec_refuse(&q->d, "%u layout runs for %u keys", runs, r->n);
+  if (in->left < (size_t)runs * RUN_BYTES) return wire_dec_refuse(&q->d, "truncated");
+  kva_layout l;
+  memset(&l, 0, sizeof(l));
+  uint32_t at = 0;
+  for (uint32_t j = 0; j < runs; j++)
+    if (rep_run_get(q, j, &at, &l) != PROTO_OK) return PROTO_EFRAME;
+  if (at != r->n) return wire_dec_refuse(&q->d, "layout runs of %u keys for %u", at, r->n);
   return PROTO_OK;
 }
 
@@ -494,6 +620,8 @@ static int rep_field_get(rep_dec *q, uint8_t f) {
     return rep_status_get(q);
   case RP_SPANS:
     return rep_spans_get(q);
+  case RP_LAYOUTS:
+    return rep_layouts_get(q);
   case RP_HITS:
     q->r->hits = wire_rd_u64(&q->d.in);
     return q->d.in.short_read ? wire_dec_refuse(&q->d, "truncated") : PROTO_OK;

@@ -102,6 +102,12 @@ static inline void wire_rd_bytes(wire_rd *in, void *dst, size_t n) {
     memset(dst, 0, n);
 }
 
+/* A layout on the wire (PROTO_LAYOUT_BYTES): every field, the unused
+ * dims and tensors included, so a decoded layout encodes back to the same
+ * bytes. */
+void wire_wr_layout(wire_wr *w, const kva_layout *l);
+void wire_rd_layout(wire_rd *in, kva_layout *l);
+
 static inline bool wire_is_request(uint16_t type) {
   return type >= P_HELLO && type < P_TYPE_END;
 }

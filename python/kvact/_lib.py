@@ -209,6 +209,7 @@ _PROTOTYPES = {
     "kva_wait_prefetch": (c_int, [_P, _P, c_int, POINTER(c_size_t)]),
     "kva_prefetch_eventfd": (c_int, [_P]),
     "kva_read_prefetched": (c_int, [_P, _KS, c_size_t, POINTER(Buf)]),
+    "kva_read_prefetched_layouts": (c_int, [_P, _KS, c_size_t, POINTER(Buf), POINTER(Layout)]),
     "kva_finish_read_prefetched": (c_int, [_P, _KS, c_size_t, c_uint32]),
     "kva_touch": (c_int, [_P, _KS, c_size_t]),
     "kva_clear": (c_int, [_P, c_int]),

@@ -12,6 +12,9 @@ DTYPES = {
     "float8_e5m2": (5, 1, "uint8", "float8_e5m2"),
 }
 _ALIGN = 64  # each tensor of an object starts on a 64-byte boundary (kvact.h)
+_NAMES = {v[0]: name for name, v in DTYPES.items()}  # kva_dtype -> dtype name
+_BY_C = {}        # a kva_layout's bytes -> its MemoryLayoutDesc (reads name few layouts)
+_BY_C_MAX = 1024  # then forgotten all at once
 
 
 class MemoryLayoutDesc:
@@ -42,6 +45,12 @@ class MemoryLayoutDesc:
             c.tensor[t].dtype = DTYPES[d][0]
         return c
 
+    @classmethod
+    def _from_c(cls, c):
+        """The MemoryLayoutDesc of a kva_layout kvact gave back (a read's)."""
+        tensors = c.tensor[:c.ntensors]
+        return cls([tuple(t.shape[:t.ndim]) for t in tensors], [_NAMES[t.dtype] for t in tensors])
+
     def tensor_spans(self):
         """(offset, nbytes) of each tensor inside an object of this layout."""
         spans, off = [], 0
@@ -55,3 +64,13 @@ class MemoryLayoutDesc:
 
     def __repr__(self):
         return "MemoryLayoutDesc(shapes=%r, dtypes=%r)" % (self.shapes, self.dtypes)
+
+
+def layout_of_c(raw):
+    """The MemoryLayoutDesc of a kva_layout's raw bytes, made once per layout."""
+    desc = _BY_C.get(raw)
+    if desc is None:
+        if len(_BY_C) >= _BY_C_MAX:
+            _BY_C.clear()
+        desc = _BY_C[raw] = MemoryLayoutDesc._from_c(Layout.from_buffer_copy(raw))
+    return desc

@@ -11,17 +11,18 @@ import threading
 from dataclasses import dataclass
 
 from ._lib import (MEMCHECK_FIELDS, NODE_STATES, PREFETCH_AS_PLANNED, STATS_FIELDS,
-                   TIER_KEYS_FIELDS, Buf, L2NodeStats, L2TierKeys, L2TierStats, LoadPlan,
+                   TIER_KEYS_FIELDS, Buf, L2NodeStats, L2TierKeys, L2TierStats, Layout, LoadPlan,
                    MemcheckOpts, MemcheckReport, PrefetchOpts, StorageStats, TierHit, TierHits,
                    lib, timeout_ms)
 from .errors import KvactError, check
 from .keys import key_array
-from .layout import MemoryLayoutDesc
+from .layout import MemoryLayoutDesc, layout_of_c
 from .memory import MemoryObj
 from .prefetch import PrefetchHandle, Reaper
 
 _MODES = {"new": 0, "update": 1, "all": 2}
 _REPORT_LEN = 4096
+_LAYOUT_SIZE = ctypes.sizeof(Layout)
 
 
 @dataclass(frozen=True)
@@ -95,10 +96,46 @@ def _layout(layout, optional=False):
     return layout._c
 
 
+def _layouts_of(layouts, n):
+    """The MemoryLayoutDesc of each of n kva_layouts a read gave back: one compare of all
+    the bytes when they are all alike, as a read's usually are, else one per key."""
+    raw = bytes(layouts)
+    first = raw[:_LAYOUT_SIZE]
+    if raw == first * n:
+        return [layout_of_c(first)] * n
+    out, last, desc = [], None, None
+    for i in range(0, n * _LAYOUT_SIZE, _LAYOUT_SIZE):
+        one = raw[i:i + _LAYOUT_SIZE]
+        if one != last:
+            last, desc = one, layout_of_c(one)
+        out.append(desc)
+    return out
+
+
 def _readers(extra_readers):
     if not isinstance(extra_readers, int) or not 0 <= extra_readers <= 127:
         raise ValueError("extra_readers must be an int in 0..127, got %r" % (extra_readers,))
     return extra_readers
+
+
+class DeleteStatuses(list):
+    """delete()'s per-key statuses (0 = removed, 5 = KVA_KEY_LOCKED: skipped, 1 =
+    KVA_KEY_NOT_EXIST), with LMCache's counts beside them: `deleted`, `skipped`, and
+    `counts` = (deleted, skipped) as LMCache's delete returns them."""
+
+    __slots__ = ()
+
+    @property
+    def deleted(self):
+        return self.count(0)
+
+    @property
+    def skipped(self):
+        return self.count(5)  # KVA_KEY_LOCKED
+
+    @property
+    def counts(self):
+        return self.deleted, self.skipped
 
 
 class StorageManager:
@@ -206,6 +243,12 @@ class StorageManager:
     def read_prefetched_results(self, keys, layout=None):
         """Yields [MemoryObj] for prefetched keys ([] for none), or None when one is missing.
 
+        Without a layout each object is typed by its own, the one it was
+        written with (as LMCache's read results: .array, .tensor and .layout
+        have its shapes and dtypes; several layouts in one read are fine);
+        with one, every object is viewed through it. Views of the pool
+        either way, never copies.
+
         None: kvact already released one read lock of each of these keys;
         do not call finish_read_prefetched for them. The objects refuse
         views after the block; finish_read_prefetched releases the locks.
@@ -220,12 +263,20 @@ class StorageManager:
                 obj._release()
 
     def _read(self, keys, layout):
-        bufs = (Buf * len(keys))()
-        rc = lib.kva_read_prefetched(self._ptr, key_array(keys), len(keys), bufs)
+        n = len(keys)
+        bufs = (Buf * n)()
+        if layout is None:
+            layouts = (Layout * n)()
+            rc = lib.kva_read_prefetched_layouts(self._ptr, key_array(keys), n, bufs, layouts)
+        else:
+            rc = lib.kva_read_prefetched(self._ptr, key_array(keys), n, bufs)
         if rc > 0:
             return None
         check(rc)
-        objs = [MemoryObj(k, layout, bufs[i].ptr, bufs[i].len) for i, k in enumerate(keys)]
+        descs = _layouts_of(layouts, n) if layout is None else [layout] * n
+        words = memoryview(bufs).cast("B").cast("Q").tolist()  # ptr, len of each key
+        objs = [MemoryObj(k, descs[i], words[2 * i], words[2 * i + 1])
+                for i, k in enumerate(keys)]
         with self._lock:
             for obj in objs:
                 self._reads.setdefault(obj.key, []).append(obj)
@@ -246,13 +297,14 @@ class StorageManager:
 
     # ---- maintenance ------------------------------------------------------------
     def delete(self, keys, force=False):
-        """Removes objects: per-key statuses (KVA_KEY_LOCKED for a locked one unless force)."""
+        """Removes objects: per-key statuses (KVA_KEY_LOCKED for a locked one unless force),
+        a DeleteStatuses list whose .counts are LMCache's (deleted, skipped)."""
         keys = list(keys)
         if not keys:
-            return []
+            return DeleteStatuses()
         status = (ctypes.c_int * len(keys))()
         check(lib.kva_delete(self._ptr, key_array(keys), len(keys), int(force), status))
-        return list(status)
+        return DeleteStatuses(status)
 
     def touch(self, keys):
         keys = list(keys)

@@ -66,6 +66,20 @@ def prefill_rate(sm, model, tokens_per_s, chunk_tokens):
         sm.report_prefill(model, 1000000, 1e6 / tokens_per_s, chunk_tokens)
 
 
+def client(sock):
+    """A client runtime of the kvactd on sock whose connection is up (the first call
+    succeeds)."""
+    rt = kvact.Runtime({"client.socket": sock, "runtime.workers": 2})
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            rt.storage.stats()
+            return rt
+        except kvact.KvactError:
+            assert time.monotonic() < deadline, "no connection to kvactd"
+            time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def kvactd(l1_bytes=1 << 24, l2='[{"type":"mock"}]', opts=()):
     """A kvactd on a fresh socket (the L2 tiers l2, JSON: one mock tier unless told; more

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kvact
-from conftest import clean, kvactd
+from conftest import clean, client, kvactd
 
 LAYOUT = kvact.MemoryLayoutDesc(shapes=[(2, 4, 64)], dtypes=["bfloat16"])
 
@@ -21,19 +21,6 @@ def daemon():
     """A kvactd on a fresh socket (16 MiB L1, one mock tier): yields the socket's path."""
     with kvactd() as (sock, _):
         yield sock
-
-
-def client(sock):
-    """A client runtime whose connection is up (the first call succeeds)."""
-    rt = kvact.Runtime({"client.socket": sock, "runtime.workers": 2})
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            rt.storage.stats()
-            return rt
-        except kvact.KvactError:
-            assert time.monotonic() < deadline, "no connection to kvactd"
-            time.sleep(0.02)
 
 
 def run_python(code, **kw):
@@ -75,6 +62,40 @@ def test_one_process_writes_and_another_reads_the_same_bytes(daemon):
             assert all(torch.equal(o.tensor, src(i)) for i, o in enumerate(objs))
         assert sm.finish_read_prefetched(keys) == 4
         assert clean(sm)
+
+
+TYPED_WRITER = """
+    import sys, kvact
+    sys.path.insert(0, %r)
+    from test_client_mode import client
+    from test_storage import F16, KV2, LAYOUT, write_mixed
+    rt = client(%r)
+    keys = kvact.chunk_keys("typed", list(range(48)), chunk_tokens=16)
+    write_mixed(rt.storage, keys, [F16, LAYOUT, KV2])
+    rt.close()
+"""
+
+
+def test_objects_another_process_wrote_read_back_typed_by_their_layout(daemon):
+    """Through kvactd as embedded: a read without a layout is typed by each object's own."""
+    from test_storage import F16, KV2, assert_typed_as
+    run_python(TYPED_WRITER % (os.path.dirname(__file__), daemon), check=True)
+    with client(daemon) as rt:
+        sm = rt.storage
+        keys = kvact.chunk_keys("typed", list(range(48)), chunk_tokens=16)
+        assert sm.submit_prefetch_task(keys).wait(10.0) == 3
+        with sm.read_prefetched_results(keys) as objs:
+            assert objs[0].array[0, 0] == 0 and objs[0].array[1, 2] == 6
+            for i, (obj, lay) in enumerate(zip(objs, [F16, LAYOUT, KV2])):
+                assert_typed_as(obj, lay, i)
+        with sm.read_prefetched_results(keys[:1] + keys_other()) as objs:
+            assert objs is None  # a key not prefetched: the read fails, as in-process
+        assert sm.finish_read_prefetched(keys) == 2  # the failed read released key 0's lock
+        assert clean(sm)
+
+
+def keys_other():
+    return kvact.chunk_keys("typed-other", list(range(16)), chunk_tokens=16)
 
 
 STORER = """

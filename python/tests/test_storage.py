@@ -43,6 +43,94 @@ def test_usage_example_round_trips_bytes_through_torch_and_numpy(sm):
     assert clean(sm)
 
 
+# Three layouts written side by side: LAYOUT, a [3, 4] float16, and a K/V pair of float32
+# with a scale tensor.
+F16 = kvact.MemoryLayoutDesc(shapes=[(3, 4)], dtypes=["float16"])
+KV2 = kvact.MemoryLayoutDesc(shapes=[(2, 8), (4,)], dtypes=["float32", "float32"])
+
+
+def fill_typed(obj, i):
+    """Writes object i through views of its own layout: tensor t holds i * 100 + t + its
+    element index."""
+    for t, a in enumerate(obj.arrays):
+        if a.dtype == np.uint16:  # bfloat16 bits: through torch
+            obj.tensors[t].copy_(torch.arange(a.size).reshape(a.shape) + i * 100 + t)
+        else:
+            a[...] = np.arange(a.size).reshape(a.shape) + i * 100 + t
+
+
+def write_mixed(sm, keys, layouts):
+    addresses = {}
+    for key, lay in zip(keys, layouts):
+        obj = sm.reserve_write([key], lay)[key]
+        fill_typed(obj, keys.index(key))
+        addresses[key] = obj.address
+        assert sm.finish_write([key]) == [0]
+    return addresses
+
+
+def assert_typed_as(obj, lay, i):
+    """obj is viewed as lay, with the values fill_typed(i) wrote."""
+    assert obj.layout.shapes == lay.shapes and obj.layout.dtypes == lay.dtypes
+    for t, (a, x) in enumerate(zip(obj.arrays, obj.tensors)):
+        assert a.shape == lay.shapes[t] and tuple(x.shape) == lay.shapes[t]
+        assert str(x.dtype) == "torch." + lay.dtypes[t]
+        want = torch.arange(a.size).reshape(a.shape) + i * 100 + t
+        assert torch.equal(x.float(), want.to(x.dtype).float())
+
+
+def test_a_read_without_a_layout_is_typed_by_the_one_written_with(sm):
+    """LMCache's read_prefetched_results: each object has the shape and dtype it was
+    written with; several layouts in one read; still views of the pool."""
+    keys = keys_of(4, salt="typed")
+    lays = [F16, LAYOUT, KV2, F16]
+    addresses = write_mixed(sm, keys, lays)
+    assert sm.submit_prefetch_task(keys).wait(5.0) == 4
+    with sm.read_prefetched_results(keys) as objs:
+        assert objs[0].array[0, 0] == 0 and objs[0].array[2, 3] == 11
+        assert objs[0].array.dtype == np.float16 and objs[0].tensor.shape == (3, 4)
+        for i, (obj, lay) in enumerate(zip(objs, lays)):
+            assert_typed_as(obj, lay, i)
+            assert obj.address == addresses[keys[i]]  # the pool's block, not a copy
+            assert obj.arrays[0].ctypes.data == obj.address
+        assert objs[0].layout is objs[3].layout  # one description per layout
+        objs[0].array[0, 0] = 42  # writes the pool
+        assert np.frombuffer(objs[0].buffer[:2], np.float16)[0] == 42
+        with pytest.raises(ValueError):  # two tensors: .arrays, as for a written object
+            objs[2].array
+    assert sm.finish_read_prefetched(keys) == 4
+    assert clean(sm)
+
+
+def test_a_read_with_a_layout_views_every_object_through_it(sm):
+    keys = keys_of(2, salt="flat")
+    write_mixed(sm, keys, [F16, F16])
+    flat = kvact.MemoryLayoutDesc(shapes=[(F16.nbytes,)], dtypes=["uint8"])
+    assert sm.submit_prefetch_task(keys).wait(5.0) == 2
+    with sm.read_prefetched_results(keys, flat) as objs:
+        assert [o.layout for o in objs] == [flat, flat]
+        assert objs[1].array.shape == (24,) and objs[1].array.dtype == np.uint8
+    with sm.read_prefetched_results(keys) as objs:  # the same objects, typed
+        assert objs[1].array.shape == (3, 4)
+    assert sm.finish_read_prefetched(keys) == 2
+    with sm.read_prefetched_results(keys) as objs:  # not prefetched any more
+        assert objs is None
+    assert clean(sm)
+
+
+def test_objects_loaded_from_a_tier_are_typed_by_the_prefetchs_layout(sm):
+    keys = keys_of(2, salt="typed-l2")
+    write_mixed(sm, keys, [F16, F16])
+    sm.flush(timeout=5.0)
+    assert sm.clear() == 2
+    assert sm.submit_prefetch_task(keys, F16).wait(5.0) == 2
+    with sm.read_prefetched_results(keys) as objs:
+        for i, obj in enumerate(objs):
+            assert_typed_as(obj, F16, i)
+    sm.finish_read_prefetched(keys)
+    assert clean(sm)
+
+
 def test_views_are_the_pool_not_copies(sm):
     key = keys_of(1)[0]
     obj = sm.reserve_write([key], LAYOUT)[key]
@@ -164,6 +252,20 @@ def test_warm_prefetch_leaves_nothing_to_release(sm):
         sm.submit_prefetch_task(keys, LAYOUT, trim="sparse")
     with pytest.raises(ValueError):
         sm.submit_prefetch_task(keys, LAYOUT, mode="cold")
+    assert clean(sm)
+
+
+def test_delete_gives_per_key_statuses_and_lmcache_counts(sm):
+    keys = keys_of(4)
+    sm.reserve_write(keys[:3], LAYOUT)
+    sm.finish_write(keys[:2])  # key 2 stays write-locked
+    sm.flush(timeout=10.0)  # the store-behind's read locks on keys 0 and 1 are given back
+    got = sm.delete(keys)
+    assert got == [0, 0, 5, 1]  # removed, removed, locked (skipped), no such key
+    assert got.counts == (2, 1) and got.deleted == 2 and got.skipped == 1
+    assert sm.delete(keys[2:3], force=True).counts == (1, 0)
+    assert sm.finish_write(keys[2:3]) == [1]  # forced away under its writer
+    assert sm.delete([]).counts == (0, 0)
     assert clean(sm)
 
 

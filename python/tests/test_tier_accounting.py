@@ -12,7 +12,7 @@ import time
 import pytest
 
 import kvact
-from conftest import kvactd, small_config
+from conftest import client, kvactd, small_config
 
 ENOTSUP, EINVAL = -7, -1
 LAYOUT = kvact.MemoryLayoutDesc(shapes=[(1024,)], dtypes=["uint8"])
@@ -26,19 +26,6 @@ def write(sm, model, n):
     assert len(reserved) == n
     sm.finish_write(keys)
     return keys
-
-
-def client(sock):
-    """A client runtime whose connection is up."""
-    rt = kvact.Runtime({"client.socket": sock, "runtime.workers": 2})
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            rt.storage.stats()
-            return rt
-        except kvact.KvactError:
-            assert time.monotonic() < deadline, "no connection to kvactd"
-            time.sleep(0.02)
 
 
 def check_accounting(sm, tier, stored, frozen):

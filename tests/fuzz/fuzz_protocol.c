@@ -14,14 +14,17 @@
  * a frame still arriving, not decoded. The reply decoder expects the reply
  * to request type expect (0: the frame's own), with n keys (modulo
  * PROTO_MAX_KEYS + 1; a TIER_NODES request's cap is n modulo
- * PROTO_MAX_NODES + 1) and spans inside pool_bytes. Checked:
+ * PROTO_MAX_NODES + 1), spans inside pool_bytes and, with flag 2, a READ
+ * that asked for layouts (PROTO_READ_LAYOUTS). Checked:
  *  - each decoder answers PROTO_OK or one of its refusals, and the same
  *    with why NULL or 1 byte long (then terminated);
  *  - a request is accepted only with a request type, a reply only as the
  *    expected reply or P_REFUSED (also of another version);
  *  - an accepted request has valid keys (kva_key_valid), layouts where
  *    used, fields in range, terminated tier names; an accepted reply has
- *    n entries, spans inside the pool, at most 8 tiers with terminated
+ *    n entries, spans inside the pool, a READ's layouts valid and each
+ *    its span's size (or all zero and no span with bytes), at most 8
+ *    tiers with terminated
  *    names, min(nodes, cap) nodes with terminated addresses, states
  *    KVA_L2_NODE_*, failed_s >= 0 and a map age >= 0 or -1, a text
  *    without NUL; both re-encode to the frame's bytes.
@@ -39,11 +42,12 @@
 #include "tests/fuzz/fuzz.h"
 #include "wire/protocol.h"
 
-enum { FIX_LEN = 1 };
+enum { FIX_LEN = 1, READ_LAYOUTS = 2 };
 
 static kva_key keys[PROTO_MAX_KEYS];
 static int32_t status[PROTO_MAX_KEYS];
 static proto_span spans[PROTO_MAX_KEYS];
+static kva_layout layouts[PROTO_MAX_KEYS];
 static kva_l2_node_stats nodes[PROTO_MAX_NODES];
 
 static uint32_t le32(const uint8_t *b) {
@@ -125,8 +129,13 @@ typedef struct rep_out {
   char text[PROTO_MAX_TEXT + 1];
 } rep_out;
 
-static void rep_expect(rep_out *o, uint16_t type, uint32_t n) {
-  o->r = (proto_rep){.type = type, .n = n, .status = status, .spans = spans};
+static void rep_expect(rep_out *o, uint16_t type, uint32_t n, bool with_layouts) {
+  o->r = (proto_rep){.type = type,
+                     .n = n,
+                     .status = status,
+                     .spans = spans,
+                     .layouts_asked = with_layouts,
+                     .layouts = layouts};
   o->r.lookup = &o->lookup;
   o->r.stats = &o->stats;
   o->r.tier_stats = &o->tier_stats;
@@ -148,6 +157,12 @@ static void check_rep_valid(const rep_out *o, uint16_t asked, uint32_t n, uint64
       FUZZ_CHECK(spans[i].len <= pool && spans[i].off <= pool - spans[i].len);
       FUZZ_CHECK(spans[i].len > 0 || spans[i].off == 0);
     }
+  if (ok && r->type == P_READ && r->layouts_asked) {
+    static const kva_layout zero;
+    for (uint32_t i = 0; i < n; i++)
+      FUZZ_CHECK(spans[i].len ? kva_layout_bytes(&layouts[i]) == spans[i].len
+                              : memcmp(&layouts[i], &zero, sizeof zero) == 0);
+  }
   if (ok && r->type == P_LOOKUP) {
     FUZZ_CHECK(o->lookup.ntiers <= 8);
     for (uint32_t i = 0; i < o->lookup.ntiers; i++)
@@ -167,10 +182,10 @@ static void check_rep_valid(const rep_out *o, uint16_t asked, uint32_t n, uint64
 }
 
 static void check_rep(const proto_hdr *h, const uint8_t *hdr, const uint8_t *p, uint16_t asked,
-                      uint32_t n, uint64_t pool, bool version_ok) {
+                      uint32_t n, uint64_t pool, bool with_layouts, bool version_ok) {
   static rep_out o;
   char why[256], tiny[1] = {'x'};
-  rep_expect(&o, asked, n);
+  rep_expect(&o, asked, n, with_layouts);
   int rc = proto_rep_get(h, p, pool, &o.r, why, sizeof why);
   FUZZ_CHECK(rc == PROTO_OK || rc == PROTO_EFRAME);
   proto_rep r2 = o.r, r3 = o.r;
@@ -209,7 +224,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       expect ? (uint16_t)(P_HELLO + (expect - 1) % (P_TYPE_END - P_HELLO)) : own_request(h.type);
   n %= PROTO_MAX_KEYS + 1;
   if (rc == PROTO_OK) check_req(&h, hdr, p);
-  check_rep(&h, hdr, p, asked, n, pool, rc == PROTO_OK);
+  check_rep(&h, hdr, p, asked, n, pool, (flags & READ_LAYOUTS) != 0, rc == PROTO_OK);
   free(p);
   return 0;
 }

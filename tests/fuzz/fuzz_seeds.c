@@ -240,10 +240,12 @@ END_TEST
 
 /* ---- protocol -------------------------------------------------------------- */
 
-/* fuzz_protocol.c's input: [flags 0][expect 0: the frame's own request]
- * [n: u32][pool_bytes: u64][frame]. */
-static void save_frame(const char *name, uint32_t n, const uint8_t *frame, size_t size) {
-  uint8_t head[1 + 1 + 4 + 8] = {0};
+/* fuzz_protocol.c's input: [flags][expect 0: the frame's own request]
+ * [n: u32][pool_bytes: u64][frame]; flags 0, or 2 for the reply to a READ
+ * that asked for layouts. */
+static void save_frame(const char *name, uint8_t flags, uint32_t n, const uint8_t *frame,
+                       size_t size) {
+  uint8_t head[1 + 1 + 4 + 8] = {flags};
   uint64_t pool = SAMPLE_POOL_BYTES;
   memcpy(head + 2, &n, 4);
   memcpy(head + 6, &pool, 8);
@@ -283,13 +285,18 @@ START_TEST(protocol_frames) {
     char name[64];
     proto_req r = sample_req(frames[i].type, keys, frames[i].n ? frames[i].n : 1);
     snprintf(name, sizeof name, "req-%s", frames[i].name);
-    save_frame(name, 0, buf, proto_req_put(buf, sizeof buf, &r, i + 1));
+    save_frame(name, 0, 0, buf, proto_req_put(buf, sizeof buf, &r, i + 1));
     sample_rep_fill(&rep, frames[i].type, frames[i].n, frames[i].result, 40);
     snprintf(name, sizeof name, "rep-%s", frames[i].name);
-    save_frame(name, frames[i].n, buf, proto_rep_put(buf, sizeof buf, &rep.r, i + 1));
+    save_frame(name, 0, frames[i].n, buf, proto_rep_put(buf, sizeof buf, &rep.r, i + 1));
   }
   sample_rep_fill(&rep, P_REFUSED, 0, KVA_ECONFIG, 24);
-  save_frame("rep-refused", 0, buf, proto_rep_put(buf, sizeof buf, &rep.r, 99));
+  save_frame("rep-refused", 0, 0, buf, proto_rep_put(buf, sizeof buf, &rep.r, 99));
+  sample_rep_read_layouts(&rep, 5, 0); /* runs of 2, 2 and 1 keys */
+  save_frame("rep-read-layouts", 2, 5, buf, proto_rep_put(buf, sizeof buf, &rep.r, 100));
+  sample_rep_read_layouts(&rep, 3, KVA_KEY_NOT_EXIST); /* failed: no run */
+  memset(rep.spans, 0, sizeof rep.spans);
+  save_frame("rep-read-layouts-failed", 2, 3, buf, proto_rep_put(buf, sizeof buf, &rep.r, 101));
 }
 END_TEST
 

@@ -226,7 +226,7 @@ START_TEST(unreachable_server_at_start_starts_failing) {
   ck_assert_uint_eq(n, 1); /* one server: it is the tier */
   ck_assert_int_eq(node.state, KVA_L2_NODE_FAILED);
   ck_assert(age == -1); /* no slot map */
-  rs_restart(&srv); /* the server comes: the prober clears the bypass */
+  rs_restart(&srv);     /* the server comes: the prober clears the bypass */
   ck_assert_msg(rt_wait_bypass(s, 0, 10000), "the tier did not recover");
   const uint64_t ids[] = {1};
   ck_assert_int_eq(dt_store(s, ids, 1, 1, true), KVA_OK);

@@ -186,12 +186,20 @@ START_TEST(calls_to_a_stopped_daemon_time_out_and_late_locks_are_given_back) {
   kva_runtime *rt = client_up();
   kva_storage *s = kva_storage_of(rt);
   write_keys(s, 1, 1, 4096);
+  kva_key a = fixture_key(1), b = fixture_key(2);
+  ck_assert_uint_eq(prefetch_hits(s, &a, 1, NULL), 1); /* held across the stop */
   kill(d, SIGSTOP);
   wait_stopped(d);
-  kva_key a = fixture_key(1), b = fixture_key(2);
-  kva_layout l = fixture_layout_bytes(4096);
+  kva_layout l = fixture_layout_bytes(4096), got;
   kva_buf buf;
   int st = -99;
+  /* calls whose replies carry an entry per key: answered late, they must
+   * still be taken for what they are */
+  ck_assert_int_eq(kva_read_prefetched(s, &a, 1, &buf), KVA_ETIMEDOUT);
+  memset(&got, 0x11, sizeof(got));
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, &a, 1, &buf, &got), KVA_ETIMEDOUT);
+  ck_assert_uint_eq(got.ntensors, 0x11111111u); /* untouched */
+  ck_assert_int_eq(kva_delete(s, &b, 1, 0, &st), KVA_ETIMEDOUT);
   ck_assert_int_eq(kva_reserve_write(s, &b, 1, &l, KVA_WRITE_NEW, &buf, &st), KVA_ETIMEDOUT);
   kva_prefetch *h;
   size_t hits = 7;
@@ -202,6 +210,12 @@ START_TEST(calls_to_a_stopped_daemon_time_out_and_late_locks_are_given_back) {
   ck_assert_int_eq(kva_lookup(s, &a, 1, 1, &th), KVA_OK);
   ck_assert_uint_eq(th.total, 0);
   kill(d, SIGCONT);
+  /* the late replies are decoded as the requests asked (their keys, a
+   * read's layouts): the connection stays, and with it the read lock
+   * taken before the stop */
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, &a, 1, &buf, &got), KVA_OK);
+  fixture_assert_layout_eq(&got, &l);
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &a, 1, 0), 1);
   /* the daemon now grants the reservation, the read lock and the pin; the
    * client gives them back as their late replies arrive */
   memcheck_soon(s);

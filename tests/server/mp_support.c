@@ -235,6 +235,14 @@ void write_batch(kva_storage *s, uint64_t first, size_t n, size_t bytes) {
   free(st);
 }
 
+size_t prefetch_hits(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l) {
+  kva_prefetch *h;
+  size_t hits = 0;
+  ck_assert_int_eq(kva_submit_prefetch(s, k, n, l, 0, &h), KVA_OK);
+  ck_assert_int_eq(kva_wait_prefetch(s, h, 5000, &hits), KVA_OK);
+  return hits;
+}
+
 /* Prefetches, reads, checks and releases keys [first, first + n). */
 size_t read_keys(kva_storage *s, uint64_t first, size_t n, size_t bytes) {
   size_t ok = 0;

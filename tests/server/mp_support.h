@@ -57,6 +57,8 @@ void write_keys(kva_storage *s, uint64_t first, size_t n, size_t bytes);
 void write_batch(kva_storage *s, uint64_t first, size_t n, size_t bytes);
 /* Prefetches, reads, checks and releases them: how many were there. */
 size_t read_keys(kva_storage *s, uint64_t first, size_t n, size_t bytes);
+/* submit + wait (layout l, may be NULL): the hits, read-locked. */
+size_t prefetch_hits(kva_storage *s, const kva_key *k, size_t n, const kva_layout *l);
 /* Polls the daemon's memcheck until clean, 10 s at most. */
 void memcheck_soon(kva_storage *s);
 

@@ -2,7 +2,8 @@
  * mp_test.c — multi-process mode with real processes, the data path:
  * clients sharing chunks byte-exact, a client killed holding every kind
  * of lock, the daemon restarted under a client, kva_kv_* across
- * processes, lookups (mp_support.h: kvactd exec'd, clients forked).
+ * processes, reads typed by their layout, lookups (mp_support.h: kvactd
+ * exec'd, clients forked).
  */
 #include <check.h>
 #include <errno.h>
@@ -275,6 +276,69 @@ START_TEST(kv_store_in_one_process_and_kv_load_in_another_are_bit_exact) {
 }
 END_TEST
 
+/* ---- reads typed by their layout --------------------------------------------------- */
+
+/* Keys 0, 1 and 3 of fixture_layout_two, key 2 of the basic layout, each
+ * filled with its pattern. */
+static int typed_writer_body(kva_storage *s, int arg, int out_fd) {
+  kva_layout two = fixture_layout_two(), basic = fixture_layout_basic();
+  const kva_layout *lay[4] = {&two, &two, &basic, &two};
+  for (int i = 0; i < 4; i++) {
+    kva_key k = fixture_key((uint64_t)i);
+    kva_buf b;
+    int st;
+    if (kva_reserve_write(s, &k, 1, lay[i], KVA_WRITE_NEW, &b, &st) != 1) return 2;
+    fill_pattern(b.ptr, b.len, (uint64_t)i);
+    if (kva_finish_write(s, &k, 1, &st) != 1) return 3;
+  }
+  return 0;
+}
+
+/* Objects one process wrote come back to another with the layouts they
+ * were written with (several in one read), also once loaded from a tier;
+ * a read that fails zeroes them, as in-process. */
+START_TEST(a_read_through_kvactd_gives_each_object_its_layout) {
+  pid_t d = daemon_start();
+  ck_assert_int_eq(child_status(fork_client(typed_writer_body, 0, -1)), 0);
+  kva_runtime *rt = client_up();
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout two = fixture_layout_two(), basic = fixture_layout_basic(), got[3];
+  const kva_layout *want[3] = {&two, &two, &basic};
+  kva_key k[4];
+  kva_buf b[3];
+  for (int i = 0; i < 4; i++) k[i] = fixture_key((uint64_t)i);
+  ck_assert_uint_eq(prefetch_hits(s, k, 3, NULL), 3);
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, k, 3, b, got), KVA_OK);
+  for (int i = 0; i < 3; i++) {
+    fixture_assert_layout_eq(&got[i], want[i]);
+    ck_assert_uint_eq(b[i].len, kva_layout_bytes(want[i]));
+    ck_assert(check_pattern(b[i].ptr, b[i].len, (uint64_t)i));
+  }
+  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 3, 0), 3);
+  /* key 3 is there, but not read-locked by this client */
+  ck_assert_uint_eq(prefetch_hits(s, k, 1, NULL), 1);
+  kva_key k03[2] = {k[0], k[3]};
+  memset(got, 0x11, sizeof(got));
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, k03, 2, b, got), KVA_KEY_NOT_READABLE);
+  static const kva_layout zero;
+  ck_assert_mem_eq(&got[0], &zero, sizeof(zero));
+  ck_assert_ptr_null(b[0].ptr);
+  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 1, 0), 0); /* released by the read */
+  /* loaded back from the mock tier */
+  int st;
+  ck_assert_int_eq(kva_flush(s, 900), KVA_OK);
+  ck_assert_int_eq(kva_delete(s, &k[1], 1, 0, &st), 1);
+  ck_assert_uint_eq(prefetch_hits(s, &k[1], 1, &two), 1);
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, &k[1], 1, b, got), KVA_OK);
+  fixture_assert_layout_eq(&got[0], &two);
+  ck_assert(check_pattern(b[0].ptr, b[0].len, 1));
+  ck_assert_int_eq(kva_finish_read_prefetched(s, &k[1], 1, 0), 1);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+  ck_assert_int_eq(daemon_stop(d, SIGTERM), 0);
+}
+END_TEST
+
 /* ---- lookups ------------------------------------------------------------------------ */
 
 START_TEST(lookups_from_l1_and_through_the_tiers_answer_as_in_process) {
@@ -340,6 +404,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, a_killed_client_leaves_no_lock_and_loses_nothing);
   tcase_add_test(tc, a_client_survives_the_daemon_restarting);
   tcase_add_test(tc, kv_store_in_one_process_and_kv_load_in_another_are_bit_exact);
+  tcase_add_test(tc, a_read_through_kvactd_gives_each_object_its_layout);
   tcase_add_test(tc, lookups_from_l1_and_through_the_tiers_answer_as_in_process);
   tcase_add_test(tc, a_daemon_without_tiers_pins_its_l1_hits);
   suite_add_tcase(s, tc);

@@ -104,6 +104,7 @@ typedef struct outcome {
   int rc, rc2; /* rc2: a prefetch's wait */
   int status[MAXN];
   size_t len[MAXN];
+  uint64_t layout[MAXN]; /* READ with layouts (arg 1): ntensors << 32 ^ first dim */
   size_t hits, l1_hits;
 } outcome;
 
@@ -124,7 +125,9 @@ static void describe(const op *o, char *buf, size_t cap) {
 static void run_op(kva_storage *s, const op *o, outcome *out) {
   kva_key k[MAXN];
   kva_buf b[MAXN];
+  kva_layout lay[MAXN];
   memset(out, 0, sizeof(*out));
+  memset(lay, 0x11, sizeof(lay)); /* untouched, zeroed and filled all differ */
   for (size_t i = 0; i < MAXN; i++) {
     out->status[i] = 99; /* a refused call leaves status untouched */
     b[i] = (kva_buf){0};
@@ -150,8 +153,11 @@ static void run_op(kva_storage *s, const op *o, outcome *out) {
     out->rc = kva_submit_prefetch(s, k, o->n, o->arg2 ? &l : NULL, (uint32_t)o->arg, &h);
     if (out->rc == KVA_OK) out->rc2 = kva_wait_prefetch(s, h, 10000, &out->hits);
     break;
-  case OP_READ:
-    out->rc = kva_read_prefetched(s, k, o->n, b);
+  case OP_READ: /* arg 1: with each object's layout */
+    out->rc = o->arg ? kva_read_prefetched_layouts(s, k, o->n, b, lay)
+                     : kva_read_prefetched(s, k, o->n, b);
+    for (size_t i = 0; o->arg && i < MAXN; i++)
+      out->layout[i] = (uint64_t)lay[i].ntensors << 32 ^ lay[i].tensor[0].shape[0];
     break;
   case OP_FINISH_READ:
     out->rc = kva_finish_read_prefetched(s, k, o->n, (uint32_t)o->arg);

@@ -44,6 +44,8 @@ static void busy_store_release(kva_storage *s) {
 static void every_keyed_call_refuses(kva_storage *s, const kva_key *k, size_t n,
                                      const kva_layout *l, kva_buf *b, int *st) {
   kva_prefetch *h = NULL;
+  static kva_layout lay[256];
+  memset(lay, 0x11, sizeof(lay));
   ck_assert_int_eq(kva_reserve_write(s, k, n, l, KVA_WRITE_ALL, b, st), KVA_EINVAL);
   ck_assert_int_eq(kva_finish_write(s, k, n, st), KVA_EINVAL);
   ck_assert_int_eq(kva_delete(s, k, n, 1, st), KVA_EINVAL);
@@ -51,6 +53,8 @@ static void every_keyed_call_refuses(kva_storage *s, const kva_key *k, size_t n,
   ck_assert_int_eq(kva_submit_prefetch(s, k, n, l, 0, &h), KVA_EINVAL);
   ck_assert_ptr_null(h);
   ck_assert_int_eq(kva_read_prefetched(s, k, n, b), KVA_EINVAL);
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, k, n, b, lay), KVA_EINVAL);
+  ck_assert_uint_eq(lay[0].ntensors, 0x11111111u); /* untouched */
   ck_assert_int_eq(kva_finish_read_prefetched(s, k, n, 0), KVA_EINVAL);
 }
 
@@ -82,6 +86,11 @@ START_TEST(null_pointers_are_refused_and_change_nothing) {
   ck_assert_int_eq(kva_read_prefetched(NULL, k, 2, b), KVA_EINVAL);
   ck_assert_int_eq(kva_read_prefetched(s, NULL, 2, b), KVA_EINVAL);
   ck_assert_int_eq(kva_read_prefetched(s, k, 2, NULL), KVA_EINVAL);
+  kva_layout lay[2];
+  ck_assert_int_eq(kva_read_prefetched_layouts(NULL, k, 2, b, lay), KVA_EINVAL);
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, NULL, 2, b, lay), KVA_EINVAL);
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, k, 2, NULL, lay), KVA_EINVAL);
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, k, 2, b, NULL), KVA_EINVAL);
   ck_assert_int_eq(kva_finish_read_prefetched(NULL, k, 2, 0), KVA_EINVAL);
   ck_assert_int_eq(kva_finish_read_prefetched(s, NULL, 2, 0), KVA_EINVAL);
   kva_prefetch *h = (kva_prefetch *)&h;
@@ -409,7 +418,7 @@ START_TEST(a_repeated_key_anywhere_refuses_every_call_and_changes_nothing) {
     ck_assert_int_eq(kva_lookup(s, k, cases[c].n, 1, &th), KVA_EINVAL);
     ck_assert_int_eq(kva_unpin(s, k, cases[c].n), KVA_EINVAL);
     assert_status_untouched(st, cases[c].n);
-    ck_assert_int_eq(repeat_lines, 9); /* one line per call */
+    ck_assert_int_eq(repeat_lines, 10); /* one line per call */
     char want[64];
     snprintf(want, sizeof(want), "keys[%zu] and keys[%zu]", cases[c].a, cases[c].b);
     ck_assert_msg(strstr(last_line, "kva_unpin: ") && strstr(last_line, want), "%s", last_line);

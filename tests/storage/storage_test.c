@@ -1,7 +1,8 @@
 /*
  * storage_test.c — the storage facade doing its job: the L1 scenarios of
  * LMCache's test_distributed_storage_manager.py (write, prefetch up to the
- * first gap, read, extra readers, modes, delete and clear).
+ * first gap, read, extra readers, modes, delete and clear), and reads that
+ * give each object's layout back.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -234,6 +235,61 @@ START_TEST(read_prefetched_of_an_unlocked_key_fails_and_releases_the_others) {
 }
 END_TEST
 
+/* LMCache's read results carry the shape and dtype they were written
+ * with: each object's layout comes back with its bytes, several layouts in
+ * one read. */
+START_TEST(read_prefetched_layouts_gives_each_object_its_layout) {
+  kva_runtime *rt = start_store();
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout two = fixture_layout_two(), basic = fixture_layout_basic();
+  kva_key k[3];
+  kva_buf rb[3];
+  kva_layout got[3];
+  key_range(k, 0, 3);
+  fixture_write(s, 0, 2, &two);
+  fixture_write(s, 2, 1, &basic);
+  ck_assert_uint_eq(prefetch_l(s, k, 3, NULL, 0), 3);
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, k, 3, rb, got), KVA_OK);
+  const kva_layout *want[3] = {&two, &two, &basic};
+  for (int i = 0; i < 3; i++) {
+    fixture_assert_layout_eq(&got[i], want[i]);
+    ck_assert_uint_eq(rb[i].len, kva_layout_bytes(want[i]));
+  }
+  ck_assert_uint_eq(stats_of(s).l1_read_locked, 3); /* as kva_read_prefetched: kept */
+  ck_assert_int_eq(kva_finish_read_prefetched(s, k, 3, 0), 3);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
+/* A key not read-locked: the first key's problem, bufs and layouts zeroed,
+ * the other keys' locks released, as kva_read_prefetched. */
+START_TEST(read_prefetched_layouts_of_an_unlocked_key_zeroes_both) {
+  kva_runtime *rt = start_store();
+  kva_storage *s = kva_storage_of(rt);
+  kva_layout two = fixture_layout_two();
+  kva_key k[3];
+  kva_buf rb[3];
+  kva_layout got[3];
+  key_range(k, 0, 3);
+  fixture_write(s, 0, 3, &two);
+  ck_assert_uint_eq(prefetch_l(s, k, 2, NULL, 0), 2);
+  memset(rb, 0x11, sizeof(rb));
+  memset(got, 0x11, sizeof(got));
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, k, 3, rb, got), KVA_KEY_NOT_READABLE);
+  static const kva_layout zero;
+  for (int i = 0; i < 3; i++) {
+    ck_assert_ptr_null(rb[i].ptr);
+    ck_assert_mem_eq(&got[i], &zero, sizeof(zero));
+  }
+  ck_assert_uint_eq(stats_of(s).l1_read_locked, 0);
+  key_range(k, 7, 1); /* a key L1 does not have */
+  ck_assert_int_eq(kva_read_prefetched_layouts(s, k, 1, rb, got), KVA_KEY_NOT_EXIST);
+  fixture_memcheck_clean(s);
+  kva_runtime_shutdown(rt);
+}
+END_TEST
+
 /* test_prefetch_with_extra_count */
 START_TEST(prefetch_extra_readers_released_with_the_same_extra) {
   kva_runtime *rt = start_store();
@@ -458,6 +514,8 @@ Suite *kva_test_suite(void) {
   tcase_add_test(tc, prefetch_stops_at_first_gap_and_leaves_the_rest_unlocked);
   tcase_add_test(tc, read_prefetched_returns_buffers_and_finish_releases_them);
   tcase_add_test(tc, read_prefetched_of_an_unlocked_key_fails_and_releases_the_others);
+  tcase_add_test(tc, read_prefetched_layouts_gives_each_object_its_layout);
+  tcase_add_test(tc, read_prefetched_layouts_of_an_unlocked_key_zeroes_both);
   tcase_add_test(tc, prefetch_extra_readers_released_with_the_same_extra);
   tcase_add_test(tc, finish_read_with_smaller_extra_leaves_keys_locked);
   tcase_add_test(tc, prefetch_with_extra_never_locks_keys_after_the_gap);

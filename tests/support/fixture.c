@@ -104,6 +104,26 @@ kva_layout fixture_layout_bytes(uint64_t bytes) {
   return one_tensor(1, &bytes, KVA_DT_U8);
 }
 
+kva_layout fixture_layout_two(void) {
+  const uint64_t shape[] = {16, 8, 64};
+  kva_layout l = one_tensor(3, shape, KVA_DT_BF16);
+  l.ntensors = 2;
+  l.tensor[1].ndim = 1;
+  l.tensor[1].shape[0] = 16;
+  l.tensor[1].dtype = KVA_DT_F32;
+  return l;
+}
+
+void fixture_assert_layout_eq(const kva_layout *got, const kva_layout *want) {
+  ck_assert_uint_eq(got->ntensors, want->ntensors);
+  for (int t = 0; t < 4; t++) {
+    ck_assert_uint_eq(got->tensor[t].ndim, want->tensor[t].ndim);
+    ck_assert_int_eq(got->tensor[t].dtype, want->tensor[t].dtype);
+    for (int d = 0; d < 6; d++)
+      ck_assert_uint_eq(got->tensor[t].shape[d], want->tensor[t].shape[d]);
+  }
+}
+
 void fixture_write(kva_storage *s, uint64_t first, size_t n, const kva_layout *l) {
   kva_key *k = calloc(n, sizeof(*k));
   kva_buf *b = calloc(n, sizeof(*b));

@@ -30,6 +30,10 @@ kva_layout fixture_layout_basic(void);
 kva_layout fixture_layout_large(void);
 /* One u8 tensor of `bytes` bytes. */
 kva_layout fixture_layout_bytes(uint64_t bytes);
+/* Two tensors: K and V of [16, 8, 64] bf16, then [16] f32 scales. */
+kva_layout fixture_layout_two(void);
+/* got is want, field by field (the unused dims and tensors too). */
+void fixture_assert_layout_eq(const kva_layout *got, const kva_layout *want);
 /* reserve_write(NEW) + finish_write of keys [first, first + n), asserting
  * success. */
 void fixture_write(kva_storage *s, uint64_t first, size_t n, const kva_layout *l);

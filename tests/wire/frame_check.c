@@ -100,14 +100,24 @@ void frame_assert_req_refused(const uint8_t *buf, size_t size, size_t keys_cap, 
   ck_assert_msg(frame_why[0] != '\0', "%s: refused without a reason", what);
 }
 
-void frame_assert_rep_refused(const uint8_t *buf, size_t size, uint16_t type, uint32_t n,
-                              const char *what) {
+static void assert_rep_refused(const uint8_t *buf, size_t size, uint16_t type, uint32_t n,
+                               bool layouts, const char *what) {
   static sample_rep got;
   sample_rep_expect(&got, type, n);
+  got.r.layouts_asked = layouts;
   int rc = frame_decode_rep(buf, size, &got);
   ck_assert_msg(rc == PROTO_EFRAME, "%s: %d, not PROTO_EFRAME", what, rc);
   ck_assert_msg(frame_why[0] != '\0', "%s: refused without a reason", what);
   ck_assert_uint_eq(got.r.type, type);
+}
+
+void frame_assert_rep_refused(const uint8_t *buf, size_t size, uint16_t type, uint32_t n,
+                              const char *what) {
+  assert_rep_refused(buf, size, type, n, false, what);
+}
+
+void frame_assert_read_refused(const uint8_t *buf, size_t size, uint32_t n, const char *what) {
+  assert_rep_refused(buf, size, P_READ, n, true, what);
 }
 
 void frame_assert_key_eq(const kva_key *a, const kva_key *b) {
@@ -204,6 +214,22 @@ static bool has_spans(uint16_t t) {
   return t == P_RESERVE_WRITE || t == P_READ;
 }
 
+/* A READ's layouts: want's, or zeros when no span has bytes (a read that
+ * failed sends none); untouched past n. */
+static void assert_layouts_eq(sample_rep *want, sample_rep *got) {
+  uint32_t n = want->r.n;
+  bool sent = false;
+  for (uint32_t i = 0; i < n; i++) sent = sent || want->spans[i].len;
+  static const kva_layout zero;
+  for (uint32_t i = 0; i < n; i++) {
+    if (sent)
+      assert_layout_eq(&got->layouts[i], &want->layouts[i]);
+    else
+      ck_assert_mem_eq(&got->layouts[i], &zero, sizeof zero);
+  }
+  ck_assert(all_ee(got->layouts + n, (SAMPLE_MAX_N - n) * sizeof got->layouts[0]));
+}
+
 static void assert_arrays_eq(sample_rep *want, sample_rep *got, bool ok) {
   uint16_t t = want->r.type;
   for (uint32_t i = 0; i < want->r.n; i++) {
@@ -215,6 +241,10 @@ static void assert_arrays_eq(sample_rep *want, sample_rep *got, bool ok) {
   }
   if (!(ok && has_status(t))) ck_assert(all_ee(got->status, sizeof got->status));
   if (!(ok && has_spans(t))) ck_assert(all_ee(got->spans, sizeof got->spans));
+  if (ok && t == P_READ && want->r.layouts_asked)
+    assert_layouts_eq(want, got);
+  else
+    ck_assert(all_ee(got->layouts, sizeof got->layouts));
 }
 
 static void assert_scalars_eq(const proto_rep *w, const proto_rep *g, bool ok) {
@@ -286,6 +316,7 @@ void frame_assert_rep_round_trips(sample_rep *want, uint16_t type) {
   static sample_rep got;
   size_t size = frame_put_rep(&want->r);
   sample_rep_expect(&got, type, want->r.n);
+  got.r.layouts_asked = want->r.layouts_asked;
   int rc = frame_decode_rep(frame_buf, size, &got);
   ck_assert_msg(rc == PROTO_OK, "type %u result %d: %s", want->r.type, want->r.result, frame_why);
   frame_assert_rep_eq(want, &got);

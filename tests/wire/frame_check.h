@@ -46,11 +46,13 @@ int frame_decode_req(const uint8_t *buf, size_t size, size_t keys_cap, proto_req
 int frame_decode_rep(const uint8_t *buf, size_t size, sample_rep *s);
 
 /* The frame is refused with code and a reason; a refused reply leaves
- * r->type as it was. */
+ * r->type as it was. frame_assert_read_refused: as the reply to a READ of
+ * n keys that asked for layouts. */
 void frame_assert_req_refused(const uint8_t *buf, size_t size, size_t keys_cap, int code,
                               const char *what);
 void frame_assert_rep_refused(const uint8_t *buf, size_t size, uint16_t type, uint32_t n,
                               const char *what);
+void frame_assert_read_refused(const uint8_t *buf, size_t size, uint32_t n, const char *what);
 
 void frame_assert_key_eq(const kva_key *a, const kva_key *b);
 /* got is what decoding want's encoding gave: every field equal (those
@@ -60,7 +62,7 @@ void frame_assert_req_eq(const proto_req *want, const proto_req *got);
  * equal, the rest of got untouched (0xee). */
 void frame_assert_rep_eq(sample_rep *want, sample_rep *got);
 /* want encoded, then decoded as the reply to a request of type over
- * want->r.n keys, equal. */
+ * want->r.n keys (a READ asking for layouts as want's did), equal. */
 void frame_assert_rep_round_trips(sample_rep *want, uint16_t type);
 
 #endif

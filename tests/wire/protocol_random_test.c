@@ -46,11 +46,12 @@ END_TEST
 /* ---- byte flips ------------------------------------------------------------ */
 
 /* What a flipped frame was before: a request, or a reply answering asked
- * over n keys. */
+ * over n keys (a READ that asked for layouts or not). */
 typedef struct origin {
   bool reply;
   uint16_t asked;
   uint32_t n;
+  uint32_t layouts;
 } origin;
 
 static size_t random_frame(sample_rng *g, origin *o) {
@@ -62,6 +63,7 @@ static size_t random_frame(sample_rng *g, origin *o) {
   sample_rand_rep(g, &want);
   o->asked = want.r.type == P_REFUSED ? rand_request_type(g) : want.r.type;
   o->n = want.r.n;
+  o->layouts = want.r.layouts_asked;
   return frame_put_rep(&want.r);
 }
 
@@ -78,7 +80,7 @@ static void flip(sample_rng *g, uint8_t *buf, size_t size) {
  * refuses): a buffer of its own, *size bytes. */
 static uint8_t *as_read(const uint8_t *buf, size_t had, size_t *size) {
   uint32_t len = frame_le32(buf + 8);
-  *size = len <= PROTO_MAX_PAYLOAD ? PROTO_HDR_BYTES + (size_t)len : had; /* else refused */
+  *size = len <= PROTO_MAX_REPLY_PAYLOAD ? PROTO_HDR_BYTES + (size_t)len : had; /* else refused */
   uint8_t *c = calloc(1, *size);
   ck_assert_ptr_nonnull(c);
   memcpy(c, buf, had < *size ? had : *size);
@@ -110,6 +112,14 @@ static void assert_rep_valid(const sample_rep *s) {
       ck_assert_uint_le(s->spans[i].off, SAMPLE_POOL_BYTES - s->spans[i].len);
       ck_assert(s->spans[i].len || !s->spans[i].off);
     }
+  if (r->result >= 0 && r->type == P_READ && r->layouts_asked) {
+    static const kva_layout zero;
+    for (uint32_t i = 0; i < r->n; i++)
+      if (s->spans[i].len)
+        ck_assert_uint_eq(kva_layout_bytes(&s->layouts[i]), s->spans[i].len);
+      else
+        ck_assert_mem_eq(&s->layouts[i], &zero, sizeof zero);
+  }
   if (r->result >= 0 && r->type == P_LOOKUP) {
     ck_assert_uint_le(s->lookup.ntiers, 8);
     for (uint32_t i = 0; i < s->lookup.ntiers; i++)
@@ -148,6 +158,7 @@ static int check_flipped(const uint8_t *buf, size_t size, const origin *o) {
   int req = frame_decode_req(buf, size, SAMPLE_MAX_N, &r);
   ck_assert(req == PROTO_OK || frame_why[0] != '\0');
   sample_rep_expect(&got, o->asked ? o->asked : P_HELLO, o->n);
+  got.r.layouts_asked = o->layouts;
   int rep = frame_decode_rep(buf, size, &got);
   ck_assert(rep == PROTO_OK || frame_why[0] != '\0');
   ck_assert(req == PROTO_OK || req == PROTO_EMAGIC || req == PROTO_EVERSION || req == PROTO_EFRAME);

@@ -6,7 +6,9 @@
  * refused with a reason: each truncation, trailing bytes, another number
  * of entries than keys asked, a reply to another request, spans outside
  * the pool, texts and tier names out of bounds, a tier's nodes more or
- * fewer than asked or out of range, a refusal that is no error. The
+ * fewer than asked or out of range, a refusal that is no error; a READ's
+ * layouts (runs of keys, each layout valid and its keys' spans its size,
+ * sent only when asked for), a layout per key fitting a reply. The
  * header and requests: protocol_test.c.
  */
 #include <check.h>
@@ -527,6 +529,180 @@ START_TEST(at_most_max_nodes_travel) {
 }
 END_TEST
 
+/* ---- READ's layouts --------------------------------------------------------- */
+
+/* Offsets in the payload of a READ reply of n keys: result, n, spans, runs,
+ * then runs of RUN bytes (count, layout). */
+#define RUNS_AT(n) (8u + 16u * (n))
+#define RUN (4u + PROTO_LAYOUT_BYTES)
+
+static size_t put_read_layouts(uint32_t n, int32_t result) {
+  sample_rep_read_layouts(&want, n, result);
+  return frame_put_rep(&want.r);
+}
+
+START_TEST(read_layouts_round_trip) {
+  int32_t results[] = {0, 5, KVA_EIO};
+  uint32_t ns[] = {0, 1, 3, SAMPLE_MAX_N};
+  for (int r = 0; r < 3; r++)
+    for (int n = 0; n < 4; n++) {
+      sample_rep_read_layouts(&want, ns[n], results[r]);
+      frame_assert_rep_round_trips(&want, P_READ);
+    }
+  sample_rep_read_layouts(&want, 3, KVA_KEY_NOT_READABLE); /* a read that failed */
+  memset(want.spans, 0, sizeof want.spans);
+  frame_assert_rep_round_trips(&want, P_READ); /* no layout travels: zeros */
+}
+END_TEST
+
+/* Keys 0..4 have layouts 0, 0, 1, 1, 2: three runs. */
+START_TEST(read_layouts_lie_where_specified) {
+  size_t size = put_read_layouts(5, 0);
+  const uint8_t *p = frame_payload(frame_buf);
+  ck_assert_uint_eq(size, PROTO_HDR_BYTES + RUNS_AT(5) + 4 + 3 * RUN);
+  ck_assert_uint_eq(frame_le32(p + RUNS_AT(5)), 3);
+  uint32_t counts[] = {2, 2, 1}, first[] = {0, 2, 4};
+  for (uint32_t j = 0; j < 3; j++) {
+    const uint8_t *run = p + RUNS_AT(5) + 4 + RUN * j;
+    const kva_layout *l = &want.layouts[first[j]];
+    ck_assert_uint_eq(frame_le32(run), counts[j]);
+    ck_assert_uint_eq(frame_le32(run + 4), l->ntensors);
+    ck_assert_uint_eq(frame_le32(run + 8), l->tensor[0].ndim);
+    ck_assert_uint_eq(frame_le32(run + 12), (uint32_t)l->tensor[0].dtype);
+    ck_assert_uint_eq(frame_le64(run + 16), l->tensor[0].shape[0]);
+  }
+  for (uint32_t i = 0; i < 5; i++)
+    ck_assert_uint_eq(frame_le64(p + 16 + 16 * i), kva_layout_bytes(&want.layouts[i]));
+  put_read_layouts(3, KVA_KEY_NOT_EXIST); /* failed: no span has bytes, no run */
+  memset(want.spans, 0, sizeof want.spans);
+  ck_assert_uint_eq(frame_put_rep(&want.r), PROTO_HDR_BYTES + RUNS_AT(3) + 4);
+  ck_assert_uint_eq(frame_le32(p + RUNS_AT(3)), 0);
+}
+END_TEST
+
+/* A READ reply of 5 keys (runs of 2, 2, 1) with the u32 at payload
+ * offset off set to v: refused. */
+static void refuse_read_u32(size_t off, uint32_t v, const char *what) {
+  size_t size = put_read_layouts(5, 0);
+  frame_set_le32(frame_payload(frame_buf) + off, v);
+  frame_assert_read_refused(frame_buf, size, 5, what);
+}
+
+START_TEST(read_layouts_are_checked) {
+  size_t runs = RUNS_AT(5), run0 = runs + 4, run2 = run0 + 2 * RUN;
+  refuse_read_u32(runs, 4, "4 runs sent as 3");
+  refuse_read_u32(runs, 6, "6 runs for 5 keys");
+  refuse_read_u32(runs, UINT32_MAX, "2^32 - 1 runs");
+  refuse_read_u32(run0, 0, "a run of no key");
+  refuse_read_u32(run0, 3, "counts over n");
+  refuse_read_u32(run2, 2, "the last run past n");
+  refuse_read_u32(run0, UINT32_MAX, "a run of 2^32 - 1 keys");
+  refuse_read_u32(run0 + 4, 0, "a layout of no tensor");
+  refuse_read_u32(run0 + 12, 99, "a dtype that is none");
+  refuse_read_u32(runs, 0, "no run, spans with bytes");
+  size_t size = put_read_layouts(5, 0); /* runs of 2 and 3 keys: the counts short of n */
+  frame_set_le32(frame_payload(frame_buf) + runs, 2);
+  frame_set_le32(frame_payload(frame_buf) + run0 + RUN, 2);
+  frame_assert_read_refused(frame_buf, frame_set_len(frame_buf, (uint32_t)run2), 5,
+                            "runs of 4 keys for 5");
+  size = put_read_layouts(5, 0); /* runs 0 and 1 of one layout */
+  memcpy(frame_payload(frame_buf) + run0 + RUN + 4, frame_payload(frame_buf) + run0 + 4,
+         PROTO_LAYOUT_BYTES);
+  frame_assert_read_refused(frame_buf, size, 5, "two runs alike");
+  sample_rep_read_layouts(&want, 5, 0);
+  want.spans[3].len++; /* not its layout's bytes */
+  frame_assert_read_refused(frame_buf, frame_put_rep(&want.r), 5, "a span of another size");
+  sample_rep_read_layouts(&want, 5, 0);
+  want.spans[1] = (proto_span){0, 0}; /* one key without bytes among others */
+  frame_assert_read_refused(frame_buf, frame_put_rep(&want.r), 5, "an empty span in a run");
+}
+END_TEST
+
+/* The reply's shape is the request's: with layouts when it asked for
+ * them, without when it did not. */
+START_TEST(read_layouts_come_when_asked_only) {
+  size_t size = put_read_layouts(3, 0);
+  frame_assert_rep_refused(frame_buf, size, P_READ, 3, "layouts not asked for");
+  size = put_sample(P_READ, 3, 0, 0);
+  frame_assert_read_refused(frame_buf, size, 3, "no layouts, asked for");
+  size = put_read_layouts(3, 0);
+  for (uint32_t len = 0; len < size - PROTO_HDR_BYTES; len++)
+    frame_assert_read_refused(frame_buf, frame_set_len(frame_buf, len), 3, "truncated");
+  size = put_read_layouts(3, 0);
+  frame_buf[size] = 'x';
+  frame_assert_read_refused(frame_buf,
+                            frame_set_len(frame_buf, (uint32_t)(size - PROTO_HDR_BYTES) + 1), 3,
+                            "one byte more");
+  ck_assert_uint_eq(put_read_layouts(3, KVA_EIO), PROTO_HDR_BYTES + 4); /* none: an error */
+  frame_assert_rep_round_trips(&want, P_READ);
+}
+END_TEST
+
+/* A caller with nowhere to put the layouts (a client's late reply):
+ * checked all the same. */
+START_TEST(read_layouts_without_room_are_checked_and_skipped) {
+  size_t size = put_read_layouts(5, 0);
+  sample_rep_expect(&got, P_READ, 5);
+  got.r.layouts_asked = 1;
+  got.r.layouts = NULL;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_OK);
+  ck_assert_uint_eq(got.spans[4].len, want.spans[4].len);
+  frame_set_le32(frame_payload(frame_buf) + RUNS_AT(5) + 4, 0);
+  sample_rep_expect(&got, P_READ, 5);
+  got.r.layouts_asked = 1;
+  got.r.layouts = NULL;
+  ck_assert_int_eq(frame_decode_rep(frame_buf, size, &got), PROTO_EFRAME);
+}
+END_TEST
+
+START_TEST(read_layouts_encoder_needs_them_where_spans_have_bytes) {
+  sample_rep_read_layouts(&want, 3, 0);
+  proto_rep r = want.r;
+  r.layouts = NULL;
+  ck_assert_uint_eq(proto_rep_size(&r), 0);
+  memset(want.spans, 0, sizeof want.spans); /* a read that failed: none to send */
+  ck_assert_uint_eq(proto_rep_size(&r), PROTO_HDR_BYTES + RUNS_AT(3) + 4);
+  r.layouts_asked = 0;
+  ck_assert_uint_eq(proto_rep_size(&r), PROTO_HDR_BYTES + RUNS_AT(3));
+}
+END_TEST
+
+/* PROTO_MAX_KEYS keys, no two of one layout: a layout per key fits a
+ * reply frame and comes back. */
+START_TEST(a_layout_per_key_fits_a_reply) {
+  static kva_layout many[PROTO_MAX_KEYS], back[PROTO_MAX_KEYS];
+  static proto_span spans[PROTO_MAX_KEYS], back_spans[PROTO_MAX_KEYS];
+  for (uint32_t i = 0; i < PROTO_MAX_KEYS; i++) {
+    memset(&many[i], 0, sizeof many[i]);
+    many[i].ntensors = 1;
+    many[i].tensor[0].ndim = 1;
+    many[i].tensor[0].dtype = KVA_DT_U8;
+    many[i].tensor[0].shape[0] = 1 + i;
+    spans[i] = (proto_span){(uint64_t)i << 17, 1 + i};
+  }
+  proto_rep r = {
+      .type = P_READ, .n = PROTO_MAX_KEYS, .spans = spans, .layouts_asked = 1, .layouts = many};
+  size_t size = proto_rep_size(&r);
+  ck_assert_uint_eq(size, PROTO_HDR_BYTES + RUNS_AT(PROTO_MAX_KEYS) + 4 + PROTO_MAX_KEYS * RUN);
+  ck_assert_uint_le(size - PROTO_HDR_BYTES, PROTO_MAX_REPLY_PAYLOAD);
+  uint8_t *buf = malloc(size);
+  ck_assert_ptr_nonnull(buf);
+  ck_assert_uint_eq(proto_rep_put(buf, size, &r, 1), size);
+  proto_hdr h;
+  ck_assert_int_eq(proto_hdr_get(buf, &h, NULL, 0), PROTO_OK);
+  proto_rep g = {.type = P_READ,
+                 .n = PROTO_MAX_KEYS,
+                 .spans = back_spans,
+                 .layouts_asked = 1,
+                 .layouts = back};
+  ck_assert_int_eq(
+      proto_rep_get(&h, buf + PROTO_HDR_BYTES, UINT64_C(1) << 40, &g, frame_why, sizeof frame_why),
+      PROTO_OK);
+  ck_assert_mem_eq(back, many, sizeof many);
+  free(buf);
+}
+END_TEST
+
 START_TEST(a_refusal_must_carry_an_error) {
   int32_t codes[] = {0, 1, INT32_MAX};
   for (int i = 0; i < 3; i++) {
@@ -570,5 +746,15 @@ Suite *kva_test_suite(void) {
   tcase_add_test(bad, tier_nodes_without_room_are_checked_and_skipped);
   tcase_add_test(bad, a_refusal_must_carry_an_error);
   suite_add_tcase(s, bad);
+  TCase *lay = tcase_create("read_layouts");
+  tcase_set_timeout(lay, 30);
+  tcase_add_test(lay, read_layouts_round_trip);
+  tcase_add_test(lay, read_layouts_lie_where_specified);
+  tcase_add_test(lay, read_layouts_are_checked);
+  tcase_add_test(lay, read_layouts_come_when_asked_only);
+  tcase_add_test(lay, read_layouts_without_room_are_checked_and_skipped);
+  tcase_add_test(lay, read_layouts_encoder_needs_them_where_spans_have_bytes);
+  tcase_add_test(lay, a_layout_per_key_fits_a_reply);
+  suite_add_tcase(s, lay);
   return s;
 }

@@ -34,6 +34,17 @@ kva_layout sample_layout(void) {
   return l;
 }
 
+bool sample_layout_alike(const kva_layout *a, const kva_layout *b) {
+  if (a->ntensors != b->ntensors) return false;
+  for (int t = 0; t < 4; t++) {
+    if (a->tensor[t].ndim != b->tensor[t].ndim || a->tensor[t].dtype != b->tensor[t].dtype)
+      return false;
+    for (int d = 0; d < 6; d++)
+      if (a->tensor[t].shape[d] != b->tensor[t].shape[d]) return false;
+  }
+  return true;
+}
+
 bool sample_sends_n(uint16_t t) {
   switch (t) {
   case P_RESERVE_WRITE:
@@ -80,6 +91,9 @@ proto_req sample_req(uint16_t t, const kva_key *keys, uint32_t n) {
     break;
   case P_FINISH_READ:
     r.readers = 3;
+    break;
+  case P_READ:
+    r.flag = PROTO_READ_LAYOUTS;
     break;
   case P_MEMCHECK:
     r.report_len = PROTO_MAX_TEXT;
@@ -202,6 +216,7 @@ static void sample_stats(kva_storage_stats *s, kva_l2_tier_stats *ts) {
 static void sample_point(sample_rep *s) {
   s->r.status = s->status;
   s->r.spans = s->spans;
+  s->r.layouts = s->layouts;
   s->r.lookup = &s->lookup;
   s->r.stats = &s->stats;
   s->r.tier_stats = &s->tier_stats;
@@ -235,10 +250,35 @@ void sample_rep_fill(sample_rep *s, uint16_t type, uint32_t n, int32_t result, u
   for (uint32_t i = 0; i < text_len && i < PROTO_MAX_TEXT; i++) s->text[i] = (char)('a' + i % 26);
 }
 
+/* Layout v of three: sample_layout, one of a single [7] u8 tensor (junk
+ * past it), and sample_layout with another first dimension. */
+static kva_layout sample_layout_variant(uint32_t v) {
+  kva_layout l = sample_layout();
+  if (v == 1) {
+    l.ntensors = 1;
+    l.tensor[0].ndim = 1;
+    l.tensor[0].dtype = KVA_DT_U8;
+    l.tensor[0].shape[0] = 7;
+  } else if (v == 2) {
+    l.tensor[0].shape[0] = 5;
+  }
+  return l;
+}
+
+void sample_rep_read_layouts(sample_rep *s, uint32_t n, int32_t result) {
+  sample_rep_fill(s, P_READ, n, result, 0);
+  s->r.layouts_asked = 1;
+  for (uint32_t i = 0; i < n && i < SAMPLE_MAX_N; i++) {
+    s->layouts[i] = sample_layout_variant((i / 2) % 3);
+    s->spans[i] = (proto_span){(uint64_t)i << 12, kva_layout_bytes(&s->layouts[i])};
+  }
+}
+
 void sample_rep_expect(sample_rep *s, uint16_t type, uint32_t n) {
   memset(s, 0xee, sizeof *s);
   s->r.type = type;
   s->r.n = n;
+  s->r.layouts_asked = 0;
   s->r.text_cap = sizeof s->text;
   sample_point(s);
 }
@@ -331,6 +371,37 @@ static void rand_nodes(sample_rng *g, sample_rep *s) {
   }
 }
 
+/* A random valid layout of at most SAMPLE_POOL_BYTES, not alike prev
+ * (NULL: any). */
+static kva_layout rand_layout_in_pool(sample_rng *g, const kva_layout *prev) {
+  for (;;) {
+    kva_layout l = sample_rand_layout(g);
+    uint64_t bytes = kva_layout_bytes(&l);
+    if (bytes && bytes <= SAMPLE_POOL_BYTES && !(prev && sample_layout_alike(prev, &l))) return l;
+  }
+}
+
+/* A READ that asked for layouts: one time in four a failed one (no span
+ * has bytes: no layout travels), else runs of 1 to 4 keys of one random
+ * layout each, every span that layout's bytes somewhere in the pool. */
+static void rand_read_layouts(sample_rng *g, sample_rep *s) {
+  s->r.layouts_asked = 1;
+  if (sample_below(g, 4) == 0) {
+    memset(s->spans, 0, sizeof s->spans);
+    return;
+  }
+  for (uint32_t i = 0, run = 0; i < s->r.n; i++, run--) {
+    if (run == 0) {
+      s->layouts[i] = rand_layout_in_pool(g, i ? &s->layouts[i - 1] : NULL);
+      run = 1 + sample_below(g, 4);
+    } else {
+      s->layouts[i] = s->layouts[i - 1];
+    }
+    uint64_t len = kva_layout_bytes(&s->layouts[i]);
+    s->spans[i] = (proto_span){sample_rand(g) % (SAMPLE_POOL_BYTES - len + 1), len};
+  }
+}
+
 static proto_span rand_span(sample_rng *g) {
   uint64_t len = sample_below(g, 4) ? sample_rand(g) % (SAMPLE_POOL_BYTES + 1) : 0;
   uint64_t off = len ? sample_rand(g) % (SAMPLE_POOL_BYTES - len + 1) : 0;
@@ -355,6 +426,7 @@ void sample_rand_rep(sample_rng *g, sample_rep *s) {
     s->status[i] = (int32_t)sample_rand(g);
     s->spans[i] = rand_span(g);
   }
+  if (type == P_READ && sample_below(g, 2)) rand_read_layouts(g, s);
   rand_lookup(g, &s->lookup);
   rand_nodes(g, s);
   rand_bytes(g, &s->tier_keys, sizeof s->tier_keys);

@@ -26,6 +26,8 @@ kva_key sample_key(uint32_t i);
 /* Two tensors, [4, 2, 16] bf16 and [3] f32, junk in the unused dims and
  * tensors. Valid. */
 kva_layout sample_layout(void);
+/* Whether two layouts are alike field by field (what the wire carries). */
+bool sample_layout_alike(const kva_layout *a, const kva_layout *b);
 
 /* Whether requests of type t send u32 n and n keys. */
 bool sample_sends_n(uint16_t t);
@@ -38,6 +40,7 @@ typedef struct sample_rep {
   proto_rep r;
   int32_t status[SAMPLE_MAX_N];
   proto_span spans[SAMPLE_MAX_N];
+  kva_layout layouts[SAMPLE_MAX_N];
   kva_tier_hits lookup;
   kva_storage_stats stats;
   kva_l2_tier_stats tier_stats;
@@ -50,12 +53,19 @@ typedef struct sample_rep {
 /* A reply to a request of type (or P_REFUSED) over n keys, with result;
  * every field set, distinctive and valid (spans inside SAMPLE_POOL_BYTES,
  * one of them empty; 8 LOOKUP tiers; 5 nodes, of which SAMPLE_NODES_CAP
- * were asked for; a text of text_len bytes). */
+ * were asked for; a text of text_len bytes). A READ's request asked for
+ * no layouts. */
 void sample_rep_fill(sample_rep *s, uint16_t type, uint32_t n, int32_t result, uint32_t text_len);
+/* The reply to a READ of n keys that asked for layouts (PROTO_READ_LAYOUTS):
+ * key i's layout is one of three (sample_layout and two others, junk in
+ * what they do not use) in runs of two keys, its span that layout's
+ * bytes. */
+void sample_rep_read_layouts(sample_rep *s, uint32_t n, int32_t result);
 /* s ready to decode the reply to a request of type over n keys (and of
- * SAMPLE_NODES_CAP nodes): r->type, r->n, nodes_cap and text_cap set, its
- * pointers on its own storage; every other byte of s is 0xee (to see what
- * decoding writes and what it leaves). */
+ * SAMPLE_NODES_CAP nodes; a READ without layouts): r->type, r->n,
+ * nodes_cap, layouts_asked and text_cap set, its pointers on its own
+ * storage; every other byte of s is 0xee (to see what decoding writes and
+ * what it leaves). */
 void sample_rep_expect(sample_rep *s, uint16_t type, uint32_t n);
 
 /* The u64 fields in declaration order (the order on the wire). */

@@ -2,7 +2,8 @@
  * protocol_test.c — wire/protocol.h's header and requests: every request
  * type comes back from encode + decode field for field, the bytes lie
  * where protocol.h says, and every malformed header or request is refused
- * with a reason (magic, version, flags, length, type, each truncation,
+ * with a reason (magic, version, flags, length (a reply's limit of its
+ * own), type, each truncation,
  * trailing bytes, key counts, keys, layouts, ranges, tier names); decoding
  * allocates nothing. Replies: protocol_reply_test.c; random frames:
  * protocol_random_test.c.
@@ -101,6 +102,24 @@ START_TEST(header_over_the_payload_limit_is_refused) {
   ck_assert_int_eq(hdr_get(b, &h), PROTO_EFRAME);
   proto_hdr_put(b, P_TOUCH, UINT32_MAX, 1);
   ck_assert_int_eq(hdr_get(b, &h), PROTO_EFRAME);
+  proto_hdr_put(b, P_REFUSED, PROTO_MAX_PAYLOAD + 1, 1);
+  ck_assert_int_eq(hdr_get(b, &h), PROTO_EFRAME);
+}
+END_TEST
+
+/* A reply may be longer than a request (a READ with a layout per key),
+ * up to PROTO_MAX_REPLY_PAYLOAD; a request may not. */
+START_TEST(replies_have_a_limit_of_their_own) {
+  uint8_t b[PROTO_HDR_BYTES];
+  proto_hdr h;
+  ck_assert_uint_gt(PROTO_MAX_REPLY_PAYLOAD, PROTO_MAX_PAYLOAD);
+  proto_hdr_put(b, P_READ | P_REPLY, PROTO_MAX_REPLY_PAYLOAD, 1);
+  ck_assert_int_eq(hdr_get(b, &h), PROTO_OK);
+  ck_assert_uint_eq(h.len, PROTO_MAX_REPLY_PAYLOAD);
+  proto_hdr_put(b, P_READ | P_REPLY, PROTO_MAX_REPLY_PAYLOAD + 1, 1);
+  ck_assert_int_eq(hdr_get(b, &h), PROTO_EFRAME);
+  proto_hdr_put(b, P_READ, PROTO_MAX_PAYLOAD + 1, 1);
+  ck_assert_int_eq(hdr_get(b, &h), PROTO_EFRAME);
 }
 END_TEST
 
@@ -191,6 +210,11 @@ START_TEST(small_requests_lie_where_specified) {
   ck_assert_uint_eq(size, PROTO_HDR_BYTES + 12 + PROTO_LAYOUT_BYTES + 3 * PROTO_KEY_BYTES);
   ck_assert_uint_eq(frame_le32(frame_payload(frame_buf) + 4), 128); /* readers */
   ck_assert_uint_eq(frame_le32(frame_payload(frame_buf) + 8), 1);   /* has_layout */
+  size = put_sample(P_READ, 3);                                     /* n, flags, keys */
+  ck_assert_uint_eq(size, PROTO_HDR_BYTES + 8 + 3 * PROTO_KEY_BYTES);
+  ck_assert_uint_eq(frame_le32(frame_payload(frame_buf)), 3);
+  ck_assert_uint_eq(frame_le32(frame_payload(frame_buf) + 4), PROTO_READ_LAYOUTS);
+  ck_assert_mem_eq(frame_payload(frame_buf) + 8, frame_keys[0].model, 64);
   ck_assert_uint_eq(put_sample(P_TIER_KEYS, 1), PROTO_HDR_BYTES + PROTO_TIER_BYTES);
   ck_assert_str_eq((const char *)frame_payload(frame_buf), "disk-0");
   ck_assert_uint_eq(put_sample(P_TIER_NODES, 1), PROTO_HDR_BYTES + PROTO_TIER_BYTES + 4);
@@ -452,16 +476,16 @@ START_TEST(request_ranges_are_checked) {
 }
 END_TEST
 
-/* Flags are 0 or 1, except PREFETCH's two bits (has_layout,
- * PROTO_PREFETCH_AS_PLANNED): 0..3. */
+/* Flags are 0 or 1 (READ's: PROTO_READ_LAYOUTS), except PREFETCH's two
+ * bits (has_layout, PROTO_PREFETCH_AS_PLANNED): 0..3. */
 START_TEST(flags_are_0_or_1) {
   struct {
     uint16_t type;
     size_t off;
     uint32_t max;
-  } flags[] = {{P_DELETE, 4, 1},  {P_CLEAR, 0, 1},    {P_LOOKUP, 4, 1},
-               {P_FREEZE, 0, 1},  {P_PREFETCH, 8, 3}, {P_SET_BYPASS, PROTO_TIER_BYTES, 1},
-               {P_MEMCHECK, 4, 1}};
+  } flags[] = {{P_DELETE, 4, 1},   {P_CLEAR, 0, 1},    {P_LOOKUP, 4, 1},
+               {P_FREEZE, 0, 1},   {P_PREFETCH, 8, 3}, {P_SET_BYPASS, PROTO_TIER_BYTES, 1},
+               {P_MEMCHECK, 4, 1}, {P_READ, 4, 1}};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
     for (uint32_t v = 0; v <= flags[i].max; v++) check_u32(flags[i].type, flags[i].off, v, true);
     check_u32(flags[i].type, flags[i].off, flags[i].max + 1, false);
@@ -520,6 +544,7 @@ Suite *kva_test_suite(void) {
   tcase_add_test(hdr, header_of_another_version_is_read_and_refused);
   tcase_add_test(hdr, header_with_flags_is_refused);
   tcase_add_test(hdr, header_over_the_payload_limit_is_refused);
+  tcase_add_test(hdr, replies_have_a_limit_of_their_own);
   tcase_add_test(hdr, header_of_an_unknown_type_is_refused);
   tcase_add_test(hdr, reasons_are_cut_to_the_room_given);
   suite_add_tcase(s, hdr);

@@ -330,8 +330,7 @@ class KvactSide:
 
     # ---- maintenance
     def delete(self, keys, force=False):
-        status = self.sm.delete(keys, force=force)
-        return status.count(0), status.count(KEY_LOCKED)
+        return self.sm.delete(keys, force=force).counts  # LMCache's (deleted, skipped)
 
     def clear(self):
         self.sm.clear()

@@ -323,7 +323,6 @@ def test_sparse_prefetch_loads_every_found_key_from_l2(storage):
     sm.finish_read(found_keys)
 
 
-@pytest.mark.sides(kvact_missing="read results typed by their layout")
 def test_read_results_are_typed_by_the_layout_they_were_written_with(storage):
     sm = storage()
     keys = write(sm, range(2))
