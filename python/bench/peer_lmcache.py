@@ -20,7 +20,8 @@ gives LMCache's figure, kvact's and their ratio:
   control-write     reserve_write + finish_write of N new keys (then an untimed delete);
   control-prefetch  submit_prefetch_task, the wait and query (LMCache: wait_prefetch_status
                     + query_prefetch_status and the hit bitmap's leading ones; kvact: the
-                    handle's wait()), the read_prefetched_results block (entered, left),
+                    handle's wait()), the read_prefetched_results(keys) block (entered,
+                    left; both sides' results typed by what was written),
                     finish_read_prefetched, of N keys resident in L1 — per cycle: key-ops/s
                     (N keys over the rep's time, median over reps; target: kvact >= 10x)
                     and p50/p99 us over every cycle of every rep (p99 target <= 0.1x);
@@ -75,7 +76,7 @@ from lmcache.v1.distributed.l2_adapters.mock_l2_adapter import MockL2AdapterConf
 from lmcache.v1.distributed.l2_adapters.resp_l2_adapter import RESPL2AdapterConfig  # noqa: E402
 
 import kvact  # noqa: E402
-from kvact._lib import Buf, lib  # noqa: E402  (the bare C anchor, as bench_calls.py)
+from kvact._lib import Buf, Layout, lib  # noqa: E402  (the bare C anchor, as bench_calls.py)
 from kvact.keys import key_array  # noqa: E402
 from peer_lmcache_sides import (MIB, SetupError, redis_command, redis_server,  # noqa: E402
                                 sides)
@@ -117,7 +118,7 @@ def control_prefetch(side, keys, layout, n, iters):
         t1 = now()
         hits = side.wait(h)
         t2 = now()
-        with side.read(ks, layout) as objs:
+        with side.read(ks) as objs:
             found = len(objs) if objs is not None else -1
         t3 = now()
         side.finish_read(ks)
@@ -141,13 +142,13 @@ def write_objects(side, ks, layout, src):
 def read_objects(side, ks, layout, dst):
     """Prefetches ks, copies each into dst, releases: the hits."""
     hits = side.wait(side.prefetch(ks, layout))
-    read_into(side, ks[:hits], layout, dst)
+    read_into(side, ks[:hits], dst)
     return hits
 
 
-def read_into(side, ks, layout, dst):
+def read_into(side, ks, dst):
     """Reads the prefetched ks, copies each into dst, releases them."""
-    with side.read(ks, layout) as objs:
+    with side.read(ks) as objs:
         if objs is None:
             raise SystemExit("%s: a prefetched object was not readable" % side.name)
         for o, d in zip(objs, dst):
@@ -194,7 +195,7 @@ def l2_round(side, keys, layout, src, dst):
     t3 = now()
     if hits != len(ks):
         raise SystemExit("%s: %d of %d objects found in L2" % (side.name, hits, len(ks)))
-    read_into(side, ks, layout, dst)
+    read_into(side, ks, dst)
     check(side, hits, ks, src, dst)
     side.delete(ks)
     return t1 - t0, t3 - t2
@@ -266,17 +267,18 @@ def bare_write(side, layout, n, iters):
 
 
 def bare_prefetch(side, layout, n, iters):
-    """The prefetch cycle's four C calls (submit, wait, read, finish) through bare ctypes."""
+    """The prefetch cycle's four C calls (submit, wait, the read that also gives each
+    object's layout, finish) through bare ctypes."""
     ks = side.keys.take(n)
     side.reserve(ks, layout)
     side.finish_write(ks)
     s, arr, c_layout, out = side.sm._ptr, key_array(ks), layout._c, []
-    h, hits, bufs = ctypes.c_void_p(), ctypes.c_size_t(), (Buf * n)()
+    h, hits, bufs, layouts = ctypes.c_void_p(), ctypes.c_size_t(), (Buf * n)(), (Layout * n)()
     for _ in range(iters):
         t0 = now()
         lib.kva_submit_prefetch(s, arr, n, c_layout, 0, ctypes.byref(h))
         lib.kva_wait_prefetch(s, h, -1, ctypes.byref(hits))
-        lib.kva_read_prefetched(s, arr, n, bufs)
+        lib.kva_read_prefetched_layouts(s, arr, n, bufs, layouts)
         lib.kva_finish_read_prefetched(s, arr, n, 0)
         out.append((now() - t0) / 1e3)
         if hits.value != n:

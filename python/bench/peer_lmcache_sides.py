@@ -11,8 +11,9 @@ shares between them.
   wait(handle)             wait_prefetch_status, then             handle.wait(): the prefix
                              query_prefetch_status: the hit         count
                              bitmap's leading ones
-  read(keys, layout)       read_prefetched_results(keys): its     read_prefetched_results(keys,
-                             objects know their layout              layout): typed results
+  read(keys)               read_prefetched_results(keys)          read_prefetched_results(keys):
+                             (typed by what was written)            the same (kva_read_prefetched_
+                                                                      layouts)
   finish_read(keys)        finish_read_prefetched                 finish_read_prefetched
   delete(keys), clear()    delete_l1_keys, clear                  delete, clear
   settle(keys)             its L2 listener heard every key        flush()
@@ -89,7 +90,8 @@ class LMCacheSide:
         self.stored = _Stored()
         self.sm.register_l2_listener(self.stored)
         self.reserve, self.finish_write = self.sm.reserve_write, self.sm.finish_write
-        self.finish_read, self.clear = self.sm.finish_read_prefetched, self.sm.clear
+        self.read, self.clear = self.sm.read_prefetched_results, self.sm.clear
+        self.finish_read = self.sm.finish_read_prefetched
 
     @staticmethod
     def key(i):
@@ -98,10 +100,6 @@ class LMCacheSide:
     @staticmethod
     def layout(nbytes):
         return MemoryLayoutDesc(shapes=[torch.Size([nbytes // 2])], dtypes=[torch.bfloat16])
-
-    def read(self, keys, layout):
-        """read_prefetched_results: LMCache's objects know their layout already."""
-        return self.sm.read_prefetched_results(keys)
 
     def prefetch(self, keys, layout):
         row = GroupedObjectKeys(keys=keys, object_group_id=0, layout_desc=layout)
@@ -147,7 +145,7 @@ class KvactSide:
         sm = self.sm = self.rt.storage
         self.reserve, self.finish_write = sm.reserve_write, sm.finish_write
         self.read, self.finish_read = sm.read_prefetched_results, sm.finish_read_prefetched
-        self.delete, self.clear = sm.delete, sm.clear  # read(keys, layout): typed results
+        self.delete, self.clear = sm.delete, sm.clear
 
     def _connected(self):
         try:
